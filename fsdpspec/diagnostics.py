@@ -1,0 +1,63 @@
+"""The one currency of problems: a Diagnostic, produced everywhere, rendered once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Position:
+    """A 1-based span in a source: where a diagnostic points."""
+
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """A problem with a document.
+
+    ``path`` is a JSON pointer into the document; the pipeline resolves it to ``file``
+    and ``position`` through the SourceMap. Rules create diagnostics without positions.
+    """
+
+    code: str
+    severity: Severity
+    message: str
+    path: str = ""
+    hint: str | None = None
+    file: str | None = None
+    position: Position | None = None
+
+    def at(self, file: str, position: Position | None) -> Diagnostic:
+        return replace(self, file=file, position=position)
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity is Severity.ERROR
+
+
+def error(code: str, message: str, path: str = "", hint: str | None = None) -> Diagnostic:
+    return Diagnostic(code, Severity.ERROR, message, path, hint)
+
+
+def warning(code: str, message: str, path: str = "", hint: str | None = None) -> Diagnostic:
+    return Diagnostic(code, Severity.WARNING, message, path, hint)
+
+
+def info(code: str, message: str, path: str = "", hint: str | None = None) -> Diagnostic:
+    return Diagnostic(code, Severity.INFO, message, path, hint)
+
+
+def sort_key(d: Diagnostic) -> tuple:
+    pos = d.position or Position(0, 0, 0, 0)
+    return (d.file or "", pos.line, pos.col, d.code)

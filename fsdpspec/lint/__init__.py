@@ -1,0 +1,1 @@
+"""Lint rules: cross-field judgement on a typed JobSpec (see registry.py)."""

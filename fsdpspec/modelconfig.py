@@ -1,0 +1,84 @@
+"""Resolve a spec's model source to a Hugging Face-style config dict, without torch.
+
+The planner, the lint rules and the engine all read the model through here, so the
+geometry that is planned is the geometry that is trained.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fsdpspec.presets import preset_config
+from fsdpspec.spec.v1 import Model
+
+# model_type → the repeated decoder layer class transformers builds for it.
+DECODER_LAYERS: dict[str, str] = {
+    "llama": "LlamaDecoderLayer",
+    "mistral": "MistralDecoderLayer",
+    "qwen2": "Qwen2DecoderLayer",
+    "qwen3": "Qwen3DecoderLayer",
+    "gemma": "GemmaDecoderLayer",
+    "gemma2": "Gemma2DecoderLayer",
+    "phi3": "Phi3DecoderLayer",
+}
+
+MAX_CONFIG_BYTES = 1 << 20
+
+
+class ModelConfigError(ValueError):
+    """A model source that cannot be read; the message is one line for the user."""
+
+
+def resolve_input_path(value: str, base_dir: Path) -> Path:
+    """Input paths in a spec are relative to the spec file's directory."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base_dir / path
+
+
+def read_hf_config(value: str, base_dir: Path) -> dict[str, Any]:
+    """Read a local config.json (or a directory holding one) as a dict."""
+    path = resolve_input_path(value, base_dir)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ModelConfigError(f"no config.json at {path}")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ModelConfigError(f"{path} is larger than 1 MiB; not a model config")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelConfigError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ModelConfigError(f"{path} does not hold a JSON object")
+    model_type = data.get("model_type")
+    if model_type not in DECODER_LAYERS:
+        known = ", ".join(DECODER_LAYERS)
+        raise ModelConfigError(f"{path}: model_type {model_type!r} is not supported ({known})")
+    return data
+
+
+def model_config(model: Model, base_dir: Path) -> dict[str, Any] | None:
+    """The HF config dict of the model, or None for a factory model.
+
+    A factory model's ``geometry`` is returned in HF form when given, so the planner
+    can still count it.
+    """
+    if model.preset is not None:
+        return preset_config(model.preset)
+    if model.hf_config is not None:
+        return read_hf_config(model.hf_config, base_dir)
+    if model.geometry is not None:
+        return model.geometry.model_dump(exclude_none=True) | {"model_type": "custom"}
+    return None
+
+
+def layer_classes(declared: list[str], config: dict[str, Any] | None) -> list[str]:
+    """The wrapping units: `fsdp.transformer_layer_cls` when given, else the family's
+    decoder layer (empty when neither is known)."""
+    if declared:
+        return list(declared)
+    if config is not None and config.get("model_type") in DECODER_LAYERS:
+        return [DECODER_LAYERS[config["model_type"]]]
+    return []

@@ -1,0 +1,178 @@
+"""Built-in model presets, stored as Hugging Face-style ``config.json`` data.
+
+The planner reads the geometry from these dicts and the engine hands the same dict to
+``AutoConfig.for_model`` so that what is planned is what is trained. Values follow the
+published ``config.json`` of each model; only fields that change geometry or the
+architecture are kept.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+
+def _llama(**kw: Any) -> dict[str, Any]:
+    base = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+    }
+    return base | kw
+
+
+def _qwen2(**kw: Any) -> dict[str, Any]:
+    base = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "max_position_embeddings": 32768,
+        "tie_word_embeddings": False,
+    }
+    return base | kw
+
+
+def _gemma2(**kw: Any) -> dict[str, Any]:
+    base = {
+        "architectures": ["Gemma2ForCausalLM"],
+        "model_type": "gemma2",
+        "hidden_activation": "gelu_pytorch_tanh",
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 8192,
+        "vocab_size": 256000,
+        "tie_word_embeddings": True,
+        "sliding_window": 4096,
+    }
+    return base | kw
+
+
+_LLAMA3 = {"vocab_size": 128256, "rope_theta": 500000.0, "max_position_embeddings": 8192}
+_LLAMA31_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Tiny models for tests and the CPU quickstart (vocab fits the byte-level tokenizer).
+    "tiny-llama": _llama(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=320, max_position_embeddings=512,
+    ),
+    "tiny-qwen2": _qwen2(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=320, max_position_embeddings=512,
+        tie_word_embeddings=True,
+    ),
+    "llama2-7b": _llama(
+        hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096,
+    ),
+    "llama2-13b": _llama(
+        hidden_size=5120, intermediate_size=13824, num_hidden_layers=40, num_attention_heads=40,
+        num_key_value_heads=40, vocab_size=32000, max_position_embeddings=4096,
+    ),
+    "llama2-70b": _llama(
+        hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+        num_key_value_heads=8, vocab_size=32000, max_position_embeddings=4096,
+    ),
+    "llama3-8b": _llama(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, **_LLAMA3,
+    ),
+    "llama3-70b": _llama(
+        hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+        num_key_value_heads=8, **_LLAMA3,
+    ),
+    "llama3.1-405b": _llama(
+        hidden_size=16384, intermediate_size=53248, num_hidden_layers=126,
+        num_attention_heads=128, num_key_value_heads=8, vocab_size=128256,
+        rope_theta=500000.0, max_position_embeddings=131072, rope_scaling=_LLAMA31_ROPE,
+    ),
+    "llama3.2-1b": _llama(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, vocab_size=128256, rope_theta=500000.0,
+        max_position_embeddings=131072, tie_word_embeddings=True,
+        rope_scaling=_LLAMA31_ROPE | {"factor": 32.0},
+    ),
+    "llama3.2-3b": _llama(
+        hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
+        num_key_value_heads=8, head_dim=128, vocab_size=128256, rope_theta=500000.0,
+        max_position_embeddings=131072, tie_word_embeddings=True,
+        rope_scaling=_LLAMA31_ROPE | {"factor": 32.0},
+    ),
+    "mistral-7b": {
+        "architectures": ["MistralForCausalLM"],
+        "model_type": "mistral",
+        "hidden_act": "silu",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 32000,
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "sliding_window": 4096,
+        "tie_word_embeddings": False,
+    },
+    "qwen2.5-0.5b": _qwen2(
+        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
+    ),
+    "qwen2.5-7b": _qwen2(
+        hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+        num_key_value_heads=4, vocab_size=152064,
+    ),
+    "qwen2.5-72b": _qwen2(
+        hidden_size=8192, intermediate_size=29568, num_hidden_layers=80, num_attention_heads=64,
+        num_key_value_heads=8, vocab_size=152064,
+    ),
+    "gemma2-2b": _gemma2(
+        hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256,
+    ),
+    "gemma2-9b": _gemma2(
+        hidden_size=3584, intermediate_size=14336, num_hidden_layers=42, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=256,
+    ),
+    "gemma2-27b": _gemma2(
+        hidden_size=4608, intermediate_size=36864, num_hidden_layers=46, num_attention_heads=32,
+        num_key_value_heads=16, head_dim=128,
+    ),
+    "phi3-mini": {
+        "architectures": ["Phi3ForCausalLM"],
+        "model_type": "phi3",
+        "hidden_act": "silu",
+        "hidden_size": 3072,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "vocab_size": 32064,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+def preset_names() -> list[str]:
+    """Preset names, in table order."""
+    return list(PRESETS)
+
+
+def preset_config(name: str) -> dict[str, Any]:
+    """A fresh copy of a preset's config dict (callers may mutate it)."""
+    return copy.deepcopy(PRESETS[name])

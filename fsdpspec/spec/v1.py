@@ -1,0 +1,347 @@
+"""Job spec v1: the one place every field, type, default and description is declared.
+
+``schema/fsdpspec-v1.json`` and ``docs/spec.md`` are generated from these models.
+Enumerations are spelled as PyTorch spells them (``FULL_SHARD``, ``BACKWARD_PRE``…).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from fsdpspec.accelerators import accelerator_names
+from fsdpspec.presets import preset_names
+
+API_VERSION = "fsdpspec/v1"
+
+_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+Dtype = Literal["bfloat16", "float16", "float32"]
+ShardingStrategy = Literal[
+    "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"
+]
+PresetName = Literal[tuple(preset_names())]  # type: ignore[valid-type]
+AcceleratorName = Literal[tuple(accelerator_names())]  # type: ignore[valid-type]
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class Metadata(_Section):
+    name: str = Field(min_length=1, max_length=63, pattern=_NAME_PATTERN)
+    """Job name: letters, digits, '.', '_' and '-' (≤ 63). Names the run directory, the
+    Slurm job and the Kubernetes PyTorchJob."""
+    description: str = ""
+    """Free text describing the job."""
+    labels: dict[str, str] = {}
+    """Key/value labels copied to the Kubernetes manifest."""
+
+
+class CustomAccelerator(_Section):
+    name: str = Field(min_length=1)
+    """A name for the device, shown in reports."""
+    memory_gib: FiniteFloat = Field(gt=0)
+    """Usable device memory in GiB."""
+    bf16_tflops: FiniteFloat = Field(default=0.0, ge=0)
+    """Dense bf16 peak in TFLOP/s (0 when bf16 is not supported)."""
+    fp16_tflops: FiniteFloat = Field(default=0.0, ge=0)
+    """Dense fp16 peak in TFLOP/s."""
+    fp32_tflops: FiniteFloat = Field(default=0.0, ge=0)
+    """Dense fp32 peak in TFLOP/s."""
+    supports_bf16: bool = True
+    """Whether the device computes in bfloat16."""
+
+
+class Resources(_Section):
+    nodes: PositiveInt = 1
+    """Number of machines."""
+    gpus_per_node: PositiveInt = 1
+    """Processes per node: one per GPU (on CPU, the number of processes)."""
+    accelerator: AcceleratorName | CustomAccelerator = "cpu"  # type: ignore[valid-type]
+    """A catalogue name (see `fsdpspec plan --help`), "cpu", or a custom device
+    {name, memory_gib, bf16_tflops, …}."""
+    host_memory_gib: FiniteFloat = Field(default=64.0, gt=0)
+    """Host RAM per node in GiB; checked for CPU offload, weight loading and rank-0
+    full-state-dict gathers."""
+    memory_headroom: FiniteFloat = Field(default=0.10, ge=0, lt=1)
+    """Fraction of device memory kept free when judging whether the job fits."""
+
+
+class Geometry(_Section):
+    """Model shape for planning a `factory` model (Hugging Face config names)."""
+
+    hidden_size: PositiveInt
+    """Width of the residual stream."""
+    intermediate_size: PositiveInt
+    """Width of the MLP."""
+    num_hidden_layers: PositiveInt
+    """Number of transformer layers."""
+    num_attention_heads: PositiveInt
+    """Query heads."""
+    num_key_value_heads: PositiveInt | None = None
+    """Key/value heads (grouped-query attention); defaults to num_attention_heads."""
+    head_dim: PositiveInt | None = None
+    """Per-head width; defaults to hidden_size / num_attention_heads."""
+    vocab_size: PositiveInt
+    """Vocabulary size."""
+    max_position_embeddings: PositiveInt = 4096
+    """Longest sequence the model supports."""
+    tie_word_embeddings: bool = False
+    """Whether the output projection shares the input embedding."""
+    attention_bias: bool = False
+    """Whether q/k/v projections carry biases."""
+
+
+class Model(_Section):
+    preset: PresetName | None = None  # type: ignore[valid-type]
+    """A built-in architecture (see `fsdpspec plan --help`); tiny-* presets are for tests."""
+    hf_config: str | None = Field(default=None, min_length=1)
+    """A LOCAL Hugging Face config.json, or a directory holding one. Nothing is downloaded."""
+    factory: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    """"package.module:function" returning an nn.Module (plan needs `geometry`)."""
+    geometry: Geometry | None = None
+    """Shape of a factory model, for planning."""
+    weights: str | None = Field(default=None, min_length=1)
+    """Local directory of safetensors (or .bin) weights; null for random init."""
+    attention: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
+    """Attention implementation."""
+
+
+class MixedPrecision(_Section):
+    param_dtype: Dtype = "float32"
+    """Dtype parameters are all-gathered and computed in."""
+    reduce_dtype: Dtype = "float32"
+    """Dtype gradients are reduced in."""
+    buffer_dtype: Dtype = "float32"
+    """Dtype of buffers (FSDP1 only; FSDP2 keeps buffers as they are)."""
+
+
+_SHORTHANDS = {
+    "fp32": MixedPrecision(),
+    "bf16": MixedPrecision(param_dtype="bfloat16", buffer_dtype="bfloat16"),
+    "fp16": MixedPrecision(param_dtype="float16", buffer_dtype="float16"),
+}
+
+
+def _expand_precision(value: MixedPrecision | str) -> MixedPrecision:
+    return _SHORTHANDS[value].model_copy() if isinstance(value, str) else value
+
+
+class Fsdp(_Section):
+    version: Literal[1, 2] = 2
+    """2 = FSDP2 `fully_shard` (default); 1 = `FullyShardedDataParallel`."""
+    sharding_strategy: ShardingStrategy = "FULL_SHARD"
+    """What is sharded: FULL_SHARD (params, grads, optimizer), SHARD_GRAD_OP (params stay
+    gathered between forward and backward), NO_SHARD (DDP-like), HYBRID_SHARD /
+    HYBRID_SHARD_ZERO2 (shard within a group, replicate across groups)."""
+    shard_group_size: PositiveInt | None = None
+    """Ranks per shard group for the hybrid strategies; defaults to gpus_per_node."""
+    auto_wrap_policy: Literal["transformer", "size", "none"] = "transformer"
+    """How units are chosen: one per transformer layer, by parameter count, or only the root."""
+    transformer_layer_cls: list[str] = []
+    """Layer classes wrapped as units by the transformer policy; inferred from the model
+    when empty."""
+    min_num_params: NonNegInt = 100_000_000
+    """Size policy: a module with at least this many parameters becomes a unit."""
+    mixed_precision: Annotated[
+        MixedPrecision | Literal["bf16", "fp16", "fp32"], AfterValidator(_expand_precision)
+    ] = "fp32"
+    """Dtypes, or a shorthand: bf16 (params bf16, reduce fp32), fp16, fp32."""
+    cpu_offload: bool = False
+    """Keep sharded parameters (and so gradients and the optimizer step) on the CPU."""
+    backward_prefetch: Literal["BACKWARD_PRE", "BACKWARD_POST", "NONE"] = "BACKWARD_PRE"
+    """When the next unit's all-gather is issued in backward (BACKWARD_POST: FSDP1 only)."""
+    forward_prefetch: bool = False
+    """FSDP1 only: issue the next all-gather before the current forward finishes."""
+    limit_all_gathers: bool | None = None
+    """FSDP1 only: rate-limit all-gathers (FSDP1 default: true)."""
+    use_orig_params: bool | None = None
+    """FSDP1 only: keep original parameters visible (FSDP1 default here: true)."""
+    activation_checkpointing: Literal["none", "full", "selective"] = "none"
+    """Recompute layer activations in backward: every layer (full) or every `ac_every`."""
+    ac_every: PositiveInt = 2
+    """With selective checkpointing, checkpoint one layer in this many."""
+    sync_module_states: bool = True
+    """FSDP1: broadcast rank 0's weights to all ranks at wrap time."""
+    cpu_ram_efficient_loading: bool = True
+    """Only rank 0 reads the weights; the others start on the meta device."""
+    state_dict_type: Literal["SHARDED_STATE_DICT", "FULL_STATE_DICT"] = "SHARDED_STATE_DICT"
+    """Checkpoint layout: per-rank shards (DCP), or a full state dict gathered to rank 0."""
+
+
+class Data(_Section):
+    source: Literal["corpus", "text", "jsonl", "synthetic"] = "corpus"
+    """corpus: the text shipped with fsdpspec; text / jsonl: local files at `path`;
+    synthetic: random tokens."""
+    path: str | None = Field(default=None, min_length=1)
+    """Local file or directory for text / jsonl."""
+    text_field: str = "text"
+    """Field of each jsonl record that holds the text."""
+    tokenizer: str | None = Field(default=None, min_length=1)
+    """Local tokenizer directory; null = byte-level (256 byte ids, then EOS)."""
+    seq_len: PositiveInt = 2048
+    """Tokens per sequence (documents are packed)."""
+    micro_batch_size: PositiveInt = 1
+    """Sequences per process per forward/backward."""
+    global_batch_size: PositiveInt = 32
+    """Sequences per optimizer step over all ranks; accumulation steps are derived."""
+    num_workers: NonNegInt = 0
+    """DataLoader worker processes per rank."""
+
+
+class Scheduler(_Section):
+    name: Literal["constant", "linear", "cosine"] = "cosine"
+    """Learning-rate schedule after warmup."""
+    warmup_steps: NonNegInt = 0
+    """Linear warmup from 0 over this many steps."""
+    min_lr_ratio: FiniteFloat = Field(default=0.1, ge=0, le=1)
+    """Final learning rate as a fraction of `lr` (linear and cosine)."""
+
+
+class Optimizer(_Section):
+    name: Literal["adamw", "sgd"] = "adamw"
+    """AdamW (two fp32 states per parameter) or SGD with momentum."""
+    lr: FiniteFloat = Field(default=2.0e-5, gt=0)
+    """Peak learning rate."""
+    weight_decay: FiniteFloat = Field(default=0.0, ge=0)
+    """Decoupled weight decay."""
+    betas: tuple[FiniteFloat, FiniteFloat] = (0.9, 0.95)
+    """AdamW betas."""
+    eps: FiniteFloat = Field(default=1.0e-8, gt=0)
+    """AdamW epsilon."""
+    momentum: FiniteFloat = Field(default=0.9, ge=0, lt=1)
+    """SGD momentum."""
+    grad_clip_norm: FiniteFloat | None = Field(default=1.0, gt=0)
+    """Clip the total gradient norm (over all shards) to this; null = no clipping."""
+    scheduler: Scheduler = Scheduler()
+    """Learning-rate schedule."""
+
+
+class Train(_Section):
+    max_steps: PositiveInt = 1000
+    """Optimizer steps to run."""
+    seed: NonNegInt = 0
+    """Seed for initialisation, data order and dropout."""
+    compile: bool = False
+    """torch.compile each layer (FSDP2)."""
+    loss_scaling: Literal["dynamic", "none"] = "dynamic"
+    """fp16 only: dynamic loss scaling with a sharded gradient scaler, or none."""
+    on_nonfinite: Literal["stop", "skip"] = "stop"
+    """A non-finite loss or gradient norm stops the run, or skips that step."""
+
+
+class FinalExport(_Section):
+    enabled: bool = True
+    """Write full weights to run_dir/final at the end."""
+    format: Literal["safetensors"] = "safetensors"
+    """File format (loadable with from_pretrained)."""
+    dtype: Dtype = "bfloat16"
+    """Dtype of the exported weights."""
+
+
+class Checkpoint(_Section):
+    dir: str = Field(default="runs/{name}", min_length=1)
+    """Run directory; {name} is replaced by metadata.name. Relative to the working dir."""
+    interval_steps: NonNegInt = 500
+    """Save every this many steps (0 = only when stopped by a signal)."""
+    keep_last: NonNegInt = 3
+    """Checkpoints kept; older ones are deleted."""
+    resume: str = Field(default="auto", min_length=1)
+    """auto (newest complete checkpoint in the run dir), never, or a checkpoint path."""
+    final: FinalExport = FinalExport()
+    """Full-weights export at the end of training."""
+
+
+class Logging(_Section):
+    interval_steps: PositiveInt = 10
+    """Log every this many steps."""
+    jsonl: bool = True
+    """Write run_dir/metrics.jsonl."""
+    tensorboard: bool = False
+    """Write TensorBoard events to run_dir/tensorboard."""
+
+
+class Slurm(_Section):
+    partition: str | None = None
+    """Slurm partition."""
+    account: str | None = None
+    """Slurm account."""
+    time: str = Field(default="04:00:00", pattern=r"^(\d+-)?\d{1,3}:\d{2}(:\d{2})?$")
+    """Wall-clock limit, [D-]HH:MM[:SS]."""
+
+
+class Kubernetes(_Section):
+    namespace: str = "default"
+    """Namespace of the PyTorchJob."""
+    image: str | None = None
+    """Container image with fsdpspec[train] installed."""
+
+
+class Launch(_Section):
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    """Process-group backend: auto = nccl on GPU, gloo on CPU."""
+    rdzv_endpoint: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
+    """host:port of the c10d rendezvous; required when nodes > 1."""
+    max_restarts: NonNegInt = 0
+    """Times torchrun restarts the group after a failure (the engine resumes)."""
+    timeout_minutes: PositiveInt = 30
+    """Collective timeout."""
+    env: dict[str, str] = {}
+    """Environment variables for every process."""
+    slurm: Slurm = Slurm()
+    """sbatch settings for `fsdpspec export slurm`."""
+    kubernetes: Kubernetes = Kubernetes()
+    """PyTorchJob settings for `fsdpspec export kubernetes`."""
+
+
+class Lint(_Section):
+    ignore: list[str] = []
+    """Rule codes or code prefixes this file accepts (e.g. FS503, FS2)."""
+
+
+class JobSpec(_Section):
+    """A fsdpspec training job."""
+
+    apiVersion: Literal["fsdpspec/v1"]
+    """Spec version."""
+    kind: Literal["TrainingJob"]
+    """Document kind."""
+    metadata: Metadata
+    """Name and labels."""
+    resources: Resources = Resources()
+    """Nodes, processes and devices."""
+    model: Model
+    """Which model: exactly one of preset, hf_config, factory."""
+    fsdp: Fsdp = Fsdp()
+    """Sharding, wrapping, precision, offload and checkpointing of activations."""
+    data: Data = Data()
+    """Training data and batch sizes."""
+    optimizer: Optimizer = Optimizer()
+    """Optimizer and learning-rate schedule."""
+    train: Train = Train()
+    """Steps, seed, compile and fault policy."""
+    checkpoint: Checkpoint = Checkpoint()
+    """Run directory, checkpoints, resume and final export."""
+    logging: Logging = Logging()
+    """Metrics output."""
+    launch: Launch = Launch()
+    """How processes are started."""
+    lint: Lint = Lint()
+    """Lint exceptions for this file."""
+
+    @property
+    def world_size(self) -> int:
+        return self.resources.nodes * self.resources.gpus_per_node
+
+    def run_dir(self) -> str:
+        """The run directory with {name} filled in."""
+        return self.checkpoint.dir.replace("{name}", self.metadata.name)
+
+    def as_json_data(self) -> dict[str, Any]:
+        """Plain JSON data with every default filled in (the resolved spec)."""
+        return self.model_dump(mode="json")
