@@ -14,7 +14,9 @@ from fsdpspec.modelconfig import resolve_input_path
 from fsdpspec.spec.v1 import JobSpec
 
 FILENAME = "resolved-spec.json"
-_INPUT_PATHS = (("model", "hf_config"), ("model", "weights"), ("data", "path"), ("data", "tokenizer"))
+_INPUT_PATHS = (
+    ("model", "hf_config"), ("model", "weights"), ("data", "path"), ("data", "tokenizer"),
+)
 
 
 def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:

@@ -52,7 +52,8 @@ def rule(code: str, name: str, severity: Severity, summary: str, hint: str):
 
     def register(check: Check) -> Check:
         assert code not in RULES, f"duplicate rule code {code}"
-        RULES[code] = Rule(code, name, severity, summary, hint, check, (check.__doc__ or "").strip())
+        doc = (check.__doc__ or "").strip()
+        RULES[code] = Rule(code, name, severity, summary, hint, check, doc)
         return check
 
     return register

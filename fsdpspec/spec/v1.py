@@ -29,7 +29,8 @@ FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    # strict: YAML already typed every value; "yes" or "2048" must not be coerced.
+    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
 
 
 class Metadata(_Section):
@@ -210,7 +211,7 @@ class Optimizer(_Section):
     """Peak learning rate."""
     weight_decay: FiniteFloat = Field(default=0.0, ge=0)
     """Decoupled weight decay."""
-    betas: tuple[FiniteFloat, FiniteFloat] = (0.9, 0.95)
+    betas: list[FiniteFloat] = Field(default=[0.9, 0.95], min_length=2, max_length=2)
     """AdamW betas."""
     eps: FiniteFloat = Field(default=1.0e-8, gt=0)
     """AdamW epsilon."""

@@ -1,0 +1,3 @@
+from fsdpspec.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The command line: a thin click layer, one module per subcommand."""

@@ -1,0 +1,36 @@
+"""`fsdpspec` entry point. Subcommands are imported only when invoked, so `validate`
+never pays for what `run` needs."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from fsdpspec import __version__
+
+# name → module under fsdpspec.cli exposing a click command named `command`.
+COMMANDS: dict[str, str] = {
+    "validate": "validate",
+    "schema": "schema",
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        return importlib.import_module(f"fsdpspec.cli.{COMMANDS[name]}").command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fsdpspec")
+def cli() -> None:
+    """Declarative PyTorch FSDP training jobs: validate, plan, run."""
+
+
+def main() -> None:
+    cli(prog_name="fsdpspec")

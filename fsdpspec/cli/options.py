@@ -1,0 +1,57 @@
+"""Options shared by several subcommands, and the one way they print diagnostics."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from fsdpspec.overrides import OverrideError
+from fsdpspec.report import MARKUP, RENDERERS
+from fsdpspec.validate import FileReport, check_file
+
+set_option = click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE",
+    help="Override a field before validation (repeatable), e.g. fsdp.cpu_offload=true.",
+)
+
+
+def format_option(choices: Sequence[str]):
+    return click.option(
+        "--format", "output_format", type=click.Choice(list(choices)), default=None,
+        help="Output format (default: full on a terminal, concise otherwise).",
+    )
+
+
+def resolve_format(output_format: str | None) -> str:
+    if output_format is not None:
+        return output_format
+    return "full" if sys.stdout.isatty() else "concise"
+
+
+def load_spec(path: str, overrides: Sequence[str]) -> FileReport:
+    """Validate one file for a command that needs a spec; a bad --set is a usage error."""
+    try:
+        return check_file(Path(path), overrides)
+    except OverrideError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def emit(reports: Sequence[FileReport], output_format: str, *, err: bool = False) -> None:
+    """Print diagnostics in one format (full: rich markup, colour on a terminal)."""
+    text = RENDERERS[output_format](reports)
+    if output_format in MARKUP:
+        from rich.console import Console
+
+        Console(stderr=err, highlight=False, soft_wrap=True).print(text, end="")
+    else:
+        click.echo(text, nl=False, err=err)
+
+
+def exit_on_errors(report: FileReport) -> None:
+    """Commands that need a valid spec print its errors and stop with exit 1."""
+    if report.has_errors or report.spec is None:
+        emit([report], resolve_format(None), err=True)
+        raise SystemExit(1)

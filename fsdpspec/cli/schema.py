@@ -1,0 +1,27 @@
+"""`fsdpspec schema` — print, write or check the published JSON Schema."""
+
+from __future__ import annotations
+
+import click
+
+from fsdpspec import schema as published
+from fsdpspec.spec import LATEST
+
+
+@click.command("schema")
+@click.option("--check", is_flag=True, help="Fail if schema/ differs from the models.")
+@click.option("--write", is_flag=True, help="Regenerate schema/ from the models.")
+def command(check: bool, write: bool) -> None:
+    """Print the JSON Schema of the newest spec version (for editors and CI)."""
+    if check and write:
+        raise click.UsageError("--check and --write exclude each other")
+    if write:
+        for path in published.write():
+            click.echo(f"wrote {path}")
+        return
+    if check:
+        stale = published.drifted()
+        for path in stale:
+            click.echo(f"{path}: out of date; run `fsdpspec schema --write`", err=True)
+        raise SystemExit(1 if stale else 0)
+    click.echo(published.render(LATEST), nl=False)

@@ -1,0 +1,268 @@
+"""Read a YAML job spec into plain data plus a SourceMap, refusing hostile input.
+
+The YAML is composed (ruamel.yaml, YAML 1.2) into a node graph, never constructed as
+Python objects, and plain data is built from the nodes here. That keeps every position,
+lets duplicate keys name both lines, and bounds alias expansion: a billion-laughs file
+is refused after ``MAX_NODES`` nodes instead of being expanded.
+"""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from fsdpspec.diagnostics import Diagnostic, Position, error
+
+MAX_BYTES = 1 << 20
+MAX_NODES = 20_000
+MAX_DEPTH = 64
+
+_STD = "tag:yaml.org,2002:"
+_PLAIN_TAGS = {_STD + t for t in ("str", "int", "float", "bool", "null", "seq", "map")}
+_TIMESTAMP = _STD + "timestamp"
+_MERGE = _STD + "merge"
+_BOMS = {
+    codecs.BOM_UTF32_LE: "UTF-32",
+    codecs.BOM_UTF32_BE: "UTF-32",
+    codecs.BOM_UTF16_LE: "UTF-16",
+    codecs.BOM_UTF16_BE: "UTF-16",
+}
+
+
+def escape(token: str) -> str:
+    """One JSON-pointer reference token (RFC 6901)."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def join(pointer: str, token: str | int) -> str:
+    return f"{pointer}/{escape(str(token))}"
+
+
+def parent(pointer: str) -> str:
+    return pointer.rsplit("/", 1)[0]
+
+
+@dataclass
+class SourceMap:
+    """JSON pointer → span of the value, and of the key that names it."""
+
+    file: str
+    values: dict[str, Position] = field(default_factory=dict)
+    keys: dict[str, Position] = field(default_factory=dict)
+    # Pointers set by --set: pointer → (label of the flag, span inside it).
+    overrides: dict[str, tuple[str, Position]] = field(default_factory=dict)
+
+    def locate(self, pointer: str, *, key: bool = False) -> tuple[str, Position]:
+        """(file, span) for a pointer; a pointer that is not in the document (a missing
+        field) resolves to the key of its nearest existing ancestor."""
+        if pointer in self.overrides:
+            return self.overrides[pointer]
+        if key and pointer in self.keys:
+            return self.file, self.keys[pointer]
+        if pointer in self.values:
+            return self.file, self.values[pointer]
+        probe = pointer
+        while probe:
+            probe = parent(probe)
+            if probe in self.overrides:
+                return self.overrides[probe]
+            if probe in self.keys:
+                return self.file, self.keys[probe]
+        return self.file, self.values.get("", Position(1, 1, 1, 1))
+
+
+@dataclass
+class Loaded:
+    """The outcome of reading one file: data (None when unreadable) and problems."""
+
+    file: str
+    text: str
+    data: Any
+    source_map: SourceMap
+    diagnostics: list[Diagnostic]
+
+
+class _Refused(Exception):
+    """Stops building on the first structural problem; carries its diagnostic."""
+
+    def __init__(self, diagnostic: Diagnostic):
+        self.diagnostic = diagnostic
+
+
+def _span(node: Node) -> Position:
+    start, end = node.start_mark, node.end_mark
+    return Position(start.line + 1, start.column + 1, end.line + 1, end.column + 1)
+
+
+def _refuse(code: str, message: str, node: Node, hint: str | None = None) -> _Refused:
+    return _Refused(error(code, message, hint=hint).at("", _span(node)))
+
+
+class _Builder:
+    """Plain data from a node graph, recording spans and enforcing the limits."""
+
+    def __init__(self, source_map: SourceMap):
+        self.source_map = source_map
+        self.nodes = 0
+        self.constructor = YAML(typ="safe", pure=True).constructor
+
+    def build(self, node: Node, pointer: str, depth: int, active: frozenset[int]) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise _refuse("FS009", f"document expands to more than {MAX_NODES} nodes "
+                          "(an alias expansion bomb?)", node, "write the values out; "
+                          "a job spec needs a few hundred nodes")
+        if depth > MAX_DEPTH:
+            raise _refuse("FS015", f"nesting deeper than {MAX_DEPTH} levels", node)
+        if id(node) in active:
+            raise _refuse("FS009", "recursive alias: a node contains itself", node)
+        self.source_map.values.setdefault(pointer, _span(node))
+        tag = str(node.tag)
+        if tag not in _PLAIN_TAGS and tag != _TIMESTAMP:
+            raise _refuse("FS010", f"tag {node.tag} is not allowed", node,
+                          "job specs hold plain YAML values; remove the tag")
+        if isinstance(node, ScalarNode):
+            return self.scalar(node)
+        inner = active | {id(node)}
+        if isinstance(node, SequenceNode):
+            return [self.build(item, join(pointer, i), depth + 1, inner)
+                    for i, item in enumerate(node.value)]
+        assert isinstance(node, MappingNode)
+        return self.mapping(node, pointer, depth, inner)
+
+    def scalar(self, node: ScalarNode) -> Any:
+        if str(node.tag) == _TIMESTAMP:
+            return node.value  # dates are kept as written: no field holds a datetime
+        return self.constructor.construct_object(node, deep=True)
+
+    def mapping(self, node: MappingNode, pointer: str, depth: int, active: frozenset[int]):
+        result: dict[str, Any] = {}
+        first_seen: dict[str, Node] = {}
+        for key_node, value_node in node.value:
+            if str(key_node.tag) == _MERGE:
+                raise _refuse("FS010", "merge keys (<<) are not allowed", key_node,
+                              "repeat the keys; merges hide where a value comes from")
+            if not isinstance(key_node, ScalarNode) or str(key_node.tag) != _STD + "str":
+                shown = getattr(key_node, "value", "?")
+                raise _refuse("FS011", f"key {shown!r} is not a string", key_node,
+                              "quote the key")
+            key = key_node.value
+            if key in first_seen:
+                first = first_seen[key].start_mark.line + 1
+                raise _refuse("FS008", f"duplicate key {key!r} (first defined on line "
+                              f"{first})", key_node, "keep one of the two")
+            first_seen[key] = key_node
+            child = join(pointer, key)
+            self.source_map.keys[child] = _span(key_node)
+            result[key] = self.build(value_node, child, depth + 1, active)
+        return result
+
+
+def _decode(raw: bytes) -> tuple[str | None, Diagnostic | None]:
+    for bom, name in _BOMS.items():
+        if raw.startswith(bom):
+            return None, error("FS003", f"file is encoded as {name}; specs are UTF-8",
+                               hint="re-save the file as UTF-8")
+    if b"\x00" in raw:
+        return None, error("FS003", "file is binary (contains NUL bytes), not YAML")
+    try:
+        return raw.decode("utf-8-sig"), None
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        diag = error("FS003", f"invalid UTF-8 byte 0x{raw[exc.start]:02x}",
+                     hint="re-save the file as UTF-8")
+        return None, diag.at("", Position(line, col, line, col + 1))
+
+
+def _yaml_error(exc: YAMLError) -> Diagnostic:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    code, hint = "FS004", None
+    if "'\\t'" in problem or "\\t" in problem:
+        code, hint = "FS012", "YAML indents with spaces; replace the tab"
+    diag = error(code, f"YAML syntax error: {problem}", hint=hint)
+    if isinstance(exc, MarkedYAMLError) and mark is not None:
+        return diag.at("", Position(mark.line + 1, mark.column + 1, mark.line + 1,
+                                    mark.column + 2))
+    return diag
+
+
+def _compose(text: str) -> tuple[Node | None, Diagnostic | None]:
+    """The first document's node graph; several documents are refused."""
+    documents = YAML(typ="rt").compose_all(text)
+    try:
+        root = next(documents, None)
+        extra = next(documents, None)
+    except YAMLError as exc:
+        return None, _yaml_error(exc)
+    except RecursionError:
+        return None, error("FS015", f"nesting deeper than {MAX_DEPTH} levels")
+    if extra is not None:
+        line = extra.start_mark.line + 1
+        return None, error("FS006", "file holds several YAML documents; a spec is one",
+                           hint="split the documents into separate files").at(
+            "", Position(line, 1, line, 4))
+    return root, None
+
+
+def parse_text(text: str, file: str) -> Loaded:
+    """Plain data and a SourceMap from YAML text (any root type)."""
+    source_map = SourceMap(file)
+    root, problem = _compose(text)
+    if problem is None and root is None:
+        problem = error("FS005", "file is empty", hint="start from `fsdpspec init`")
+    if problem is not None:
+        return Loaded(file, text, None, source_map, [_in_file(problem, file)])
+    try:
+        data = _Builder(source_map).build(root, "", 0, frozenset())
+    except _Refused as refused:
+        return Loaded(file, text, None, source_map, [_in_file(refused.diagnostic, file)])
+    return Loaded(file, text, data, source_map, [])
+
+
+def _in_file(diag: Diagnostic, file: str) -> Diagnostic:
+    return diag.at(file, diag.position or Position(1, 1, 1, 1))
+
+
+def load_file(path: Path, display: str | None = None) -> Loaded:
+    """Read and parse a spec file; every failure becomes a diagnostic."""
+    file = display or str(path)
+    problem = _read_problem(path)
+    if problem is not None:
+        return Loaded(file, "", None, SourceMap(file), [_in_file(problem, file)])
+    text, problem = _decode(path.read_bytes())
+    if problem is not None:
+        return Loaded(file, "", None, SourceMap(file), [_in_file(problem, file)])
+    loaded = parse_text(text, file)
+    if loaded.data is not None and not isinstance(loaded.data, dict):
+        kind = type(loaded.data).__name__
+        diag = error("FS007", f"the document is a {kind}, not a mapping of fields",
+                     hint="a spec starts with `apiVersion: fsdpspec/v1`")
+        loaded.diagnostics.append(diag.at(file, loaded.source_map.values[""]))
+        loaded.data = None
+    return loaded
+
+
+def _read_problem(path: Path) -> Diagnostic | None:
+    try:
+        if path.is_dir():
+            return error("FS001", f"{path} is a directory, not a spec file")
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return error("FS001", f"no such file: {path}")
+    except OSError as exc:
+        return error("FS001", f"cannot read {path}: {exc.strerror}")
+    if size > MAX_BYTES:
+        return error("FS002", f"file is {size} bytes; specs are limited to 1 MiB")
+    try:
+        with open(path, "rb"):
+            return None
+    except OSError as exc:
+        return error("FS001", f"cannot read {path}: {exc.strerror}")

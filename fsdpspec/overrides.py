@@ -1,0 +1,61 @@
+"""`--set a.b.c=VALUE` overrides, applied to the plain data before validation.
+
+VALUE is read as YAML (so `--set fsdp.cpu_offload=true` is a boolean and
+`--set fsdp.transformer_layer_cls=[LlamaDecoderLayer]` a list). A diagnostic about an
+overridden value points at the flag that set it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fsdpspec.diagnostics import Position
+from fsdpspec.load import SourceMap, join, parse_text
+
+
+class OverrideError(ValueError):
+    """A --set that cannot be applied: a usage error (exit 2)."""
+
+
+def _parse(text: str) -> tuple[list[str], Any, int]:
+    key, sep, raw = text.partition("=")
+    tokens = key.strip().split(".")
+    if not sep or not all(t.strip() for t in tokens):
+        raise OverrideError(f"--set {text!r}: expected KEY=VALUE, e.g. "
+                            "fsdp.sharding_strategy=SHARD_GRAD_OP")
+    parsed = parse_text(raw, "--set") if raw.strip() else None
+    if parsed is not None and parsed.diagnostics:
+        raise OverrideError(f"--set {text!r}: {parsed.diagnostics[0].message}")
+    value = parsed.data if parsed is not None else None
+    return [t.strip() for t in tokens], value, len(key) + 2
+
+
+def _descend(node: Any, token: str, text: str) -> Any:
+    if isinstance(node, list):
+        if not token.isdigit() or int(token) >= len(node):
+            raise OverrideError(f"--set {text!r}: {token!r} is not an index of that list")
+        return node[int(token)]
+    return node.setdefault(token, {})
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], source_map: SourceMap) -> None:
+    """Apply each override in order, recording where it came from."""
+    for text in overrides:
+        tokens, value, value_col = _parse(text)
+        node, pointer = data, ""
+        for token in tokens[:-1]:
+            node = _descend(node, token, text)
+            pointer = join(pointer, token)
+            if not isinstance(node, (dict, list)):
+                raise OverrideError(f"--set {text!r}: {pointer.lstrip('/')} holds a value, "
+                                    "not a section")
+        last = tokens[-1]
+        if isinstance(node, list):
+            _descend(node, last, text)
+            node[int(last)] = value
+        else:
+            node[last] = value
+        label = f"--set {text}"
+        start = len("--set ") + value_col
+        source_map.overrides[join(pointer, last)] = (
+            label, Position(1, start, 1, max(start + 1, len(label) + 1)))

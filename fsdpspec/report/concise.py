@@ -1,0 +1,18 @@
+"""`path:line:col: CODE severity message` — one line per diagnostic, for grep and CI."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fsdpspec.diagnostics import Diagnostic
+from fsdpspec.validate import FileReport
+
+
+def line(d: Diagnostic) -> str:
+    pos = d.position
+    where = f"{d.file}:{pos.line}:{pos.col}" if pos else f"{d.file}"
+    return f"{where}: {d.code} {d.severity.value} {d.message}"
+
+
+def render(reports: Sequence[FileReport]) -> str:
+    return "".join(line(d) + "\n" for r in reports for d in r.diagnostics)

@@ -1,0 +1,69 @@
+"""The default terminal format: a header line, the source line and a caret under the
+offending span, then the hint — as compilers print them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.markup import escape
+
+from fsdpspec.diagnostics import Diagnostic, Severity
+from fsdpspec.validate import FileReport
+
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold cyan"}
+
+
+def _source_line(report: FileReport, d: Diagnostic) -> str | None:
+    if d.position is None:
+        return None
+    if d.file != report.file:  # a --set flag: the flag is the source
+        return d.file
+    lines = report.text.splitlines()
+    index = d.position.line - 1
+    return lines[index] if 0 <= index < len(lines) else None
+
+
+def _frame(report: FileReport, d: Diagnostic) -> list[str]:
+    text = _source_line(report, d)
+    pos = d.position
+    if text is None or pos is None:
+        return []
+    number = str(pos.line)
+    pad = " " * len(number)
+    end = pos.end_col if pos.end_line == pos.line else len(text) + 1
+    width = max(1, min(end, len(text) + 1) - pos.col)
+    caret = " " * (pos.col - 1) + "^" * width
+    return [
+        f"[blue]{pad} |[/]",
+        f"[blue]{number} |[/] {escape(text)}",
+        f"[blue]{pad} |[/] [{_STYLE[d.severity]}]{caret}[/]",
+    ]
+
+
+def _diagnostic(report: FileReport, d: Diagnostic) -> list[str]:
+    pos = d.position
+    where = f"{d.file}:{pos.line}:{pos.col}" if pos else str(d.file)
+    head = (f"[bold]{escape(where)}[/]: [{_STYLE[d.severity]}]{d.severity.value}"
+            f"\\[{d.code}][/]: {escape(d.message)}")
+    lines = [head, *_frame(report, d)]
+    if d.hint:
+        lines.append(f"[blue]{' ' * len(str(pos.line if pos else ''))} =[/] help: "
+                     f"{escape(d.hint)}")
+    return lines
+
+
+def summary(reports: Sequence[FileReport]) -> str:
+    every = [d for r in reports for d in r.diagnostics]
+    errors = sum(d.severity is Severity.ERROR for d in every)
+    warnings = sum(d.severity is Severity.WARNING for d in every)
+    files = len(reports)
+    if not every:
+        return f"[green]✓[/] {files} file{'s' * (files != 1)} valid"
+    return (f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)} "
+            f"in {files} file{'s' * (files != 1)}")
+
+
+def render(reports: Sequence[FileReport]) -> str:
+    """Rich markup; the CLI prints it through a Console (colour only on a terminal)."""
+    blocks = ["\n".join(_diagnostic(r, d)) for r in reports for d in r.diagnostics]
+    return "\n\n".join([*blocks, summary(reports)]) + "\n"

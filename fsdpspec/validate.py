@@ -1,0 +1,120 @@
+"""The validation pipeline: load → overrides → version dispatch → JSON Schema + pydantic
+→ invariants → lint rules → positions. Every problem is collected; nothing raises."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fsdpspec.diagnostics import Diagnostic, error, sort_key
+from fsdpspec.lint import lint_spec
+from fsdpspec.lint.registry import LintContext
+from fsdpspec.load import SourceMap, load_file
+from fsdpspec.modelconfig import ModelConfigError, model_config
+from fsdpspec.overrides import apply_overrides
+from fsdpspec.schema import generate
+from fsdpspec.spec import LATEST, SUPPORTED
+from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.structure import invariants, schema_diagnostics, typed_spec
+from fsdpspec.suggest import closest
+
+
+@dataclass
+class FileReport:
+    """Everything known about one spec file after validation."""
+
+    file: str
+    text: str
+    base_dir: Path
+    source_map: SourceMap
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    spec: JobSpec | None = None
+    model_config: dict[str, Any] | None = None
+
+    @property
+    def has_errors(self) -> bool:
+        return any(d.is_error for d in self.diagnostics)
+
+
+def _dispatch(data: dict[str, Any]) -> list[Diagnostic]:
+    """apiVersion and kind, checked first: they decide which schema applies."""
+    supported = ", ".join(SUPPORTED)
+    version = data.get("apiVersion")
+    if version is None:
+        return [error("FS013", "missing apiVersion", "/apiVersion",
+                      f"add `apiVersion: {LATEST}` (supported: {supported})")]
+    if version not in SUPPORTED:
+        guess = closest(str(version), SUPPORTED)
+        hint = f"did you mean {guess!r}?" if guess else f"supported: {supported}"
+        return [error("FS013", f"unsupported apiVersion {version!r}; supported: {supported}",
+                      "/apiVersion", hint)]
+    if data.get("kind") != "TrainingJob":
+        found = data.get("kind")
+        message = "missing kind" if found is None else f"kind {found!r} is not TrainingJob"
+        return [error("FS014", message, "/kind", "write `kind: TrainingJob`")]
+    return []
+
+
+def _structural(data: dict[str, Any]) -> tuple[JobSpec | None, list[Diagnostic]]:
+    found = _dispatch(data)
+    if found:
+        return None, found
+    found = schema_diagnostics(data, generate(data["apiVersion"]))
+    spec, extra = typed_spec(data, found)
+    found += extra
+    if spec is not None:
+        found += list(invariants(spec))
+    return spec, found
+
+
+def _explicit(source_map: SourceMap) -> set[str]:
+    return set(source_map.values) | set(source_map.overrides)
+
+
+def _lint(report: FileReport, select: Sequence[str], ignore: Sequence[str]) -> list[Diagnostic]:
+    spec = report.spec
+    assert spec is not None
+    try:
+        report.model_config = model_config(spec.model, report.base_dir)
+    except ModelConfigError as exc:
+        pointer = "/model/hf_config"
+        return [error("FS030", str(exc), pointer, "point hf_config at a local config.json")]
+    ctx = LintContext(spec, report.base_dir, report.model_config, _explicit(report.source_map))
+    return lint_spec(ctx, select=select, ignore=ignore)
+
+
+def _place(report: FileReport, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    placed = []
+    for d in diagnostics:
+        if d.position is not None:
+            placed.append(d)
+            continue
+        file, position = report.source_map.locate(d.path, key=d.code == "FS020")
+        placed.append(d.at(file, position))
+    return sorted(placed, key=sort_key)
+
+
+def check_file(
+    path: Path,
+    overrides: Sequence[str] = (),
+    *,
+    select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+) -> FileReport:
+    """Validate one spec file. Raises only OverrideError (a usage error)."""
+    loaded = load_file(path)
+    report = FileReport(loaded.file, loaded.text, path.resolve().parent, loaded.source_map,
+                        loaded.diagnostics)
+    if loaded.data is None:
+        return report
+    apply_overrides(loaded.data, list(overrides), loaded.source_map)
+    spec, found = _structural(loaded.data)
+    if spec is not None and not any(d.is_error for d in found):
+        report.spec = spec
+        found += _lint(report, select, ignore)
+    elif spec is not None:
+        report.spec = None
+    report.diagnostics = _place(report, found)
+    return report
