@@ -15,6 +15,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from fsdpspec.diagnostics import Diagnostic, Position, error
@@ -125,7 +126,8 @@ class _Builder:
         self.source_map.values.setdefault(pointer, _span(node))
         tag = str(node.tag)
         if tag not in _PLAIN_TAGS and tag != _TIMESTAMP:
-            raise _refuse("FS010", f"tag {node.tag} is not allowed", node,
+            shown = tag.replace(_STD, "!!")
+            raise _refuse("FS010", f"tag {shown} is not allowed", node,
                           "job specs hold plain YAML values; remove the tag")
         if isinstance(node, ScalarNode):
             return self.scalar(node)
@@ -149,9 +151,9 @@ class _Builder:
                 raise _refuse("FS010", "merge keys (<<) are not allowed", key_node,
                               "repeat the keys; merges hide where a value comes from")
             if not isinstance(key_node, ScalarNode) or str(key_node.tag) != _STD + "str":
-                shown = getattr(key_node, "value", "?")
-                raise _refuse("FS011", f"key {shown!r} is not a string", key_node,
-                              "quote the key")
+                shown = getattr(key_node, "value", None)
+                what = f"key {shown!r}" if shown else "an empty key"
+                raise _refuse("FS011", f"{what} is not a string", key_node, "quote the key")
             key = key_node.value
             if key in first_seen:
                 first = first_seen[key].start_mark.line + 1
@@ -181,12 +183,22 @@ def _decode(raw: bytes) -> tuple[str | None, Diagnostic | None]:
         return None, diag.at("", Position(line, col, line, col + 1))
 
 
-def _yaml_error(exc: YAMLError) -> Diagnostic:
+def _offset_position(text: str, offset: int) -> Position:
+    line = text.count("\n", 0, offset) + 1
+    col = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return Position(line, col, line, col + 1)
+
+
+def _yaml_error(exc: YAMLError, text: str) -> Diagnostic:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     code, hint = "FS004", None
-    if "'\\t'" in problem or "\\t" in problem:
+    if "'\\t'" in problem:
         code, hint = "FS012", "YAML indents with spaces; replace the tab"
+    if isinstance(exc, ReaderError):  # a control character: the reader knows only an offset
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        problem = f"control character U+{char:04X} is not allowed in YAML"
+        return error(code, problem).at("", _offset_position(text, exc.position))
     diag = error(code, f"YAML syntax error: {problem}", hint=hint)
     if isinstance(exc, MarkedYAMLError) and mark is not None:
         return diag.at("", Position(mark.line + 1, mark.column + 1, mark.line + 1,
@@ -201,7 +213,7 @@ def _compose(text: str) -> tuple[Node | None, Diagnostic | None]:
         root = next(documents, None)
         extra = next(documents, None)
     except YAMLError as exc:
-        return None, _yaml_error(exc)
+        return None, _yaml_error(exc, text)
     except RecursionError:
         return None, error("FS015", f"nesting deeper than {MAX_DEPTH} levels")
     if extra is not None:
@@ -216,7 +228,7 @@ def parse_text(text: str, file: str) -> Loaded:
     """Plain data and a SourceMap from YAML text (any root type)."""
     source_map = SourceMap(file)
     root, problem = _compose(text)
-    if problem is None and root is None:
+    if problem is None and (root is None or str(root.tag) == _STD + "null"):
         problem = error("FS005", "file is empty", hint="start from `fsdpspec init`")
     if problem is not None:
         return Loaded(file, text, None, source_map, [_in_file(problem, file)])

@@ -33,6 +33,8 @@ def describe(value: Any) -> str:
     kind = _JSON_TYPES.get(type(value), type(value).__name__)
     if isinstance(value, (dict, list)):
         return f"a {kind}"
+    if value is None:
+        return "null"
     shown = repr(value) if isinstance(value, str) else str(value).lower()
     if len(shown) > 40:
         shown = shown[:37] + "…"

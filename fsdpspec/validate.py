@@ -45,7 +45,7 @@ def _dispatch(data: dict[str, Any]) -> list[Diagnostic]:
     if version is None:
         return [error("FS013", "missing apiVersion", "/apiVersion",
                       f"add `apiVersion: {LATEST}` (supported: {supported})")]
-    if version not in SUPPORTED:
+    if not isinstance(version, str) or version not in SUPPORTED:
         guess = closest(str(version), SUPPORTED)
         hint = f"did you mean {guess!r}?" if guess else f"supported: {supported}"
         return [error("FS013", f"unsupported apiVersion {version!r}; supported: {supported}",

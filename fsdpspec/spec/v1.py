@@ -23,8 +23,9 @@ ShardingStrategy = Literal[
 ]
 PresetName = Literal[tuple(preset_names())]  # type: ignore[valid-type]
 AcceleratorName = Literal[tuple(accelerator_names())]  # type: ignore[valid-type]
-PositiveInt = Annotated[int, Field(ge=1)]
-NonNegInt = Annotated[int, Field(ge=0)]
+# Counts are capped at int32: larger values are typos, and torch would overflow on them.
+PositiveInt = Annotated[int, Field(ge=1, le=2**31 - 1)]
+NonNegInt = Annotated[int, Field(ge=0, le=2**31 - 1)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
 
