@@ -152,7 +152,7 @@ class Fsdp(_Section):
     """Size policy: a module with at least this many parameters becomes a unit."""
     mixed_precision: Annotated[
         MixedPrecision | Literal["bf16", "fp16", "fp32"], AfterValidator(_expand_precision)
-    ] = "fp32"
+    ] = Field(default="fp32", validate_default=True)
     """Dtypes, or a shorthand: bf16 (params bf16, reduce fp32), fp16, fp32."""
     cpu_offload: bool = False
     """Keep sharded parameters (and so gradients and the optimizer step) on the CPU."""
