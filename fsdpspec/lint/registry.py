@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fsdpspec.diagnostics import Diagnostic, Severity
+from fsdpspec.plan.geometry import Geometry, GeometryError, geometry_from_config
 from fsdpspec.spec.v1 import JobSpec
 
 
@@ -27,6 +29,22 @@ class LintContext:
 
     def is_set(self, pointer: str) -> bool:
         return pointer in self.explicit
+
+    def first_set(self, *pointers: str) -> str:
+        """The first pointer the user wrote, else the first: a finding about a default
+        value points at the related field that was written."""
+        return next((p for p in pointers if self.is_set(p)), pointers[0])
+
+    def geometry(self) -> Geometry | None:
+        """The model's shape, or None when it cannot be counted (a factory model without
+        geometry, or a config the planner rejects — reported by the memory rules)."""
+        if "geometry" not in self.cache:
+            try:
+                shape = geometry_from_config(self.model_config) if self.model_config else None
+            except GeometryError:
+                shape = None
+            self.cache["geometry"] = shape
+        return self.cache["geometry"]
 
 
 Check = Callable[[LintContext], Iterator[Diagnostic]]
@@ -52,8 +70,15 @@ def rule(code: str, name: str, severity: Severity, summary: str, hint: str):
 
     def register(check: Check) -> Check:
         assert code not in RULES, f"duplicate rule code {code}"
-        doc = (check.__doc__ or "").strip()
+        doc = inspect.cleandoc(check.__doc__ or "")
         RULES[code] = Rule(code, name, severity, summary, hint, check, doc)
         return check
 
     return register
+
+
+def diagnostic(code: str, message: str, path: str, hint: str | None = None) -> Diagnostic:
+    """A finding of the registered rule ``code``, with its severity and (by default) its
+    hint, so a rule states its severity once, in its decorator."""
+    found = RULES[code]
+    return Diagnostic(code, found.severity, message, path, hint or found.hint)

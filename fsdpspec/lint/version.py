@@ -1,0 +1,69 @@
+"""FS90x: FSDP version — options one FSDP generation honours and the other drops."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from fsdpspec.diagnostics import Diagnostic, Severity
+from fsdpspec.lint.registry import LintContext, diagnostic, rule
+from fsdpspec.spec.v1 import Fsdp
+
+
+def _fsdp1_only(fsdp: Fsdp, is_set: Callable[[str], bool]) -> Iterator[str]:
+    """Names of the FSDP1-only options this spec asks for."""
+    if fsdp.backward_prefetch == "BACKWARD_POST":
+        yield "backward_prefetch"
+    if fsdp.forward_prefetch:
+        yield "forward_prefetch"
+    for name in ("limit_all_gathers", "use_orig_params"):
+        if is_set(f"/fsdp/{name}"):
+            yield name
+
+
+@rule("FS901", "fsdp1-option-under-fsdp2", Severity.WARNING,
+      "an option only FSDP1 honours is set under fsdp.version 2",
+      "remove it, or use fsdp.version: 1")
+def fsdp1_option_under_fsdp2(ctx: LintContext) -> Iterator[Diagnostic]:
+    """FSDP2 (`fully_shard`) dropped several FSDP1 knobs: `backward_prefetch:
+    BACKWARD_POST`, `forward_prefetch`, `limit_all_gathers` and `use_orig_params`
+    (FSDP2 always prefetches one unit ahead, bounds its own memory, and keeps the
+    original parameters). Under `version: 2` they are silently ignored.
+
+    FAIL:
+
+        fsdp: {version: 2, forward_prefetch: true, limit_all_gathers: true}
+
+    PASS:
+
+        fsdp: {version: 1, forward_prefetch: true, limit_all_gathers: true}
+    """
+    fsdp = ctx.spec.fsdp
+    if fsdp.version != 2:
+        return
+    for name in _fsdp1_only(fsdp, ctx.is_set):
+        yield diagnostic("FS901", f"fsdp.{name} is an FSDP1 option; fsdp.version 2 ignores "
+                         "it", f"/fsdp/{name}")
+
+
+@rule("FS902", "compile-under-fsdp1", Severity.WARNING,
+      "train.compile with fsdp.version 1",
+      "use fsdp.version: 2 to compile, or set train.compile: false")
+def compile_under_fsdp1(ctx: LintContext) -> Iterator[Diagnostic]:
+    """`torch.compile` is supported with FSDP2, whose per-parameter sharding traces
+    cleanly. FSDP1's flat parameters break the compiled graphs at every unit boundary
+    (and need `use_orig_params: true` at all), so compiling under FSDP1 costs compile
+    time for little or no speed.
+
+    FAIL:
+
+        fsdp: {version: 1}
+        train: {compile: true}
+
+    PASS:
+
+        fsdp: {version: 2}
+        train: {compile: true}
+    """
+    if ctx.spec.train.compile and ctx.spec.fsdp.version == 1:
+        yield diagnostic("FS902", "train.compile under FSDP1 compiles around flat "
+                         "parameters", "/train/compile")
