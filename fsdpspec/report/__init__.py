@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from fsdpspec.report import concise, full, json_format
+from fsdpspec.report import concise, full, github, json_format, sarif
 from fsdpspec.validate import FileReport
 
 Renderer = Callable[[Sequence[FileReport]], str]
@@ -19,4 +19,6 @@ RENDERERS: dict[str, Renderer] = {
     "full": full.render,
     "concise": concise.render,
     "json": json_format.render,
+    "sarif": sarif.render,
+    "github": github.render,
 }
