@@ -68,3 +68,37 @@ def value_alias(field: str, value: object) -> str | None:
         return table.get(value)
     except TypeError:  # unhashable (a list or mapping): no alias
         return None
+
+
+# The import and export (runners/accelerate.py) read these too.
+
+STATE_DICT_TYPE: dict[str, str] = {
+    "FULL_STATE_DICT": "FULL_STATE_DICT",
+    "SHARDED_STATE_DICT": "SHARDED_STATE_DICT",
+}
+
+# Keys accelerate accepts and then ignores: importing their value would change the job.
+SILENT_NOOP_KEYS: dict[str, str] = {
+    "fsdp_backward_prefetch_policy": (
+        "legacy key that accelerate silently ignores (a no-op): prefetch followed "
+        "fsdp_backward_prefetch, NO_PREFETCH when that is absent; not imported"),
+}
+
+# Keys that say nothing a spec holds (where the script runs, TPU and debug settings).
+NO_BEARING_KEYS: frozenset[str] = frozenset({
+    "compute_environment", "debug", "downcast_bf16", "machine_rank",
+    "main_training_function", "rdzv_backend", "same_network", "tpu_env", "tpu_use_cluster",
+    "tpu_use_sudo", "gpu_ids", "enable_cpu_affinity", "fsdp_config",
+    "dynamo_config", "deepspeed_config", "megatron_lm_config", "ipex_config",
+    "mpirun_config", "tpu_name", "tpu_zone", "commands", "command_file",
+})
+
+# accelerate's value for a key left out, where it differs from fsdpspec's default.
+ABSENT_DEFAULTS: dict[str, object] = {
+    "fsdp_version": 1,
+    "fsdp_auto_wrap_policy": "NO_WRAP",
+}
+FSDP1_ABSENT_DEFAULTS: dict[str, object] = {
+    "fsdp_backward_prefetch": "NO_PREFETCH",
+    "fsdp_state_dict_type": "FULL_STATE_DICT",
+}

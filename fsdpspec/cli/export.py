@@ -1,0 +1,62 @@
+"""`fsdpspec export slurm|kubernetes|accelerate job.yaml [-o FILE]`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from fsdpspec.cli.options import exit_on_errors, load_spec, set_option
+from fsdpspec.cli.output import deliver, output_option
+from fsdpspec.modelconfig import layer_classes
+from fsdpspec.resolved import absolute_inputs
+from fsdpspec.validate import FileReport
+from fsdpspec.yamltext import dump_yaml
+from runners.errors import LaunchError
+
+
+def _slurm(report: FileReport) -> str:
+    from runners.slurm import sbatch_script
+
+    assert report.spec is not None
+    spec = absolute_inputs(report.spec, report.base_dir)
+    return sbatch_script(spec, Path(spec.run_dir()).absolute())
+
+
+def _kubernetes(report: FileReport) -> str:
+    from runners.kubernetes import manifest
+
+    assert report.spec is not None
+    return manifest(absolute_inputs(report.spec, report.base_dir))
+
+
+def _accelerate(report: FileReport) -> str:
+    from runners.accelerate import export_config
+
+    spec = report.spec
+    assert spec is not None
+    layers = layer_classes(spec.fsdp.transformer_layer_cls, report.model_config)
+    config, notes = export_config(spec, layers)
+    for note in notes:
+        click.echo(f"{report.file}: note: {note}", err=True)
+    return dump_yaml(config)
+
+
+_TARGETS = {"slurm": _slurm, "kubernetes": _kubernetes, "accelerate": _accelerate}
+
+
+@click.command("export")
+@click.argument("target", type=click.Choice(list(_TARGETS)))
+@click.argument("file", metavar="FILE")
+@set_option
+@output_option
+def command(target, file, overrides, output) -> None:
+    """Write FILE as an sbatch script, a Kubeflow PyTorchJob manifest or an accelerate
+    config. The spec is validated first; errors stop the export."""
+    report = load_spec(file, overrides)
+    exit_on_errors(report)
+    try:
+        text = _TARGETS[target](report)
+    except LaunchError as exc:
+        raise click.ClickException(str(exc)) from None
+    deliver(text, output, executable=target == "slurm")

@@ -1,0 +1,72 @@
+"""`fsdpspec import accelerate CONFIG.yaml [-o job.yaml]` — an accelerate config as a
+commented v1 spec; every key not carried over is named with its line."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+
+from fsdpspec.accelerators import accelerator_names
+from fsdpspec.cli.output import deliver, output_option
+from fsdpspec.load import load_file
+from fsdpspec.modelconfig import DECODER_LAYERS
+from fsdpspec.presets import preset_names
+
+# accelerate configs name a layer class, not a model: the preset standing for a family.
+_FAMILY_PRESET = {"llama": "llama3-8b", "mistral": "mistral-7b", "qwen2": "qwen2.5-7b",
+                  "gemma2": "gemma2-9b", "phi3": "phi3-mini"}
+_DEFAULT_PRESET = "llama3-8b"
+
+
+def _job_name(config: Path) -> str:
+    """A metadata.name from the config's file name."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", config.stem).strip("-._")[:63]
+    return name or "imported"
+
+
+def _preset_for(loaded_data: object) -> str:
+    """The preset of the family whose decoder layer the config wraps."""
+    fsdp = loaded_data.get("fsdp_config") if isinstance(loaded_data, dict) else None
+    layers = fsdp.get("fsdp_transformer_layer_cls_to_wrap") if isinstance(fsdp, dict) else None
+    first = layers.split(",")[0].strip() if isinstance(layers, str) else None
+    if isinstance(layers, list) and layers:
+        first = str(layers[0])
+    families = {cls: family for family, cls in DECODER_LAYERS.items()}
+    return _FAMILY_PRESET.get(families.get(first, ""), _DEFAULT_PRESET)
+
+
+@click.command("import")
+@click.argument("kind", type=click.Choice(["accelerate"]))
+@click.argument("config", metavar="CONFIG.yaml")
+@output_option
+@click.option("--name", default=None, help="metadata.name (default: from the file name).")
+@click.option("--preset", type=click.Choice(preset_names()), default=None,
+              help="Model preset (default: the family of the wrapped layer class).")
+@click.option("--hf-config", default=None, metavar="PATH",
+              help="A local Hugging Face config.json instead of a preset.")
+@click.option("--accelerator", type=click.Choice(accelerator_names()), default="H100-80GB",
+              show_default=True, help="The GPU (accelerate configs do not say).")
+def command(kind, config, output, name, preset, hf_config, accelerator) -> None:
+    """Write an accelerate config as a v1 spec. Keys with no v1 equivalent, and keys
+    accelerate itself ignores, are listed on stderr with their lines."""
+    from runners.accelerate import import_config
+
+    if preset and hf_config:
+        raise click.UsageError("give --preset or --hf-config, not both")
+    loaded = load_file(Path(config))
+    if loaded.diagnostics:
+        first = loaded.diagnostics[0]
+        where = f"{first.file}:{first.position.line}" if first.position else config
+        raise click.ClickException(f"{where}: {first.message}")
+    if not isinstance(loaded.data, dict):
+        raise click.ClickException(f"{config}: an accelerate config is a mapping")
+    model = {"hf_config": hf_config} if hf_config else {
+        "preset": preset or _preset_for(loaded.data)}
+    imported = import_config(loaded, name=name or _job_name(Path(config)), model=model,
+                             accelerator=accelerator)
+    for note in imported.notes:
+        line = f":{note.line}" if note.line else ""
+        click.echo(f"{config}{line}: {note.message}", err=True)
+    deliver(imported.text, output)

@@ -1,0 +1,112 @@
+"""`fsdpspec run job.yaml` — validate, plan, write the run directory, start torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from fsdpspec.cli.options import emit, exit_on_errors, load_spec, resolve_format, set_option
+from fsdpspec.resolved import absolute_inputs, resolved_document
+from fsdpspec.rundir import RunDirError, prepare_run_dir
+from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.validate import FileReport
+
+# This Python's torch, whatever `torchrun` on PATH is.
+LAUNCHER = (sys.executable, "-m", "torch.distributed.run")
+
+
+def _node_overrides(nnodes: int | None, rdzv_endpoint: str | None) -> list[str]:
+    """--nnodes / --rdzv-endpoint change the spec (the engine must see the same world);
+    written as JSON strings so YAML reads them verbatim."""
+    overrides = []
+    if nnodes is not None:
+        overrides.append(f"resources.nodes={nnodes}")
+    if rdzv_endpoint is not None:
+        overrides.append(f"launch.rdzv_endpoint={json.dumps(rdzv_endpoint)}")
+    return overrides
+
+
+def _valid_spec(file: str, overrides: list[str]) -> tuple[FileReport, JobSpec]:
+    report = load_spec(file, overrides)
+    exit_on_errors(report)
+    if report.diagnostics:  # warnings: shown, not fatal
+        emit([report], resolve_format(None), err=True)
+    assert report.spec is not None
+    return report, absolute_inputs(report.spec, report.base_dir)
+
+
+def _plan_line(report: FileReport) -> str | None:
+    """One line: peak memory per device against its capacity."""
+    try:
+        from fsdpspec.plan import summary_line
+    except ImportError:  # TEMPORARY: the planner is being written
+        return None
+    assert report.spec is not None
+    return summary_line(report.spec, report.model_config)
+
+
+def _dry_run(argv: list[str], env_added: dict[str, str], spec: JobSpec, run_dir: Path) -> None:
+    assignments = [f"{k}={v}" for k, v in env_added.items()]
+    click.echo(shlex.join([*assignments, *argv]) if not assignments
+               else shlex.join(["env", *assignments, *argv]))
+    click.echo(json.dumps(resolved_document(spec, run_dir), indent=2))
+
+
+def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str]) -> int:
+    from fsdpspec.supervise import run_supervised
+
+    try:
+        resumed = prepare_run_dir(spec, run_dir)
+    except RunDirError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{'resuming' if resumed else 'starting'} {spec.metadata.name} in {run_dir}",
+               err=True)
+    code, stopped_by = run_supervised(argv, env)
+    if stopped_by is None:
+        return code
+    click.echo(f"stopped by {stopped_by.name}; `fsdpspec run` again resumes from the last "
+               "checkpoint", err=True)
+    # An interrupted run is not a finished one, even when the engine stopped cleanly.
+    return code or 128 + stopped_by.value
+
+
+@click.command("run")
+@click.argument("file", metavar="FILE")
+@set_option
+@click.option("--dry-run", is_flag=True,
+              help="Print the torchrun command and the resolved spec; start nothing.")
+@click.option("--nnodes", type=click.IntRange(min=1), default=None,
+              help="Number of nodes (overrides resources.nodes).")
+@click.option("--node-rank", type=click.IntRange(min=0), default=None,
+              help="This node's rank, when launching by hand on each node.")
+@click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+              help="Rendezvous endpoint (overrides launch.rdzv_endpoint).")
+def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint) -> None:
+    """Validate FILE, then train it with torchrun on this machine.
+
+    Errors are printed and nothing starts. The run directory (checkpoint.dir) gets
+    resolved-spec.json, metrics.jsonl, checkpoints/ and final/. Ctrl-C checkpoints and
+    stops; running again resumes.
+    """
+    from runners.torchrun import build_torchrun_argv, launch_env
+
+    report, spec = _valid_spec(file, [*overrides, *_node_overrides(nnodes, rdzv_endpoint)])
+    if node_rank is not None and node_rank >= spec.resources.nodes:
+        raise click.UsageError(f"--node-rank {node_rank} is not below the node count "
+                               f"{spec.resources.nodes}")
+    plan_line = _plan_line(report)
+    if plan_line:
+        click.echo(plan_line, err=True)
+    run_dir = Path(spec.run_dir()).absolute()
+    argv = build_torchrun_argv(spec, run_dir, node_rank=node_rank, launcher=LAUNCHER)
+    env = launch_env(spec, os.environ, os.cpu_count())
+    if dry_run:
+        added = {k: v for k, v in env.items() if os.environ.get(k) != v}
+        _dry_run(argv, added, spec, run_dir)
+        return
+    raise SystemExit(_start(spec, run_dir, argv, env))

@@ -1,0 +1,92 @@
+"""The run directory: created for a new job, reused only by the same job.
+
+A directory holding another job's resolved-spec.json is never reused: the engine would
+resume from that job's checkpoints. The same job may change how long it trains, how it
+logs and saves, and how it is launched; anything else (model, data, sharding,
+optimizer…) makes it another job.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fsdpspec.resolved import FILENAME, write_resolved_spec
+from fsdpspec.spec.v1 import JobSpec
+
+# Fields that may differ between a run and its resumption (dotted prefixes).
+RESUMABLE_CHANGES = (
+    "train.max_steps", "logging.", "checkpoint.interval_steps", "checkpoint.keep_last",
+    "checkpoint.final.", "checkpoint.resume", "launch.", "metadata.description",
+    "metadata.labels", "lint.",
+)
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be used for this job; the message is one line."""
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        return {prefix: data}
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        flat.update(_flatten(value, f"{prefix}{key}" if not prefix else f"{prefix}.{key}"))
+    return flat
+
+
+def job_differences(previous: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Dotted fields whose values differ and that make it another job."""
+    old, new = _flatten(previous), _flatten(current)
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    return [k for k in changed if not k.startswith(RESUMABLE_CHANGES)]
+
+
+def _previous_spec(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / FILENAME
+    if not path.exists():
+        return None
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))["spec"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise RunDirError(f"{path} is unreadable: remove {run_dir} or set "
+                          "checkpoint.dir to another directory") from None
+    if not isinstance(spec, dict):
+        raise RunDirError(f"{path} holds no spec: remove {run_dir} or set checkpoint.dir")
+    return spec
+
+
+def _check_reuse(spec: JobSpec, run_dir: Path, previous: dict[str, Any]) -> None:
+    name = previous.get("metadata", {}).get("name")
+    if name != spec.metadata.name:
+        raise RunDirError(f"{run_dir} holds a run of job {name!r}, not "
+                          f"{spec.metadata.name!r}: set checkpoint.dir to another directory")
+    differences = job_differences(previous, spec.as_json_data())
+    if differences:
+        shown = ", ".join(differences[:3]) + (" …" if len(differences) > 3 else "")
+        raise RunDirError(f"{run_dir} holds a run of {name!r} with a different {shown}: "
+                          "set checkpoint.dir to a new directory, or remove the old run")
+    if spec.checkpoint.resume == "never":
+        raise RunDirError(f"{run_dir} already holds a run of {name!r} and checkpoint.resume "
+                          "is never: remove it, or use resume: auto to continue it")
+
+
+def prepare_run_dir(spec: JobSpec, run_dir: Path) -> bool:
+    """Create (or check and reuse) the run directory and write resolved-spec.json.
+
+    Returns True when the directory already held this job (the engine resumes it).
+    """
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"run directory {run_dir} exists and is not a directory")
+    previous = _previous_spec(run_dir) if run_dir.is_dir() else None
+    if previous is not None:
+        _check_reuse(spec, run_dir, previous)
+    elif run_dir.is_dir() and any(run_dir.iterdir()):
+        raise RunDirError(f"{run_dir} exists and is not an fsdpspec run directory: "
+                          "set checkpoint.dir to another directory")
+    try:
+        write_resolved_spec(spec, run_dir)
+    except OSError as exc:
+        raise RunDirError(f"cannot write to {run_dir}: {exc.strerror or exc}") from None
+    return previous is not None

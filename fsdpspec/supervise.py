@@ -1,0 +1,69 @@
+"""Run torchrun as a child, its output streaming straight to ours, and pass Ctrl-C on
+so the engine checkpoints and stops.
+
+torchrun answers SIGINT/SIGTERM by signalling its workers, waiting 30 s and then killing
+them, and exits with a traceback. So the first signal goes to the workers themselves
+(torchrun's children): each finishes its step, checkpoints and exits 0, and torchrun
+then ends normally. A second signal kills the whole process group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM)
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of a process (Linux /proc); empty when unknown."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            found += [int(p) for p in task.read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+class _Forwarder:
+    """Signal handler that relays to the child's workers, then escalates."""
+
+    def __init__(self, child: subprocess.Popen) -> None:
+        self.child = child
+        self.received: signal.Signals | None = None
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        if self.received is not None:
+            os.killpg(self.child.pid, signal.SIGKILL)
+            return
+        self.received = signal.Signals(signum)
+        workers = _children(self.child.pid)
+        for pid in workers or [self.child.pid]:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+
+def run_supervised(
+    argv: Sequence[str], env: dict[str, str]
+) -> tuple[int, signal.Signals | None]:
+    """Run ``argv`` (never through a shell) to completion.
+
+    Returns (exit code, the signal that was forwarded, if one was).
+    """
+    # A session of its own: a terminal's Ctrl-C reaches only us, and we relay it once.
+    child = subprocess.Popen(list(argv), env=env, start_new_session=True)
+    forwarder = _Forwarder(child)
+    previous = {sig: signal.signal(sig, forwarder) for sig in FORWARDED}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return code, forwarder.received

@@ -1,0 +1,89 @@
+"""The torchrun invocation of a job: the one argv every runner (local, Slurm, Kubernetes)
+starts. Pure: a JobSpec and a run directory in, an argv list and an environment out.
+
+The argv is a list handed to exec, never a shell string: spec values reach torchrun as
+single arguments whatever characters they hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import PurePath
+
+from fsdpspec.accelerators import CATALOG
+from fsdpspec.resolved import FILENAME
+from fsdpspec.spec.v1 import JobSpec
+
+ENGINE_MODULE = "runners.engine"
+TORCHRUN: tuple[str, ...] = ("torchrun",)
+DEFAULT_RDZV_PORT = 29500
+
+
+def is_gpu_job(spec: JobSpec) -> bool:
+    """Whether the job's processes each own a GPU (a custom accelerator is a GPU)."""
+    accelerator = spec.resources.accelerator
+    return not isinstance(accelerator, str) or CATALOG[accelerator].is_gpu
+
+
+def rdzv_port(spec: JobSpec) -> int:
+    """The rendezvous port: the one in launch.rdzv_endpoint, else torchrun's usual."""
+    endpoint = spec.launch.rdzv_endpoint
+    return int(endpoint.rsplit(":", 1)[1]) if endpoint else DEFAULT_RDZV_PORT
+
+
+def engine_argv(run_dir: PurePath) -> list[str]:
+    """The module torchrun starts in each process, and the one file it reads."""
+    return ["-m", ENGINE_MODULE, "--spec", str(run_dir / FILENAME)]
+
+
+def _rendezvous_args(spec: JobSpec, node_rank: int | None, endpoint: str | None) -> list[str]:
+    nodes = spec.resources.nodes
+    if nodes == 1:
+        return ["--standalone", "--nnodes", "1"]
+    endpoint = endpoint or spec.launch.rdzv_endpoint
+    assert endpoint is not None, "validation (FS025) requires rdzv_endpoint when nodes > 1"
+    args = ["--nnodes", str(nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+            "--rdzv-id", spec.metadata.name]
+    if node_rank is not None:
+        args += ["--node-rank", str(node_rank)]
+    return args
+
+
+def build_torchrun_argv(
+    spec: JobSpec,
+    run_dir: PurePath,
+    *,
+    node_rank: int | None = None,
+    rdzv_endpoint: str | None = None,
+    launcher: Sequence[str] = TORCHRUN,
+) -> list[str]:
+    """torchrun's argv: `--standalone` on one node, c10d rendezvous on several.
+
+    ``rdzv_endpoint`` replaces the spec's (Slurm learns its host only at run time);
+    ``launcher`` replaces the `torchrun` executable (`fsdpspec run` uses this Python's
+    ``-m torch.distributed.run`` so the child is the installed torch, whatever PATH says).
+    """
+    return [
+        *launcher,
+        *_rendezvous_args(spec, node_rank, rdzv_endpoint),
+        "--nproc-per-node", str(spec.resources.gpus_per_node),
+        "--max-restarts", str(spec.launch.max_restarts),
+        *engine_argv(run_dir),
+    ]
+
+
+def launch_env(
+    spec: JobSpec, base: Mapping[str, str] | None = None, cpu_count: int | None = None
+) -> dict[str, str]:
+    """The processes' environment: ``base``, then defaults it lacks, then launch.env.
+
+    On CPU each process gets an equal share of ``cpu_count`` threads (torchrun would
+    otherwise force 1, or every process would spawn one thread per core and thrash).
+    """
+    env = dict(base or {})
+    env.setdefault("PYTHONUNBUFFERED", "1")  # progress lines stream as they happen
+    if cpu_count is not None and not is_gpu_job(spec):
+        threads = max(1, cpu_count // spec.resources.gpus_per_node)
+        env.setdefault("OMP_NUM_THREADS", str(threads))
+    env.update(spec.launch.env)
+    return env
