@@ -13,6 +13,11 @@ from fsdpspec import __version__
 COMMANDS: dict[str, str] = {
     "validate": "validate",
     "schema": "schema",
+    "run": "run",
+    "show": "show",
+    "export": "export",
+    "import": "import_accelerate",
+    "init": "init",
     "rules": "rules",
     "explain": "explain",
 }
