@@ -1,0 +1,5 @@
+"""``python -m runners.engine --spec RUN_DIR/resolved-spec.json``."""
+
+from runners.engine.train import main
+
+raise SystemExit(main())

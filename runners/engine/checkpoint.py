@@ -1,0 +1,188 @@
+"""Sharded checkpoints with ``torch.distributed.checkpoint`` (DCP), saved atomically.
+
+Layout under the run directory::
+
+    checkpoints/step-00000500/   a complete checkpoint (DCP shards + .metadata)
+    checkpoints/latest           "step-00000500", rewritten after the rename
+    checkpoints/.tmp-step-…      a save in progress (never resumed from)
+
+A save writes into ``.tmp-step-N``, renames it to ``step-N`` once every rank's shards and
+the metadata are on disk, then updates ``latest``; a kill at any moment leaves the
+previous checkpoint intact. Resume only considers ``step-N`` directories holding DCP's
+``.metadata``, so a half-written save is never chosen.
+
+Test hook: ``FSDPSPEC_TEST_PAUSE_IN_SAVE=<seconds>`` sleeps after the shards are written
+and before the rename, so a test can kill a rank mid-save.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from runners.engine.dist import Runtime
+from runners.engine.errors import EngineError
+
+PAUSE_ENV = "FSDPSPEC_TEST_PAUSE_IN_SAVE"
+_PREFIX = "step-"
+
+
+@dataclass
+class TrainState:
+    """Everything a checkpoint holds besides the DCP-managed model and optimizer."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    batches: Any
+    step: int = 0
+
+
+def checkpoint_root(run_dir: Path) -> Path:
+    return run_dir / "checkpoints"
+
+
+def step_dir_name(step: int) -> str:
+    return f"{_PREFIX}{step:08d}"
+
+
+def is_complete(path: Path) -> bool:
+    """A checkpoint is complete once DCP's metadata is inside its final name."""
+    return path.name.startswith(_PREFIX) and (path / ".metadata").is_file()
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = checkpoint_root(run_dir)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and is_complete(p))
+
+
+def find_resume_checkpoint(resume: str, run_dir: Path) -> Path | None:
+    """The checkpoint to continue from: ``never`` → None; ``auto`` → the newest complete
+    one in the run directory (None on a fresh run); otherwise the given path."""
+    if resume == "never":
+        return None
+    if resume == "auto":
+        found = complete_checkpoints(run_dir)
+        return found[-1] if found else None
+    path = Path(resume)
+    if not is_complete(path):
+        raise EngineError(
+            f"checkpoint.resume: {path} is not a complete checkpoint (step-N with .metadata)"
+        )
+    return path
+
+
+def _rng_key(rank: int) -> str:
+    return f"rng_rank{rank}"
+
+
+def _rng_state() -> dict[str, torch.Tensor]:
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _checkpoint_state(state: TrainState, runtime: Runtime) -> dict[str, Any]:
+    model_sd, optim_sd = get_state_dict(state.model, state.optimizer)
+    return {
+        "model": model_sd,
+        "optim": optim_sd,
+        "scheduler": state.scheduler.state_dict(),
+        "data": state.batches.state_dict(),
+        "step": state.step,
+        # Unique per rank, so DCP keeps every rank's own generator state.
+        _rng_key(runtime.rank): _rng_state(),
+    }
+
+
+def save_checkpoint(state: TrainState, run_dir: Path, keep_last: int, runtime: Runtime) -> Path:
+    """Save atomically (temp dir → rename → ``latest``), then rotate old checkpoints."""
+    root = checkpoint_root(run_dir)
+    final = root / step_dir_name(state.step)
+    tmp = root / f".tmp-{final.name}"
+    if runtime.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    dist.barrier()
+    dcp.save(_checkpoint_state(state, runtime), checkpoint_id=str(tmp))
+    dist.barrier()  # every rank's shards and rank 0's metadata are written
+    pause = float(os.environ.get(PAUSE_ENV, "0") or 0)
+    if pause > 0:
+        time.sleep(pause)
+    if runtime.is_main:
+        _publish(tmp, final)
+        _rotate(run_dir, keep_last)
+    dist.barrier()
+    return final
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Rename the finished save into place, then point ``latest`` at it."""
+    if final.exists():  # a fresh run (resume: never) overwriting an old step of the same number
+        trash = final.with_name(f".trash-{final.name}")
+        os.replace(final, trash)
+        shutil.rmtree(trash)
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    marker = final.parent / "latest"
+    marker_tmp = final.parent / ".latest.tmp"
+    marker_tmp.write_text(final.name + "\n", encoding="utf-8")
+    os.replace(marker_tmp, marker)
+    _fsync_dir(final.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _rotate(run_dir: Path, keep_last: int) -> None:
+    """Delete all but the newest ``keep_last`` checkpoints (0 keeps all). Each is renamed
+    out of the ``step-`` namespace first so a half-deleted one is never resumed."""
+    complete = complete_checkpoints(run_dir)
+    if keep_last == 0 or len(complete) <= keep_last:
+        return
+    for old in complete[:-keep_last]:
+        trash = old.with_name(f".trash-{old.name}")
+        os.replace(old, trash)
+        shutil.rmtree(trash)
+
+
+def load_checkpoint(state: TrainState, path: Path, runtime: Runtime) -> None:
+    """Restore model, optimizer, schedule, data position, RNG and step from ``path``."""
+    loaded = _checkpoint_state(state, runtime)
+    saved_keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    rng_key = _rng_key(runtime.rank)
+    if not any(k.startswith(rng_key + ".") or k == rng_key for k in saved_keys):
+        loaded.pop(rng_key)  # saved by fewer ranks: this rank keeps its seeded generator
+    dcp.load(loaded, checkpoint_id=str(path))
+    set_state_dict(
+        state.model,
+        state.optimizer,
+        model_state_dict=loaded["model"],
+        optim_state_dict=loaded["optim"],
+    )
+    state.scheduler.load_state_dict(loaded["scheduler"])
+    state.batches.load_state_dict(loaded["data"])
+    state.step = int(loaded["step"])
+    if rng_key in loaded:
+        torch.set_rng_state(loaded[rng_key]["cpu"])
+        if "cuda" in loaded[rng_key]:
+            torch.cuda.set_rng_state(loaded[rng_key]["cuda"])

@@ -1,0 +1,126 @@
+"""Process group, device and rank-0 console output.
+
+The same code path runs on CPU (gloo) and GPU (nccl); only the device differs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from fsdpspec.spec.v1 import JobSpec
+from runners.engine.errors import EngineError
+
+_HYBRID = ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where this process sits in the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def choose_backend(requested: str) -> str:
+    """``auto`` is nccl when CUDA is present, else gloo."""
+    if requested == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if requested == "nccl" and not torch.cuda.is_available():
+        raise EngineError("launch.backend is nccl but no CUDA device is visible; use auto or gloo")
+    return requested
+
+
+def _default_single_process_env() -> None:
+    """Let ``python -m runners.engine`` run as one process without torchrun."""
+    if "RANK" in os.environ:
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.update(
+        RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+
+
+def init_runtime(spec: JobSpec) -> Runtime:
+    """Join the process group and pick this rank's device."""
+    _default_single_process_env()
+    backend = choose_backend(spec.launch.backend)
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if backend == "nccl":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(
+        backend=backend,
+        timeout=timedelta(minutes=spec.launch.timeout_minutes),
+        device_id=device if backend == "nccl" else None,
+    )
+    runtime = Runtime(dist.get_rank(), dist.get_world_size(), local_rank, device)
+    if runtime.world_size != spec.world_size:
+        raise EngineError(
+            f"the spec asks for {spec.world_size} processes (resources.nodes × gpus_per_node) "
+            f"but {runtime.world_size} were started"
+        )
+    return runtime
+
+
+def teardown(*, clean: bool) -> None:
+    """Leave the process group; safe to call on every exit path. After a clean finish
+    the ranks first meet, so none tears down a connection a peer is still using."""
+    if not dist.is_initialized():
+        return
+    if clean:
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def build_mesh(spec: JobSpec, runtime: Runtime) -> DeviceMesh:
+    """1-D mesh for the sharded strategies; 2-D (replicate, shard) for hybrid and NO_SHARD."""
+    strategy = spec.fsdp.sharding_strategy
+    world = runtime.world_size
+    if strategy == "NO_SHARD":
+        shape = (world, 1)
+    elif strategy in _HYBRID:
+        group = spec.fsdp.shard_group_size or spec.resources.gpus_per_node
+        if world % group:
+            raise EngineError(f"fsdp.shard_group_size {group} does not divide {world} processes")
+        shape = (world // group, group)
+    else:
+        return init_device_mesh(runtime.device.type, (world,), mesh_dim_names=("shard",))
+    return init_device_mesh(runtime.device.type, shape, mesh_dim_names=("replicate", "shard"))
+
+
+def console(runtime: Runtime, message: str) -> None:
+    """Print on rank 0 only, so N processes do not repeat every line."""
+    if runtime.is_main:
+        print(message, file=sys.stdout, flush=True)
+
+
+def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    """Sum a few floats over all ranks in one collective."""
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def all_reduce_max(values: list[float], device: torch.device) -> list[float]:
+    """Maximum of a few floats over all ranks."""
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor.tolist()

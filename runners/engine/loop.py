@@ -1,0 +1,190 @@
+"""The training loop, split as ``train`` / ``train_step`` / ``forward_backward``."""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fsdpspec.spec.v1 import JobSpec
+from runners.engine.checkpoint import TrainState, save_checkpoint
+from runners.engine.dist import Runtime, all_reduce_max, all_reduce_sum, console
+from runners.engine.errors import EngineError
+from runners.engine.export import export_final
+from runners.engine.metrics import MetricsSink, peak_memory_gib
+from runners.engine.optim import clip_gradients
+from runners.engine.signals import StopRequest
+
+
+@dataclass
+class Trainer:
+    """Everything the loop needs, built once by ``runners.engine.train``."""
+
+    spec: JobSpec
+    runtime: Runtime
+    run_dir: Path
+    state: TrainState
+    scaler: Any
+    stop: StopRequest
+    sink: MetricsSink
+    flops_per_token: float
+    peak_flops: float
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One optimizer step, agreed over all ranks."""
+
+    loss: float
+    grad_norm: float
+    lr: float
+    skipped: bool
+    stop_requested: bool
+
+
+def causal_lm_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross entropy; the model maps ids to logits (a transformers
+    model's output or a bare tensor from a factory model)."""
+    output = model(batch)
+    logits = getattr(output, "logits", output)
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), batch[:, 1:].flatten())
+
+
+def forward_backward(trainer: Trainer, batch: torch.Tensor, accumulation_steps: int) -> float:
+    """Forward and backward of one micro-batch; returns its (unscaled) loss."""
+    loss = causal_lm_loss(trainer.state.model, batch.to(trainer.runtime.device))
+    scaled = loss / accumulation_steps
+    (trainer.scaler.scale(scaled) if trainer.scaler else scaled).backward()
+    return loss.item()
+
+
+def _gradient_sync(model: nn.Module, sync: bool) -> AbstractContextManager[None]:
+    """Reduce gradients only on the last micro-batch of a step."""
+    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+        model.set_requires_gradient_sync(sync)
+        return nullcontext()
+    return nullcontext() if sync else model.no_sync()  # FSDP1
+
+
+def train_step(trainer: Trainer) -> StepResult:
+    """Accumulate gradients over the step's micro-batches, clip, check, update."""
+    state, runtime = trainer.state, trainer.runtime
+    trainer.stop.at_step_start(state.step + 1)
+    micro_batches = state.batches.next_step()
+    loss_sum = 0.0
+    for index, batch in enumerate(micro_batches):
+        with _gradient_sync(state.model, index == len(micro_batches) - 1):
+            loss_sum += forward_backward(trainer, batch, len(micro_batches))
+    if trainer.scaler:
+        trainer.scaler.unscale_(state.optimizer)
+    grad_norm = clip_gradients(state.model, trainer.spec.optimizer.grad_clip_norm)
+    total, stops = all_reduce_sum([loss_sum, float(trainer.stop.requested)], runtime.device)
+    loss = total / (len(micro_batches) * runtime.world_size)
+    lr = state.scheduler.get_last_lr()[0]
+    skipped = _apply_update(trainer, loss, grad_norm)
+    state.scheduler.step()
+    state.step += 1
+    return StepResult(loss, grad_norm, lr, skipped, stops > 0)
+
+
+def _apply_update(trainer: Trainer, loss: float, grad_norm: float) -> bool:
+    """Step the optimizer unless the loss or gradient norm is non-finite (then stop or
+    skip, per ``train.on_nonfinite``); returns whether the update was skipped."""
+    state, scaler = trainer.state, trainer.scaler
+    # With a loss scaler an infinite gradient is an overflow the scaler itself skips.
+    bad_norm = not math.isfinite(grad_norm) and scaler is None
+    if not math.isfinite(loss) or bad_norm:
+        what = f"loss {loss}" if not math.isfinite(loss) else f"gradient norm {grad_norm}"
+        if trainer.spec.train.on_nonfinite == "stop":
+            raise EngineError(
+                f"non-finite {what} at step {state.step + 1}; stopped (train.on_nonfinite: stop); "
+                "the last checkpoint is unchanged"
+            )
+        state.optimizer.zero_grad(set_to_none=True)
+        return True
+    if scaler:
+        scale = scaler.get_scale()
+        scaler.step(state.optimizer)
+        scaler.update()
+        skipped = scaler.get_scale() < scale
+    else:
+        state.optimizer.step()
+        skipped = False
+    state.optimizer.zero_grad(set_to_none=True)
+    return skipped
+
+
+def train(trainer: Trainer) -> None:
+    """Run to ``max_steps`` (or until a signal), checkpointing and logging on schedule,
+    then export the final weights."""
+    spec, state = trainer.spec, trainer.state
+    interval, saved_at = spec.checkpoint.interval_steps, state.step
+    clock = _Clock(state.step)
+    while state.step < spec.train.max_steps:
+        result = train_step(trainer)
+        if state.step % spec.logging.interval_steps == 0 or state.step == 1:
+            trainer.sink.write(_record(trainer, result, clock))
+        if result.stop_requested:
+            _save(trainer)
+            console(
+                trainer.runtime,
+                f"stopped by {trainer.stop.signal_name or 'a signal'} at "
+                f"step {state.step}; checkpoint saved",
+            )
+            return
+        if interval and state.step % interval == 0:
+            saved_at = _save(trainer)
+    if interval and saved_at != state.step:
+        _save(trainer)
+    if spec.checkpoint.final.enabled:
+        target = export_final(state.model, spec, trainer.run_dir, trainer.runtime)
+        console(trainer.runtime, f"final weights: {target}")
+
+
+def _save(trainer: Trainer) -> int:
+    path = save_checkpoint(
+        trainer.state, trainer.run_dir, trainer.spec.checkpoint.keep_last, trainer.runtime
+    )
+    console(trainer.runtime, f"checkpoint: {path}")
+    return trainer.state.step
+
+
+class _Clock:
+    """Wall time and steps since the previous log line."""
+
+    def __init__(self, step: int) -> None:
+        self.step, self.time = step, time.perf_counter()
+
+    def lap(self, step: int) -> tuple[int, float]:
+        now = time.perf_counter()
+        steps, seconds = step - self.step, now - self.time
+        self.step, self.time = step, now
+        return steps, seconds
+
+
+def _record(trainer: Trainer, result: StepResult, clock: _Clock) -> dict[str, Any]:
+    """A metrics record: the step's numbers plus throughput since the last record."""
+    spec, runtime = trainer.spec, trainer.runtime
+    steps, seconds = clock.lap(trainer.state.step)
+    tokens_per_s = steps * spec.data.global_batch_size * spec.data.seq_len / max(seconds, 1e-9)
+    peak = trainer.peak_flops * runtime.world_size
+    memory = peak_memory_gib(runtime.device)
+    memory = dict(zip(memory, all_reduce_max(list(memory.values()), runtime.device)))
+    return {
+        "step": trainer.state.step,
+        "loss": result.loss,
+        "lr": result.lr,
+        "grad_norm": result.grad_norm,
+        "skipped": result.skipped,
+        "tokens_per_s": tokens_per_s,
+        "mfu": tokens_per_s * trainer.flops_per_token / peak if peak else 0.0,
+        "step_time_s": seconds / max(steps, 1),
+        **memory,
+    }

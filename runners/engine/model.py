@@ -1,0 +1,198 @@
+"""Build the model from the spec and materialise it.
+
+Transformers models are built from the same config dict the planner reads
+(``fsdpspec.modelconfig.model_config``), on the meta device, so nothing is allocated
+before sharding. Nothing is ever downloaded: configs and weights are local.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+from fsdpspec.modelconfig import ModelConfigError, model_config
+from fsdpspec.spec.v1 import JobSpec
+from runners.engine.dist import Runtime, all_reduce_max
+from runners.engine.errors import EngineError
+
+_ROOT = Path("/")  # input paths in a resolved spec are already absolute
+
+
+def model_geometry(spec: JobSpec) -> dict[str, Any] | None:
+    """The Hugging Face config dict of a preset / hf_config model, a factory model's
+    ``geometry`` in the same names, or None."""
+    try:
+        return model_config(spec.model, _ROOT)
+    except ModelConfigError as exc:
+        raise EngineError(f"model.hf_config: {exc}") from None
+
+
+def build_model(spec: JobSpec, *, on_meta: bool) -> nn.Module:
+    """A fresh model; on the meta device (no storage) or on the CPU in fp32."""
+    device = torch.device("meta") if on_meta else torch.device("cpu")
+    if not on_meta:
+        torch.manual_seed(spec.train.seed)  # transformers initialises on construction
+    with device:
+        if spec.model.factory is not None:
+            model = _call_factory(spec.model.factory)
+        else:
+            model = _build_transformers_model(spec)
+    return model
+
+
+def _build_transformers_model(spec: JobSpec) -> nn.Module:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(**model_geometry(spec))
+    return AutoModelForCausalLM.from_config(
+        config, attn_implementation=spec.model.attention, dtype=torch.float32
+    )
+
+
+def _call_factory(target: str) -> nn.Module:
+    module_name, _, function_name = target.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise EngineError(f"model.factory {target!r} cannot be imported: {exc}") from None
+    model = factory()
+    if not isinstance(model, nn.Module):
+        raise EngineError(
+            f"model.factory {target!r} returned {type(model).__name__}, not nn.Module"
+        )
+    return model
+
+
+def materialise(model: nn.Module, device: torch.device, seed: int) -> None:
+    """Allocate a meta model (already sharded) on ``device`` and initialise it.
+
+    Every parameter is initialised as a full tensor on the CPU from one seeded stream, in
+    module order, and each rank keeps its shard. The values therefore do not depend on
+    the number of ranks or the sharding, which makes 1-process and N-process runs agree.
+    """
+    model.to_empty(device=device)
+    init_module = getattr(model, "_init_weights", None)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            _initialise_module(module, init_module)
+
+
+def _initialise_module(module: nn.Module, init_module: Any) -> None:
+    """Initialise a CPU twin of ``module``'s own tensors, then copy them in."""
+    own = {**module._parameters, **module._buffers}
+    if not any(t is not None for t in own.values()):
+        return
+    twin = copy.copy(module)  # same class and attributes, so the init code treats it alike
+    twin._modules = {}
+    twin._parameters = {k: _full_empty(p, parameter=True) for k, p in module._parameters.items()}
+    twin._buffers = {k: _full_empty(b) for k, b in module._buffers.items()}
+    if init_module is not None:
+        init_module(twin)
+    elif hasattr(twin, "reset_parameters"):
+        twin.reset_parameters()
+    for name, tensor in own.items():
+        if tensor is not None:
+            _copy_full_into(tensor, getattr(twin, name))
+
+
+def _full_empty(tensor: torch.Tensor | None, *, parameter: bool = False) -> torch.Tensor | None:
+    """An uninitialised CPU tensor of the unsharded shape (None stays None)."""
+    if tensor is None:
+        return None
+    full = torch.empty(tensor.shape, dtype=tensor.dtype)
+    return nn.Parameter(full, requires_grad=False) if parameter else full
+
+
+def _copy_full_into(target: torch.Tensor, full: torch.Tensor) -> None:
+    if isinstance(target, DTensor):
+        # Each rank holds the same full tensor, so no communication is needed.
+        shard = distribute_tensor(full, target.device_mesh, target.placements, src_data_rank=None)
+        target.to_local().copy_(shard.to_local())
+    else:
+        target.copy_(full)
+
+
+def read_weights(weights_dir: str) -> dict[str, torch.Tensor]:
+    """A full state dict from a local directory of ``*.safetensors`` (or ``*.bin``)."""
+    path = Path(weights_dir)
+    if not path.is_dir():
+        raise EngineError(f"model.weights: {path} is not a directory")
+    files = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
+    if not files:
+        raise EngineError(f"model.weights: no *.safetensors or *.bin files in {path}")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(_read_weight_file(file))
+    return state
+
+
+def _read_weight_file(file: Path) -> dict[str, torch.Tensor]:
+    try:
+        if file.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(file))
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a corrupt or foreign file: report which one
+        raise EngineError(f"model.weights: cannot read {file}: {exc}") from None
+
+
+def tied_weight_keys(model: nn.Module) -> set[str]:
+    """State-dict keys that alias another parameter (tied input/output embeddings)."""
+    config = getattr(model, "config", None)
+    if config is None or not getattr(config.get_text_config(), "tie_word_embeddings", False):
+        return set()
+    return set(getattr(model, "_tied_weights_keys", None) or ())
+
+
+def check_loaded_keys(missing: list[str], unexpected: list[str], tied: set[str]) -> None:
+    """Weights must cover the model (tied aliases excepted) and hold nothing foreign."""
+    missing = [k for k in missing if k not in tied]
+    if missing or unexpected:
+        detail = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
+        raise EngineError(f"model.weights do not match the model: {detail}")
+
+
+def load_weights(model: nn.Module, spec: JobSpec, runtime: Runtime, *, sharded: bool) -> None:
+    """Load ``model.weights`` into a sharded (FSDP2) or a full (pre-FSDP1) model.
+
+    With ``cpu_ram_efficient_loading`` only rank 0 reads the files and the sharded load
+    broadcasts them; otherwise every rank reads them.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    from_rank0 = sharded and spec.fsdp.cpu_ram_efficient_loading
+    full = _read_agreed(spec.model.weights, runtime, reads=runtime.is_main or not from_rank0)
+    if sharded:
+        options = StateDictOptions(
+            full_state_dict=True, broadcast_from_rank0=from_rank0, strict=False
+        )
+        result = set_model_state_dict(model, full, options=options)
+    else:
+        result = model.load_state_dict(full, strict=False)
+    check_loaded_keys(result.missing_keys, result.unexpected_keys, tied_weight_keys(model))
+
+
+def _read_agreed(weights_dir: str, runtime: Runtime, *, reads: bool) -> dict[str, torch.Tensor]:
+    """Read the weights where asked; every rank fails together if any reader failed, so
+    no rank is left waiting in the broadcast."""
+    failure: EngineError | None = None
+    full: dict[str, torch.Tensor] = {}
+    if reads:
+        try:
+            full = read_weights(weights_dir)
+        except EngineError as exc:
+            failure = exc
+    (failed,) = all_reduce_max([float(failure is not None)], runtime.device)
+    if failure is not None:
+        raise failure
+    if failed:
+        raise EngineError("model.weights: rank 0 could not read the weights")
+    return full

@@ -1,0 +1,173 @@
+"""Activation checkpointing, then FSDP: ``fully_shard`` (FSDP2) or FSDP1.
+
+Order follows torchtitan: checkpointing wraps each layer first, and the (wrapped) layers
+become the FSDP units.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+    CheckpointImpl,
+    checkpoint_wrapper,
+)
+from torch.distributed.device_mesh import DeviceMesh
+
+from fsdpspec.modelconfig import layer_classes
+from fsdpspec.spec.v1 import Fsdp, JobSpec, MixedPrecision
+from runners.engine.errors import EngineError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_RESHARD_AFTER_FORWARD = {
+    "FULL_SHARD": True,
+    "SHARD_GRAD_OP": False,
+    "NO_SHARD": False,
+    "HYBRID_SHARD": True,
+    "HYBRID_SHARD_ZERO2": False,
+}
+
+
+def find_layers(model: nn.Module, spec: JobSpec, config: dict[str, Any] | None) -> list[nn.Module]:
+    """The transformer layers (the spec's classes, or the family's decoder layer)."""
+    names = set(layer_classes(spec.fsdp.transformer_layer_cls, config))
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if names and not layers:
+        raise EngineError(f"fsdp.transformer_layer_cls: the model has no {sorted(names)} module")
+    return layers
+
+
+def apply_activation_checkpointing(
+    model: nn.Module, layers: list[nn.Module], fsdp: Fsdp
+) -> list[nn.Module]:
+    """Wrap every layer (full) or one in ``ac_every`` (selective); return the new layers."""
+    if fsdp.activation_checkpointing == "none":
+        return layers
+    every = 1 if fsdp.activation_checkpointing == "full" else fsdp.ac_every
+    parents = {
+        id(child): (parent, name)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+    }
+    wrapped = []
+    for index, layer in enumerate(layers):
+        if index % every == 0:
+            parent, name = parents[id(layer)]
+            layer = checkpoint_wrapper(layer, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+            setattr(parent, name, layer)
+        wrapped.append(layer)
+    return wrapped
+
+
+def size_units(model: nn.Module, min_num_params: int) -> list[nn.Module]:
+    """FSDP1's size policy, bottom-up: a module whose not-yet-wrapped parameters reach
+    ``min_num_params`` becomes a unit (the root is always one). Containers are never
+    units: a ModuleList or ModuleDict is not called, so it could never gather."""
+    units: list[nn.Module] = []
+
+    def visit(module: nn.Module) -> int:
+        remaining = sum(visit(child) for child in module.children())
+        remaining += sum(p.numel() for p in module.parameters(recurse=False))
+        container = isinstance(module, (nn.ModuleList, nn.ModuleDict))
+        if remaining >= min_num_params and module is not model and not container:
+            units.append(module)
+            return 0
+        return remaining
+
+    visit(model)
+    return units
+
+
+def choose_units(model: nn.Module, layers: list[nn.Module], fsdp: Fsdp) -> list[nn.Module]:
+    """The modules that become FSDP units besides the root."""
+    if fsdp.auto_wrap_policy == "transformer":
+        return layers
+    if fsdp.auto_wrap_policy == "size":
+        return size_units(model, fsdp.min_num_params)
+    return []
+
+
+def shard_fsdp2(
+    model: nn.Module, units: list[nn.Module], fsdp: Fsdp, mesh: DeviceMesh, device: torch.device
+) -> nn.Module:
+    """``fully_shard`` each unit, then the root."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+
+    offload = (
+        CPUOffloadPolicy(pin_memory=device.type == "cuda") if fsdp.cpu_offload else OffloadPolicy()
+    )
+    options = dict(
+        mesh=mesh, mp_policy=_fsdp2_precision(fsdp.mixed_precision), offload_policy=offload
+    )
+    reshard = _RESHARD_AFTER_FORWARD[fsdp.sharding_strategy]
+    for index, unit in enumerate(units):
+        # The last unit's parameters are needed again at once by backward: keep them.
+        fully_shard(unit, reshard_after_forward=reshard and index < len(units) - 1, **options)
+    fully_shard(model, reshard_after_forward=reshard, **options)
+    return model
+
+
+def _fsdp2_precision(precision: MixedPrecision) -> Any:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(
+        param_dtype=DTYPES[precision.param_dtype], reduce_dtype=DTYPES[precision.reduce_dtype]
+    )
+
+
+def wrap_fsdp1(
+    model: nn.Module, units: list[nn.Module], fsdp: Fsdp, mesh: DeviceMesh, device: torch.device
+) -> nn.Module:
+    """``FullyShardedDataParallel`` with the spec's policy and every FSDP1 option."""
+    from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, ShardingStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
+
+    unit_ids = {id(u) for u in units}
+    prefetch = (
+        None if fsdp.backward_prefetch == "NONE" else BackwardPrefetch[fsdp.backward_prefetch]
+    )
+    hybrid = fsdp.sharding_strategy.startswith("HYBRID")
+    on_meta = any(p.is_meta for p in model.parameters())
+    return FSDP(
+        model,
+        auto_wrap_policy=functools.partial(
+            lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in unit_ids
+        ),
+        sharding_strategy=ShardingStrategy[fsdp.sharding_strategy],
+        mixed_precision=_fsdp1_precision(fsdp.mixed_precision),
+        cpu_offload=CPUOffload(offload_params=fsdp.cpu_offload),
+        backward_prefetch=prefetch,
+        forward_prefetch=fsdp.forward_prefetch,
+        limit_all_gathers=True if fsdp.limit_all_gathers is None else fsdp.limit_all_gathers,
+        use_orig_params=True if fsdp.use_orig_params is None else fsdp.use_orig_params,
+        sync_module_states=fsdp1_syncs_states(fsdp, device),
+        param_init_fn=(lambda m: m.to_empty(device=device, recurse=False)) if on_meta else None,
+        device_id=device,
+        device_mesh=mesh if hybrid else None,
+    )
+
+
+def fsdp1_syncs_states(fsdp: Fsdp, device: torch.device) -> bool:
+    """FSDP1 broadcasts rank 0's states only from GPU memory; on the CPU every rank builds
+    the same seeded model instead, so there is nothing to synchronise."""
+    return fsdp.sync_module_states and device.type == "cuda"
+
+
+def _fsdp1_precision(precision: MixedPrecision) -> Any:
+    from torch.distributed.fsdp import MixedPrecision as Fsdp1MixedPrecision
+
+    return Fsdp1MixedPrecision(
+        param_dtype=DTYPES[precision.param_dtype],
+        reduce_dtype=DTYPES[precision.reduce_dtype],
+        buffer_dtype=DTYPES[precision.buffer_dtype],
+    )
+
+
+def compile_layers(layers: list[nn.Module]) -> None:
+    """``torch.compile`` each layer in place (before sharding, as torchtitan does)."""
+    for layer in layers:
+        layer.compile()

@@ -1,0 +1,43 @@
+"""Run under torchrun by tests/test_engine.py: logits of the engine's sharded model.
+
+argv: TRAINED_SPEC WEIGHTS_SPEC OUT. Builds the trained run exactly as the engine does
+(resuming its newest checkpoint), then a model loaded from ``model.weights``, and saves
+both models' logits on one fixed batch to OUT (rank 0).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from fsdpspec.resolved import read_resolved_spec
+from runners.engine.dist import init_runtime, teardown
+from runners.engine.train import build_fsdp_model, build_trainer
+
+
+def logits(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids).logits.detach().cpu()
+
+
+def main() -> None:
+    trained_spec, weights_spec, out = (Path(a) for a in sys.argv[1:4])
+    spec, run_dir, _ = read_resolved_spec(trained_spec)
+    runtime = init_runtime(spec)
+    input_ids = torch.arange(64).remainder(257).view(2, 32)
+    trainer = build_trainer(spec, run_dir, runtime)
+    from_checkpoint = logits(trainer.state.model, input_ids)
+    loaded_spec, _, _ = read_resolved_spec(weights_spec)
+    from_weights = logits(build_fsdp_model(loaded_spec, runtime), input_ids)
+    if runtime.is_main:
+        torch.save(
+            {"input_ids": input_ids, "checkpoint": from_checkpoint, "weights": from_weights}, out
+        )
+    trainer.sink.close()
+    teardown(clean=True)
+
+
+if __name__ == "__main__":
+    main()

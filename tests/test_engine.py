@@ -1,0 +1,288 @@
+"""The engine, for real: torchrun with 2 processes on gloo (CPU), tiny models.
+
+Runs are kept few and short (5–10 steps, seq_len 32) and shared between assertions where
+one run honestly answers several questions.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fsdpspec.resolved import write_resolved_spec  # noqa: E402
+from fsdpspec.spec.v1 import JobSpec  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = Path(__file__).with_name("engine_logits_probe.py")
+
+BASE: dict[str, Any] = {
+    "apiVersion": "fsdpspec/v1",
+    "kind": "TrainingJob",
+    "metadata": {"name": "engine-test"},
+    "resources": {"gpus_per_node": 2},
+    "model": {"preset": "tiny-llama"},
+    "data": {"source": "corpus", "seq_len": 32, "micro_batch_size": 1, "global_batch_size": 4},
+    "optimizer": {"lr": 1e-3, "scheduler": {"name": "constant"}},
+    "train": {"max_steps": 5},
+    "checkpoint": {"interval_steps": 0, "final": {"dtype": "float32"}},
+    "logging": {"interval_steps": 1},
+}
+
+
+def merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def write_spec(run_dir: Path, override: dict[str, Any] | None = None) -> Path:
+    return write_resolved_spec(JobSpec.model_validate(merged(BASE, override or {})), run_dir)
+
+
+def _env(extra: dict[str, str] | None) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(extra or {})}
+
+
+def torchrun(
+    spec: Path, nproc: int = 2, env: dict[str, str] | None = None, script: list[str] | None = None
+) -> subprocess.CompletedProcess:
+    """``python -m torch.distributed.run --standalone`` as `fsdpspec run` launches it."""
+    target = script or ["-m", "runners.engine", "--spec", str(spec)]
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        *target,
+    ]
+    return subprocess.run(
+        argv, cwd=ROOT, env=_env(env), capture_output=True, text=True, timeout=300
+    )
+
+
+def engine_alone(spec: Path) -> subprocess.CompletedProcess:
+    """One process without torchrun, so its whole output is the engine's own."""
+    return subprocess.run(
+        [sys.executable, "-m", "runners.engine", "--spec", str(spec)],
+        cwd=ROOT,
+        env=_env(None),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def metrics(run_dir: Path) -> list[dict[str, Any]]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    return {m["step"]: m["loss"] for m in metrics(run_dir)}
+
+
+def final_weights(run_dir: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "final" / "model.safetensors"))
+
+
+CONFIGS = {
+    "fsdp2-SHARD_GRAD_OP-bf16": {
+        "fsdp": {"sharding_strategy": "SHARD_GRAD_OP", "mixed_precision": "bf16"}
+    },
+    "fsdp2-FULL_SHARD-cpu_offload-full_ac": {
+        "fsdp": {"cpu_offload": True, "activation_checkpointing": "full"}
+    },
+    "fsdp2-NO_SHARD": {"fsdp": {"sharding_strategy": "NO_SHARD"}},
+    "fsdp2-HYBRID_SHARD-selective_ac": {
+        "fsdp": {
+            "sharding_strategy": "HYBRID_SHARD",
+            "shard_group_size": 1,
+            "activation_checkpointing": "selective",
+            "ac_every": 2,
+        }
+    },
+    "fsdp1-transformer-tiny_qwen2": {
+        "model": {"preset": "tiny-qwen2"},
+        "fsdp": {"version": 1, "auto_wrap_policy": "transformer", "forward_prefetch": True},
+    },
+    "fsdp1-size": {"fsdp": {"version": 1, "auto_wrap_policy": "size", "min_num_params": 20000}},
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_configuration_trains_five_steps(tmp_path: Path, name: str) -> None:
+    """Each sharding / wrapping / precision / offload / checkpointing choice trains."""
+    result = ok(torchrun(write_spec(tmp_path, CONFIGS[name])))
+    steps = losses(tmp_path)
+    assert sorted(steps) == [1, 2, 3, 4, 5]
+    assert all(math.isfinite(v) for v in steps.values())
+    fsdp = CONFIGS[name]["fsdp"]
+    assert (
+        f"fsdp{fsdp.get('version', 2)} {fsdp.get('sharding_strategy', 'FULL_SHARD')}"
+        in result.stdout
+    )
+    assert (
+        f"activation checkpointing {fsdp.get('activation_checkpointing', 'none')}" in result.stdout
+    )
+    if fsdp.get("auto_wrap_policy") == "size":  # the size policy really chose units
+        assert "0 units" not in result.stdout
+
+
+def test_quickstart_loss_falls_30_percent(tmp_path: Path) -> None:
+    """examples/quickstart.yaml on the shipped corpus, 30 steps, 2 processes."""
+    from fsdpspec.validate import check_file
+
+    report = check_file(ROOT / "examples" / "quickstart.yaml")
+    assert report.spec is not None
+    data = merged(
+        report.spec.as_json_data(),
+        {
+            "train": {"max_steps": 30},
+            "logging": {"interval_steps": 1},
+            "checkpoint": {"interval_steps": 0, "final": {"enabled": False}},
+        },
+    )
+    spec = write_resolved_spec(JobSpec.model_validate(data), tmp_path)
+    ok(torchrun(spec))
+    steps = losses(tmp_path)
+    assert steps[30] <= 0.7 * steps[1], steps
+
+
+# One 10-step FULL_SHARD fp32 run (constant lr, checkpoint every 5 steps) answers the
+# equivalence, resume and export questions.
+STRAIGHT = {"train": {"max_steps": 10}, "checkpoint": {"interval_steps": 5, "keep_last": 2}}
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("straight")
+    result = ok(torchrun(write_spec(run_dir, STRAIGHT)))
+    assert "fsdp2 FULL_SHARD" in result.stdout
+    return run_dir
+
+
+def test_two_ranks_equal_one_process(straight_run: Path, tmp_path: Path) -> None:
+    """FSDP2 FULL_SHARD on 2 ranks vs 1 process, fp32, same seed and data: the first
+    5 steps (the lr is constant, so these are a 5-step run) agree to 1e-5."""
+    ok(torchrun(write_spec(tmp_path, {"resources": {"gpus_per_node": 1}}), nproc=1))
+    two, one = losses(straight_run), losses(tmp_path)
+    assert sorted(one) == [1, 2, 3, 4, 5]
+    for step in range(1, 6):
+        assert abs(two[step] - one[step]) <= 1e-5, (step, two[step], one[step])
+
+
+def test_resume_is_exact(straight_run: Path, tmp_path: Path) -> None:
+    """10 straight vs 5, SIGTERM, resume to 10: identical losses 6–10 and weights."""
+    spec = write_spec(tmp_path, STRAIGHT)
+    first = ok(torchrun(spec, env={"FSDPSPEC_TEST_SIGNAL_AT_STEP": "5"}))
+    assert "stopped by SIGTERM at step 5" in first.stdout
+    assert max(losses(tmp_path)) == 5 and not (tmp_path / "final").exists()
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step-00000005"
+    second = ok(torchrun(spec))
+    assert "resumed from" in second.stdout and "(step 5)" in second.stdout
+    straight, resumed = losses(straight_run), losses(tmp_path)
+    assert [resumed[s] for s in range(6, 11)] == [straight[s] for s in range(6, 11)]
+    a, b = final_weights(straight_run), final_weights(tmp_path)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # keep_last: 2 rotates the step-5 checkpoint away once step 10 exists (twice saved).
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["latest", "step-00000005", "step-00000010"]
+
+
+def test_export_loads_with_from_pretrained(straight_run: Path, tmp_path: Path) -> None:
+    """final/ gives the sharded model's logits (fp32, 1e-5); it also loads back into
+    the engine as model.weights, sharded, with the same logits."""
+    from transformers import AutoModelForCausalLM
+
+    weights_spec = write_spec(
+        tmp_path / "weights",
+        {"model": {"weights": str(straight_run / "final")}, "checkpoint": {"resume": "never"}},
+    )
+    out = tmp_path / "logits.pt"
+    ok(
+        torchrun(
+            straight_run / "resolved-spec.json",
+            script=[
+                str(PROBE),
+                str(straight_run / "resolved-spec.json"),
+                str(weights_spec),
+                str(out),
+            ],
+        )
+    )
+    probe = torch.load(out)
+    model = AutoModelForCausalLM.from_pretrained(straight_run / "final", dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(probe["input_ids"]).logits
+    assert torch.allclose(logits, probe["checkpoint"], atol=1e-5, rtol=0)
+    assert torch.allclose(logits, probe["weights"], atol=1e-5, rtol=0)
+
+
+def test_nonfinite_loss_stops_with_one_line(tmp_path: Path) -> None:
+    """A diverging run stops with one clear line; the last good checkpoint stays latest."""
+    spec = write_spec(
+        tmp_path,
+        {
+            "resources": {"gpus_per_node": 1},
+            "optimizer": {"lr": 1e30, "grad_clip_norm": None},
+            "checkpoint": {"interval_steps": 1},
+            "train": {"max_steps": 4},
+        },
+    )
+    result = engine_alone(spec)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and "non-finite" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert "at step 2" in errors[0] and max(losses(tmp_path)) == 1
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step-00000001"
+
+
+def test_nonfinite_skip_continues(tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path,
+        {
+            "resources": {"gpus_per_node": 1},
+            "optimizer": {"lr": 1e30, "grad_clip_norm": None},
+            "train": {"max_steps": 3, "on_nonfinite": "skip"},
+        },
+    )
+    ok(engine_alone(spec))
+    records = metrics(tmp_path)
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert any(r["skipped"] for r in records)
+
+
+def test_missing_weights_is_one_line_error(tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path,
+        {"resources": {"gpus_per_node": 1}, "model": {"weights": str(tmp_path / "nowhere")}},
+    )
+    result = engine_alone(spec)
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip().splitlines()[-1].startswith("fsdpspec engine: error: model.weights")
+    )
+    assert "Traceback" not in result.stderr
