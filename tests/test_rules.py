@@ -211,3 +211,21 @@ def test_cli_select_and_ignore(cli, tmp_path) -> None:
     assert only.returncode == 0
     strict = cli("validate", "--strict", "--ignore", "FS504", "--format", "concise", str(spec))
     assert strict.returncode == 1 and "FS504" not in strict.stdout
+
+
+def test_cli_prefix_that_matches_no_rule_is_a_usage_error(cli) -> None:
+    result = cli("validate", "--ignore", "FS77", "examples/quickstart.yaml")
+    assert result.returncode == 2
+    assert "'FS77' matches no lint rule" in result.stderr
+
+
+def test_rules_and_explain_commands(cli) -> None:
+    listing = cli("rules").stdout.splitlines()
+    assert [line.split()[0] for line in listing] == sorted(RULES)
+    assert listing[sorted(RULES).index("FS111")].split()[1:3] == ["error", "layer-cls-not-in-model"]
+    explained = cli("explain", "fs111")
+    assert explained.returncode == 0
+    assert explained.stdout.startswith("FS111 layer-cls-not-in-model (error): ")
+    assert "FAIL:" in explained.stdout and "PASS:" in explained.stdout
+    unknown = cli("explain", "FS999")
+    assert unknown.returncode == 2 and "no rule 'FS999'" in unknown.stderr

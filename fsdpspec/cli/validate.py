@@ -7,6 +7,8 @@ from pathlib import Path
 import click
 
 from fsdpspec.cli.options import emit, format_option, resolve_format, set_option
+from fsdpspec.lint import RULES
+from fsdpspec.lint.selection import matches_any
 from fsdpspec.overrides import OverrideError
 from fsdpspec.report import RENDERERS
 from fsdpspec.validate import check_file
@@ -26,6 +28,9 @@ def command(files, output_format, overrides, select, ignore, strict) -> None:
 
     Exit 0 when clean, 1 on any error (or warning with --strict), 2 on usage errors.
     """
+    for prefix in (*select, *ignore):
+        if not matches_any(prefix, list(RULES)):
+            raise click.UsageError(f"{prefix!r} matches no lint rule (`fsdpspec rules` lists them)")
     try:
         reports = [check_file(Path(f), overrides, select=select, ignore=ignore) for f in files]
     except OverrideError as exc:
