@@ -1,26 +1,26 @@
 """Lint rules: cross-field judgement on a typed JobSpec (see registry.py).
 
-Importing a rule module registers its rules; every module is imported here so that the
-registry is complete wherever it is read (validate, `fsdpspec rules`, docs/rules.md).
+Every module of this package other than the infrastructure below is a rule module;
+importing it registers its rules. All are imported here, so adding a rule family is
+adding a file, and the registry is complete wherever it is read (validate, `fsdpspec
+rules`, docs/rules.md).
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Sequence
 
 from fsdpspec.diagnostics import Diagnostic
-from fsdpspec.lint import (  # noqa: F401  (imported to register their rules)
-    checkpoint,
-    data,
-    hygiene,
-    precision,
-    sharding,
-    topology,
-    version,
-    wrapping,
-)
 from fsdpspec.lint.registry import RULES, LintContext
 from fsdpspec.lint.selection import is_selected
+
+_INFRASTRUCTURE = {"registry", "selection", "docs"}
+
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name not in _INFRASTRUCTURE:
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def lint_spec(
