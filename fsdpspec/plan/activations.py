@@ -1,0 +1,105 @@
+"""Activation memory of one rank: what autograd saves per layer, the logits and the loss.
+
+Counts are the tensors the transformers implementations of the supported families save
+for backward (read off ``torch.autograd.graph.saved_tensors_hooks`` on each family, and
+checked against the fake-tensor trace). ``b`` is the compute dtype's size, T the tokens
+of one micro-batch, H/I the hidden/MLP widths, q/kv the query/key-value widths:
+
+- RMSNorm feeding a projection: the fp32 upcast input (4TH), the normalised value cast
+  back (bTH) and the output the projection saves (bTH); Gemma normalises in fp32 (8TH)
+  and saves its output (bTH).
+- Attention, SDPA / flash: rotated q and k, v (bT(q + 2kv)), the output (bTq) and the
+  log-sum-exp (4·B·heads·S). Eager: q, k and v expanded to every head (3bTq), the output
+  copy (bTq), and the attention probabilities: fp32 softmax plus its cast (B·heads·S²·(4+b)).
+- MLP (gated): gate, activation, up and their product (4bTI).
+"""
+
+from __future__ import annotations
+
+from fsdpspec.plan.geometry import Geometry
+
+
+def _norm_bytes(g: Geometry, b: int, width_tokens: int) -> int:
+    """A norm whose output feeds a projection (so the output is saved too)."""
+    if g.gemma_norm:
+        return (8 + b) * width_tokens
+    return (4 + 2 * b) * width_tokens
+
+
+def _attention_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) -> int:
+    t = batch * seq
+    q, kv = g.q_width, g.kv_width
+    if attention == "eager":
+        probs = (4 + (b if b < 4 else 0)) * batch * g.num_heads * seq * seq
+        if g.attn_softcap:
+            probs += b * batch * g.num_heads * seq * seq  # the tanh output
+        return 4 * b * t * q + probs
+    # Phi-3's v is a view of the fused qkv output, so the whole output stays alive.
+    v_bytes = b * t * (q + 2 * kv) if g.fused_projections else b * t * kv
+    lse = 4 * batch * g.num_heads * seq
+    return b * t * (q + kv) + v_bytes + b * t * q + lse
+
+
+def layer_activation_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) -> int:
+    """Bytes one decoder layer saves for backward without checkpointing."""
+    t = batch * seq
+    total = 2 * _norm_bytes(g, b, t * g.hidden_size)
+    if g.norms_per_layer == 4:
+        total += 2 * 8 * t * g.hidden_size  # Gemma 2's post-norms: fp32 input and value
+    if g.qk_norm:
+        total += (4 + b) * t * (g.q_width + g.kv_width)
+    total += _attention_bytes(g, b, batch, seq, attention)
+    return total + 4 * b * t * g.intermediate_size
+
+
+def checkpointed_layer_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
+    """A checkpointed layer keeps only its input hidden states."""
+    return b * batch * seq * g.hidden_size
+
+
+def checkpointed_layers(num_layers: int, mode: str, every: int) -> int:
+    """How many layers the engine wraps in activation checkpointing."""
+    if mode == "none":
+        return 0
+    step = 1 if mode == "full" else every
+    return -(-num_layers // step)
+
+
+def root_activation_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
+    """The final norm (feeding lm_head) and the rotary cos/sin shared by every layer."""
+    return _norm_bytes(g, b, batch * seq * g.hidden_size) + 2 * b * batch * seq * g.head_dim
+
+
+def logits_forward_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
+    """At the cross entropy in forward: the logits, their fp32 upcast (over the shifted
+    tokens) and the fp32 log-softmax saved for backward. (With batch > 1 the shift makes
+    a copy first, freed by the upcast before the log-softmax allocates.)"""
+    v = g.vocab_size
+    shifted = batch * (seq - 1) * v
+    total = b * batch * seq * v + 4 * shifted
+    if b < 4:
+        total += 4 * shifted
+    if g.final_softcap:
+        total += 2 * b * batch * seq * v  # the scaled logits and their tanh
+    return total
+
+
+def logits_backward_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
+    """The start of backward: the saved fp32 log-softmax, the gradient arriving at it
+    and the gradient it produces (all fp32, over the shifted tokens)."""
+    total = 12 * batch * (seq - 1) * g.vocab_size
+    if g.final_softcap:
+        total += b * batch * seq * g.vocab_size
+    return total
+
+
+def backward_temporaries(g: Geometry, b: int, batch: int, seq: int, attention: str) -> int:
+    """Gradients of activations alive at once inside one layer's backward: in the MLP,
+    the gradients of the product and of the up/gate branches; in eager attention, the
+    gradient of the probabilities (fp32) and of the scores."""
+    t = batch * seq
+    mlp = 2 * b * t * g.intermediate_size + b * t * g.hidden_size
+    if attention != "eager":
+        return mlp
+    scores = 4 * batch * g.num_heads * seq * seq
+    return max(mlp, 2 * scores)

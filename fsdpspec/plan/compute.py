@@ -1,0 +1,68 @@
+"""FLOPs and communication of one optimizer step, and the ideal times they take.
+
+FLOPs follow the PaLM accounting (Chowdhery et al. 2022, appendix B): 6·N per token for
+the matrix multiplies plus 12·L·q·S for attention scores and values; full activation
+checkpointing re-runs the forward (a third more). Communication is what FSDP moves per
+rank: an all-gather of each unit in forward and again in backward for units freed after
+forward, a reduce-scatter of the gradients once per synchronised micro-batch, and for
+replicated strategies an all-reduce across replicas; ring collectives move (n-1)/n of
+the buffer per rank, an all-reduce twice that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fsdpspec.accelerators import Accelerator
+from fsdpspec.plan.memory import model_sharding
+from fsdpspec.plan.workload import Workload
+
+
+@dataclass(frozen=True)
+class Compute:
+    """One step of one rank: work, traffic and the ideal time of each."""
+
+    flops: float
+    all_gather_bytes: int
+    reduce_scatter_bytes: int
+    all_reduce_bytes: int
+    compute_seconds: float
+    communication_seconds: float
+
+    @property
+    def communication_bound(self) -> bool:
+        """FSDP overlaps collectives with compute; when they take longer, they set the pace."""
+        return self.communication_seconds > self.compute_seconds
+
+
+def step_flops(w: Workload, parameters: int) -> float:
+    """FLOPs of one rank's optimizer step (all its micro-batches)."""
+    g = w.geometry
+    tokens = w.tokens * w.accumulation_steps
+    per_token = 6 * parameters + 12 * g.num_layers * g.q_width * w.seq_len
+    if w.activation_checkpointing != "none":
+        share = 1.0 if w.activation_checkpointing == "full" else 1 / w.ac_every
+        per_token += share * (2 * parameters + 4 * g.num_layers * g.q_width * w.seq_len)
+    return float(per_token * tokens)
+
+
+def step_compute(w: Workload, parameters: int, device: Accelerator, compute_dtype: str) -> Compute:
+    """Work and traffic of one step, timed at the device's peaks."""
+    sh = model_sharding(w)
+    s, b, r = w.shard_size, w.compute_bytes, w.reduce_bytes
+    ring = (s - 1) / s
+    units = sum(sh.gathered_numel(u) * u.count for u in sh.units)
+    root = sh.gathered_numel(sh.root)
+    regathered = 0 if w.keeps_params_gathered else units
+    micro = w.accumulation_steps
+    all_gather = int(b * ring * (units + root + regathered) * micro)
+    reduce_scatter = int(r * ring * (units + root))
+    replicas = w.world_size // s
+    all_reduce = int(2 * r * (units + root) / s * (replicas - 1) / replicas) if replicas > 1 else 0
+    flops = step_flops(w, parameters)
+    peak = device.peak_tflops(compute_dtype) or device.fp32_tflops
+    intra = all_gather + reduce_scatter if s <= w.gpus_per_node else 0
+    inter = all_reduce + (0 if intra else all_gather + reduce_scatter)
+    seconds = intra / (device.intra_node_gbps * 1e9) + inter / (device.inter_node_gbps * 1e9)
+    return Compute(flops, all_gather, reduce_scatter, all_reduce,
+                   flops / (peak * 1e12), seconds)

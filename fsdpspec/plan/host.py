@@ -1,0 +1,52 @@
+"""Host memory of one node: process overhead, offloaded state, weight loading and the
+rank-0 gathers of full-state-dict checkpoints and the final export."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fsdpspec.plan.memory import GIB, model_sharding
+from fsdpspec.plan.workload import MASTER_BYTES, Workload
+
+# Resident memory of one training process besides its tensors: the interpreter, torch,
+# transformers and the CUDA runtime's host side.
+PROCESS_OVERHEAD_BYTES = 2 * GIB
+# Checkpoint files are assumed bf16 (how published weights ship).
+WEIGHT_FILE_BYTES = 2
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """One node's host memory: each term, and the peak over the job's phases."""
+
+    terms: dict[str, int]
+    peak: int
+    peak_phase: str
+
+
+def host_memory(w: Workload, parameters: int) -> HostMemory:
+    """Host memory of the busiest node (the one with rank 0)."""
+    ranks = min(w.gpus_per_node, w.world_size)
+    shard = MASTER_BYTES * model_sharding(w).total_shard_numel()
+    offloaded = ranks * shard * (2 + w.optimizer_states) if w.cpu_offload else 0
+    readers = 1 if w.cpu_ram_efficient_loading else ranks
+    loading = readers * WEIGHT_FILE_BYTES * parameters if w.loads_weights else 0
+    # A full state dict gathers the fp32 parameters and optimizer state to rank 0.
+    gather = MASTER_BYTES * parameters * (1 + w.optimizer_states) if w.full_state_dict else 0
+    # The export gathers fp32 weights to rank 0, then casts every tensor at once.
+    export = parameters * (MASTER_BYTES + w.export_bytes) if w.export_bytes else 0
+    terms = {
+        "process_overhead": ranks * PROCESS_OVERHEAD_BYTES,
+        "offloaded_states": offloaded,
+        "weight_loading": loading,
+        "full_state_dict_gather": gather,
+        "final_export_gather": export,
+    }
+    phases = {
+        "weight loading": loading,
+        "training": offloaded,
+        "checkpoint save": offloaded + gather,
+        "final export": offloaded + export,
+    }
+    phase = max(phases, key=phases.__getitem__)
+    return HostMemory(terms, terms["process_overhead"] + phases[phase], phase)

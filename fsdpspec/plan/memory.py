@@ -1,0 +1,253 @@
+"""Device memory of one rank, term by term, at the moments a training step peaks.
+
+A step is walked as FSDP runs it and the live tensors are summed at each candidate
+peak: the cross entropy at the end of forward, the start of backward (loss gradients),
+the backward of the last layer (every activation still alive), the root's gradient
+reduction at the end of backward, and the optimizer step. The largest is the predicted
+``torch.cuda.max_memory_allocated``; the caching allocator's fragmentation is added for
+``max_memory_reserved``, and the CUDA context and NCCL buffers, which live outside the
+allocator, are reported beside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fsdpspec.plan import activations as act
+from fsdpspec.plan.units import Sharding, Unit, sharding
+from fsdpspec.plan.workload import MASTER_BYTES, Workload
+
+GIB = 1 << 30
+# Outside the caching allocator: the CUDA context with cuBLAS/cuDNN handles, and NCCL's
+# channel buffers once a communicator exists (typical nvidia-smi minus reserved).
+CUDA_CONTEXT_BYTES = GIB // 2
+NCCL_BYTES = GIB // 2
+# Reserved beyond allocated: FSDP2 frees its buffers on the compute stream and wastes
+# little; FSDP1 uses record_stream, so blocks stay reserved longer.
+FRAGMENTATION = {1: 0.10, 2: 0.05}
+
+TERMS = (
+    "sharded_parameters", "optimizer_states", "sharded_gradients", "accumulated_gradients",
+    "gathered_parameters", "prefetch_buffer", "unsharded_gradients", "reduce_scatter_buffers",
+    "activations", "logits_and_loss", "backward_temporaries", "optimizer_temporaries",
+)
+
+
+@dataclass(frozen=True)
+class Point:
+    """The live tensors at one moment of a step."""
+
+    name: str
+    terms: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.terms.values())
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One rank's device memory: the peak moment, and what sits beside the allocator."""
+
+    peak: Point
+    points: tuple[Point, ...]
+    fragmentation: int
+    cuda_context: int
+    nccl: int
+
+    @property
+    def peak_allocated(self) -> int:
+        return self.peak.total
+
+    @property
+    def peak_reserved(self) -> int:
+        return self.peak_allocated + self.fragmentation
+
+    @property
+    def total(self) -> int:
+        """What the device must hold: reserved plus context and NCCL."""
+        return self.peak_reserved + self.cuda_context + self.nccl
+
+
+def model_sharding(w: Workload) -> Sharding:
+    return sharding(w.geometry, policy=w.auto_wrap_policy, min_num_params=w.min_num_params,
+                    shard_size=w.shard_size, fsdp_version=w.fsdp_version)
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """Sizes the points draw on, computed once."""
+
+    persistent: dict[str, int]
+    accumulated: int
+    root: int
+    root_kept: bool
+    units_kept: int
+    unit: int
+    prefetch: int
+    unit_grads: int
+    head_grads: int
+    unit_reduce: int
+    sharded_unit_grads: int
+    sharded_layer_grads: int
+    root_grads: int
+    root_reduce: int
+    saved: int
+    layer: int
+    recompute: int
+    sharded_grads: int
+    optimizer_temporaries: int
+
+
+def _gathered_bytes(sh: Sharding, w: Workload, unit: Unit) -> int:
+    # FSDP2 copies the all-gather output into unpadded parameters; FSDP1 keeps the
+    # padded flat parameter.
+    numel = unit.numel if w.fsdp_version == 2 else sh.gathered_numel(unit)
+    return w.compute_bytes * numel
+
+
+def _units_kept_after_forward(w: Workload, sh: Sharding) -> int:
+    """Non-root parameters still gathered when forward ends: every unit under the
+    strategies that do not reshard after forward; under FSDP2 the last unit (the engine
+    keeps it, backward needs it at once); none under FSDP1."""
+    if w.keeps_params_gathered:
+        return sum(_gathered_bytes(sh, w, u) * u.count for u in sh.units)
+    if w.fsdp_version == 2 and sh.largest is not None:
+        return _gathered_bytes(sh, w, sh.largest)
+    return 0
+
+
+def _parts(w: Workload, sh: Sharding) -> _Parts:
+    g, b, r, m = w.geometry, w.compute_bytes, w.reduce_bytes, MASTER_BYTES
+    shard_bytes = m * sh.total_shard_numel()
+    on_device = 0 if w.cpu_offload else 1
+    unit = sh.largest
+    unit_padded = sh.gathered_numel(unit) if unit else 0
+    prefetch = 0
+    if unit and not w.keeps_params_gathered and w.backward_prefetch != "NONE":
+        prefetch = b * unit_padded
+    # Without gradient sync FSDP keeps every unsharded gradient between micro-batches,
+    # upcast to the reduce dtype (FSDP2) or to the parameters' own dtype (FSDP1).
+    accumulated = 0
+    if w.accumulation_steps > 1:
+        accumulated = (r if w.fsdp_version == 2 else m) * (sh.layer_numel + sh.root.numel)
+    grads = 0 if accumulated else 1
+    saved, layer = _layer_activations(w)
+    return _Parts(
+        persistent={"sharded_parameters": on_device * shard_bytes,
+                    "optimizer_states": on_device * w.optimizer_states * shard_bytes},
+        accumulated=accumulated,
+        root=_gathered_bytes(sh, w, sh.root),
+        # The engine reshards the root after forward where the strategy reshards (FSDP2
+        # honours that); FSDP1 never frees the root before backward.
+        root_kept=w.keeps_params_gathered or w.fsdp_version == 1,
+        units_kept=_units_kept_after_forward(w, sh),
+        unit=_gathered_bytes(sh, w, unit) if unit else 0,
+        prefetch=prefetch,
+        # Backward reaches a layer's MLP first: its down projection's gradient exists.
+        unit_grads=grads * b * g.hidden_size * g.intermediate_size,
+        head_grads=grads * b * g.embedding_params,
+        unit_reduce=r * unit_padded,
+        sharded_unit_grads=on_device * m * (unit_padded // sh.shard_size),
+        sharded_layer_grads=on_device * m * sum(sh.shard_numel(u) * u.count for u in sh.units),
+        root_grads=grads * b * sh.root.numel,
+        root_reduce=r * sh.gathered_numel(sh.root),
+        saved=saved,
+        layer=layer,
+        recompute=layer if _last_layer_checkpointed(w, g.num_layers) else 0,
+        sharded_grads=on_device * shard_bytes,
+        optimizer_temporaries=on_device * (shard_bytes if w.optimizer_states == 2 else 0),
+    )
+
+
+def _layer_activations(w: Workload) -> tuple[int, int]:
+    """(bytes saved by all layers, bytes one layer saves without checkpointing)."""
+    g, b = w.geometry, w.compute_bytes
+    full = act.layer_activation_bytes(g, b, w.micro_batch_size, w.seq_len, w.attention)
+    ckpt = act.checkpointed_layers(g.num_layers, w.activation_checkpointing, w.ac_every)
+    kept = act.checkpointed_layer_bytes(g, b, w.micro_batch_size, w.seq_len)
+    return ckpt * kept + (g.num_layers - ckpt) * full, full
+
+
+def _last_layer_checkpointed(w: Workload, layers: int) -> bool:
+    if w.activation_checkpointing == "none":
+        return False
+    every = 1 if w.activation_checkpointing == "full" else w.ac_every
+    return (layers - 1) % every == 0
+
+
+def _head_points(w: Workload, p: _Parts) -> list[Point]:
+    """From the lm_head's forward to its backward: logits, loss, the root gathered again."""
+    g, b, batch, seq = w.geometry, w.compute_bytes, w.micro_batch_size, w.seq_len
+    logits = b * batch * seq * g.vocab_size
+    acts = p.saved + act.root_activation_bytes(g, b, batch, seq)
+    root_now = p.root if p.root_kept else 0
+    base = p.persistent | {"accumulated_gradients": p.accumulated, "activations": acts}
+    lm_head = base | {"gathered_parameters": p.root + p.units_kept, "logits_and_loss": logits}
+    loss_forward = base | {"gathered_parameters": root_now + p.units_kept,
+                           "logits_and_loss": act.logits_forward_bytes(g, b, batch, seq)}
+    loss_backward = base | {"gathered_parameters": root_now + p.units_kept,
+                            "logits_and_loss": act.logits_backward_bytes(g, b, batch, seq)}
+    # The logits' gradient (and its un-shifted copy) meets the lm_head's weight gradient.
+    head_backward = base | {"gathered_parameters": p.root + p.units_kept,
+                            "prefetch_buffer": p.prefetch,
+                            "unsharded_gradients": p.head_grads,
+                            "logits_and_loss": 2 * logits}
+    points = [Point("forward: lm_head", lm_head), Point("forward: loss", loss_forward),
+              Point("backward: loss", loss_backward), Point("backward: lm_head", head_backward)]
+    if not p.root_kept:
+        # Gathering the root again: the all-gather output and its copy-out coexist.
+        regather = base | {"gathered_parameters": p.root + p.units_kept,
+                           "prefetch_buffer": p.root, "logits_and_loss": logits}
+        points.append(Point("backward: root all-gather", regather))
+    return points
+
+
+def _layer_points(w: Workload, p: _Parts) -> list[Point]:
+    """Backward inside the last layer (every activation alive) and inside the one before
+    it (the last layer's gradients are being reduced)."""
+    g, b = w.geometry, w.compute_bytes
+    temporaries = act.backward_temporaries(g, b, w.micro_batch_size, w.seq_len, w.attention)
+    gathered = p.root + max(p.units_kept, p.unit)
+    common = p.persistent | {"accumulated_gradients": p.accumulated,
+                             "gathered_parameters": gathered,
+                             "prefetch_buffer": p.prefetch,
+                             "unsharded_gradients": p.head_grads + p.unit_grads,
+                             "backward_temporaries": temporaries}
+    last = common | {"activations": p.saved + p.recompute}
+    points = [Point("backward: last layer", last)]
+    if g.num_layers > 1 and w.activation_checkpointing == "none":
+        before_last = common | {"activations": p.saved - p.layer,
+                                "sharded_gradients": p.sharded_unit_grads,
+                                "reduce_scatter_buffers": p.unit_reduce}
+        points.append(Point("backward: layer before last", before_last))
+    return points
+
+
+def _points(w: Workload, p: _Parts) -> list[Point]:
+    backward_end = p.persistent | {
+        "accumulated_gradients": p.accumulated,
+        "sharded_gradients": p.sharded_layer_grads,
+        "unsharded_gradients": p.root_grads,
+        "reduce_scatter_buffers": p.root_reduce,
+    }
+    optimizer_step = p.persistent | {"sharded_gradients": p.sharded_grads,
+                                     "optimizer_temporaries": p.optimizer_temporaries}
+    layer_points = _layer_points(w, p) if p.unit else []
+    return [*_head_points(w, p), *layer_points,
+            Point("backward: root gradient reduction", backward_end),
+            Point("optimizer step", optimizer_step)]
+
+
+def device_memory(w: Workload, *, is_gpu: bool = True) -> DeviceMemory:
+    """One rank's device memory for the workload."""
+    points = tuple(Point(pt.name, {t: pt.terms.get(t, 0) for t in TERMS})
+                   for pt in _points(w, _parts(w, model_sharding(w))))
+    peak = max(points, key=lambda pt: pt.total)
+    return DeviceMemory(
+        peak=peak,
+        points=points,
+        fragmentation=int(FRAGMENTATION[w.fsdp_version] * peak.total),
+        cuda_context=CUDA_CONTEXT_BYTES if is_gpu else 0,
+        nccl=NCCL_BYTES if is_gpu and w.world_size > 1 else 0,
+    )

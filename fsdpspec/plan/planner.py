@@ -1,0 +1,122 @@
+"""`plan_job`: geometry → workload → device and host memory → verdict, fewest GPUs,
+suggestions. Pure: a spec and its model config in, a Plan out; no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fsdpspec.accelerators import CATALOG, Accelerator, resolve_accelerator
+from fsdpspec.plan.compute import Compute, step_compute
+from fsdpspec.plan.geometry import Geometry, geometry_from_config
+from fsdpspec.plan.host import HostMemory, host_memory
+from fsdpspec.plan.memory import GIB, DeviceMemory, device_memory
+from fsdpspec.plan.suggest import Suggestion, suggestions
+from fsdpspec.plan.workload import Workload, workload
+from fsdpspec.spec.v1 import JobSpec
+
+# The fewest-GPUs search stops here (in nodes): beyond it the answer is "none".
+MAX_NODES = 4096
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything `fsdpspec plan` reports about one job."""
+
+    spec: JobSpec
+    geometry: Geometry
+    workload: Workload
+    accelerator: Accelerator
+    capacity: int
+    headroom_target: float
+    device: DeviceMemory
+    host: HostMemory
+    host_capacity: int
+    compute: Compute
+    min_gpus: int | None
+    suggestions: tuple[Suggestion, ...]
+
+    @property
+    def parameters(self) -> int:
+        return self.geometry.total_params
+
+    @property
+    def fits_device(self) -> bool:
+        return self.device.total <= self.capacity
+
+    @property
+    def fits_host(self) -> bool:
+        return self.host.peak <= self.host_capacity
+
+    @property
+    def fits(self) -> bool:
+        return self.fits_device and self.fits_host
+
+    @property
+    def headroom(self) -> float:
+        """Fraction of device memory left free at the peak (negative: over)."""
+        return 1.0 - self.device.total / self.capacity if self.capacity > 0 else -1.0
+
+    def to_json(self) -> dict[str, Any]:
+        """Stable keys (documented in docs/memory.md)."""
+        from fsdpspec.plan.report import plan_json
+
+        return plan_json(self)
+
+
+def device_capacity(accelerator: Accelerator, spec: JobSpec, host: HostMemory) -> int:
+    """Bytes one rank may use: the device's memory, or on a CPU its share of the host
+    memory left after the node's host-side needs."""
+    if accelerator.is_gpu:
+        return int(accelerator.memory_gib * GIB)
+    left = int(spec.resources.host_memory_gib * GIB) - host.peak
+    return max(0, left // spec.resources.gpus_per_node)
+
+
+def _fits_at(spec: JobSpec, g: Geometry, accelerator: Accelerator, world: int,
+             usable: float) -> bool:
+    w = workload(spec, g, world_size=world)
+    device = device_memory(w, is_gpu=accelerator.is_gpu)
+    capacity = device_capacity(accelerator, spec, host_memory(w, g.total_params))
+    return device.total <= capacity * usable
+
+
+def fewest_gpus(spec: JobSpec, g: Geometry, accelerator: Accelerator) -> int | None:
+    """The fewest ranks (a whole number of nodes) at which the job fits with the spec's
+    headroom; memory per rank only falls as ranks are added, so the search bisects."""
+    per_node = spec.resources.gpus_per_node
+    usable = 1.0 - spec.resources.memory_headroom
+    if not _fits_at(spec, g, accelerator, MAX_NODES * per_node, usable):
+        return None
+    low, high = 1, MAX_NODES
+    while low < high:
+        mid = (low + high) // 2
+        if _fits_at(spec, g, accelerator, mid * per_node, usable):
+            high = mid
+        else:
+            low = mid + 1
+    return low * per_node
+
+
+def plan_job(spec: JobSpec, config: dict[str, Any], *, world_size: int | None = None,
+             accelerator: str | Accelerator | None = None) -> Plan:
+    """Plan ``spec`` (its model given as an HF-style config dict), optionally on another
+    number of ranks or another accelerator."""
+    g = geometry_from_config(config)
+    if accelerator is None:
+        device = resolve_accelerator(spec.resources.accelerator)
+    else:
+        device = CATALOG[accelerator] if isinstance(accelerator, str) else accelerator
+    w = workload(spec, g, world_size=world_size)
+    memory = device_memory(w, is_gpu=device.is_gpu)
+    host = host_memory(w, g.total_params)
+    compute = step_compute(w, g.total_params, device, spec.fsdp.mixed_precision.param_dtype)
+    capacity = device_capacity(device, spec, host)
+    host_capacity = int(spec.resources.host_memory_gib * GIB)
+    return Plan(
+        spec=spec, geometry=g, workload=w, accelerator=device, capacity=capacity,
+        headroom_target=spec.resources.memory_headroom, device=memory, host=host,
+        host_capacity=host_capacity, compute=compute,
+        min_gpus=fewest_gpus(spec, g, device) if device.is_gpu else None,
+        suggestions=tuple(suggestions(spec, g, w, memory, capacity, device)),
+    )

@@ -1,0 +1,127 @@
+"""A Plan as stable JSON data, and as the text table `fsdpspec plan` prints."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fsdpspec.plan.memory import GIB
+
+if TYPE_CHECKING:
+    from fsdpspec.plan.planner import Plan
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """The documented JSON form (keys are stable)."""
+    device, host, compute = plan.device, plan.host, plan.compute
+    return {
+        "parameters": {"total": plan.parameters,
+                       "per_layer": plan.geometry.layer_params,
+                       "outside_layers": plan.geometry.root_params},
+        "world_size": plan.workload.world_size,
+        "shard_size": plan.workload.shard_size,
+        "accumulation_steps": plan.workload.accumulation_steps,
+        "accelerator": plan.accelerator.name,
+        "memory": {
+            "device": {
+                "peak_allocated_bytes": device.peak_allocated,
+                "peak_reserved_bytes": device.peak_reserved,
+                "total_bytes": device.total,
+                "capacity_bytes": plan.capacity,
+                "headroom": round(plan.headroom, 4),
+                "peak_phase": device.peak.name,
+                "terms": dict(device.peak.terms),
+                "fragmentation_bytes": device.fragmentation,
+                "cuda_context_bytes": device.cuda_context,
+                "nccl_bytes": device.nccl,
+                "phases": {p.name: p.total for p in device.points},
+            },
+            "host": {
+                "peak_bytes": host.peak,
+                "capacity_bytes": plan.host_capacity,
+                "peak_phase": host.peak_phase,
+                "terms": dict(host.terms),
+            },
+        },
+        "compute": {
+            "flops_per_step": compute.flops,
+            "compute_seconds": compute.compute_seconds,
+            "communication_seconds": compute.communication_seconds,
+            "all_gather_bytes": compute.all_gather_bytes,
+            "reduce_scatter_bytes": compute.reduce_scatter_bytes,
+            "all_reduce_bytes": compute.all_reduce_bytes,
+            "communication_bound": compute.communication_bound,
+        },
+        "fits": plan.fits,
+        "fits_device": plan.fits_device,
+        "fits_host": plan.fits_host,
+        "min_gpus": plan.min_gpus,
+        "suggestions": [{"override": s.override, "description": s.description,
+                         "saves_bytes": s.saves_bytes, "fits": s.fits}
+                        for s in plan.suggestions],
+    }
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:8.2f}"
+
+
+def _share(n: int, capacity: int) -> str:
+    return f"{100 * n / capacity:6.1f}%" if capacity > 0 else "      -"
+
+
+def _device_rows(plan: Plan) -> list[str]:
+    device, cap = plan.device, plan.capacity
+    rows = [f"  {'term':<28}{'GiB':>8}  {'of device':>8}"]
+    rows += [f"  {name.replace('_', ' '):<28}{gib(v)}  {_share(v, cap)}"
+             for name, v in device.peak.terms.items() if v]
+    rows.append(f"  {'= peak allocated':<28}{gib(device.peak_allocated)}  "
+                f"{_share(device.peak_allocated, cap)}")
+    rows.append(f"  {'+ allocator fragmentation':<28}{gib(device.fragmentation)}")
+    rows.append(f"  {'= peak reserved':<28}{gib(device.peak_reserved)}")
+    if device.cuda_context or device.nccl:
+        rows.append(f"  {'+ CUDA context':<28}{gib(device.cuda_context)}")
+        rows.append(f"  {'+ NCCL buffers':<28}{gib(device.nccl)}")
+    rows.append(f"  {'= device total':<28}{gib(device.total)}  {_share(device.total, cap)}")
+    return rows
+
+
+def _verdict(plan: Plan) -> list[str]:
+    device, cap = plan.device, plan.capacity
+    word = "fits" if plan.fits_device else "DOES NOT FIT"
+    lines = [f"device: {word}: {device.total / GIB:.1f} of {cap / GIB:.1f} GiB "
+             f"(headroom {100 * plan.headroom:.1f}%, wanted {100 * plan.headroom_target:.0f}%)"]
+    host_word = "fits" if plan.fits_host else "DOES NOT FIT"
+    lines.append(f"host (per node): {host_word}: {plan.host.peak / GIB:.1f} of "
+                 f"{plan.host_capacity / GIB:.1f} GiB at {plan.host.peak_phase}")
+    if plan.accelerator.is_gpu:
+        fewest = plan.min_gpus
+        answer = str(fewest) if fewest is not None else "none (per-rank memory does not shrink)"
+        lines.append(f"fewest {plan.accelerator.name} that fit: {answer}")
+    return lines
+
+
+def _compute_lines(plan: Plan) -> list[str]:
+    c = plan.compute
+    traffic = (c.all_gather_bytes + c.reduce_scatter_bytes + c.all_reduce_bytes) / GIB
+    bound = "communication-bound" if c.communication_bound else "compute-bound"
+    return [f"step: {c.flops / 1e12:.1f} TFLOP per rank, ideal {c.compute_seconds:.3f} s "
+            f"compute vs {c.communication_seconds:.3f} s collectives "
+            f"({traffic:.1f} GiB per rank): likely {bound}"]
+
+
+def plan_text(plan: Plan) -> str:
+    """The table `fsdpspec plan` prints."""
+    w = plan.workload
+    head = [f"{plan.spec.metadata.name}: {plan.parameters / 1e9:.2f}B parameters, "
+            f"{w.world_size} × {plan.accelerator.name}, {w.strategy} over {w.shard_size}, "
+            f"micro-batch {w.micro_batch_size} × {w.seq_len}, "
+            f"{w.accumulation_steps} accumulation step(s)",
+            f"per-rank device memory at its peak ({plan.device.peak.name}):"]
+    host = ["host memory per node:"]
+    host += [f"  {k.replace('_', ' '):<28}{gib(v)}" for k, v in plan.host.terms.items() if v]
+    lines = head + _device_rows(plan) + host + _verdict(plan) + _compute_lines(plan)
+    if plan.suggestions:
+        lines.append("cheapest changes, by memory saved:")
+        lines += [f"  --set {s.override:<40} saves {s.saves_bytes / GIB:6.2f} GiB"
+                  f"{'  (fits)' if s.fits else ''}  {s.description}" for s in plan.suggestions]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,74 @@
+"""The cheapest changes that cut device memory, ranked by the bytes they save.
+
+Each candidate is a `--set` override; its saving is the analytic peak recomputed with
+the override applied, so interactions (a smaller micro-batch means more accumulation
+steps, which keeps unsharded gradients between micro-batches) are counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fsdpspec.accelerators import Accelerator
+from fsdpspec.plan.geometry import Geometry
+from fsdpspec.plan.memory import DeviceMemory, device_memory
+from fsdpspec.plan.workload import Workload, workload
+from fsdpspec.spec.v1 import JobSpec
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """One change: the override, what it means, the bytes it saves, whether it fits."""
+
+    override: str
+    description: str
+    saves_bytes: int
+    fits: bool
+
+
+def _candidates(spec: JobSpec, w: Workload, device: Accelerator) -> list[tuple[str, str]]:
+    fsdp, data = spec.fsdp, spec.data
+    out = []
+    if fsdp.activation_checkpointing != "full":
+        out.append(("fsdp.activation_checkpointing=full",
+                    "recompute each layer in backward instead of keeping its activations"))
+    if fsdp.sharding_strategy in ("SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD_ZERO2"):
+        out.append(("fsdp.sharding_strategy=FULL_SHARD",
+                    "shard parameters too and free them after forward"))
+    if fsdp.sharding_strategy == "HYBRID_SHARD" and w.shard_size < w.world_size:
+        out.append(("fsdp.sharding_strategy=FULL_SHARD", "shard over every rank, not a group"))
+    if data.micro_batch_size > 1:
+        out.append((f"data.micro_batch_size={data.micro_batch_size // 2}",
+                    "halve the micro-batch (more accumulation steps, same global batch)"))
+    if spec.model.attention == "eager":
+        out.append(("model.attention=sdpa", "fused attention: no sequence² probabilities"))
+    if fsdp.mixed_precision.param_dtype == "float32" and device.supports_bf16:
+        out.append(("fsdp.mixed_precision=bf16", "compute and gather in bfloat16"))
+    if not fsdp.cpu_offload and device.is_gpu:
+        out.append(("fsdp.cpu_offload=true",
+                    "keep sharded parameters, gradients and optimizer state in host memory"))
+    return out
+
+
+def _apply(spec: JobSpec, override: str) -> JobSpec:
+    key, _, value = override.partition("=")
+    data = spec.as_json_data()
+    node = data
+    *parents, leaf = key.split(".")
+    for part in parents:
+        node = node[part]
+    node[leaf] = {"true": True, "false": False}.get(value, int(value) if value.isdigit() else value)
+    return JobSpec.model_validate(data)
+
+
+def suggestions(spec: JobSpec, g: Geometry, w: Workload, memory: DeviceMemory, capacity: int,
+                device: Accelerator) -> list[Suggestion]:
+    """Changes that save device memory, most bytes saved first."""
+    found = []
+    for override, description in _candidates(spec, w, device):
+        changed = workload(_apply(spec, override), g, world_size=w.world_size)
+        after = device_memory(changed, is_gpu=device.is_gpu)
+        saved = memory.total - after.total
+        if saved > 0:
+            found.append(Suggestion(override, description, saved, after.total <= capacity))
+    return sorted(found, key=lambda s: -s.saves_bytes)

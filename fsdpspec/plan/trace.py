@@ -1,0 +1,128 @@
+"""`plan --trace`: the real model on fake tensors, measured by FSDPMemTracker.
+
+This is the one plan path that imports torch and transformers. It builds the model the
+engine builds (same code: ``runners.engine``), wraps it the way the engine wraps it, and
+runs two optimizer steps at the spec's shapes on FakeTensorMode with a fake process group
+of the shard-group size: every tensor one rank would allocate is accounted, none is
+backed by memory, and the collectives are no-ops. The tracker's peak is what one rank
+would allocate on the device (``torch.cuda.max_memory_allocated``), without the CUDA
+context, NCCL buffers and allocator caching that the analytic plan adds on top.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fsdpspec.plan.workload import accumulation_steps, shard_group_size
+from fsdpspec.resolved import absolute_inputs
+from fsdpspec.spec.v1 import JobSpec
+
+TRACED_STEPS = 2
+
+
+class TraceError(ValueError):
+    """A spec `plan --trace` cannot run (one line for the user)."""
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    """The traced peak of one rank during the last traced step."""
+
+    peak_bytes: int
+    # FSDPMemTracker categories at that peak ("Sharded Param", "Activation", …) → bytes.
+    categories: dict[str, int]
+    shard_size: int
+    micro_batches: int
+
+
+def check_traceable(spec: JobSpec) -> None:
+    """Raise TraceError for the specs the fake-tensor trace cannot represent."""
+    if spec.fsdp.version != 2:
+        raise TraceError("--trace measures FSDP2 (fully_shard); this spec uses fsdp.version 1")
+    if spec.fsdp.cpu_offload:
+        raise TraceError("--trace runs on the CPU and cannot tell offloaded state from device "
+                         "memory; drop fsdp.cpu_offload to trace")
+    if spec.model.factory is not None:
+        raise TraceError("--trace builds transformers models only (preset or hf_config)")
+
+
+def trace_job(spec: JobSpec, config: dict[str, Any], base_dir: Path) -> TraceResult:
+    """Trace one rank of the job (``config``: its HF config dict); see the module docstring."""
+    check_traceable(spec)
+    import torch
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    spec = absolute_inputs(spec, base_dir)
+    shard = shard_group_size(spec)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", rank=0, world_size=shard, store=FakeStore())
+    try:
+        # The mesh must exist before FakeTensorMode: it is real process-group state.
+        mesh = init_device_mesh("cpu", (shard,))
+        with FakeTensorMode():
+            return _run(spec, config, mesh, shard, torch)
+    finally:
+        dist.destroy_process_group()
+
+
+def _build(spec: JobSpec, config: dict[str, Any], mesh: Any, torch: Any) -> tuple[Any, Any]:
+    from runners.engine.model import build_model
+    from runners.engine.optim import build_optimizer
+    from runners.engine.wrap import (
+        apply_activation_checkpointing,
+        choose_units,
+        find_layers,
+        shard_fsdp2,
+    )
+
+    model = build_model(spec, on_meta=True)
+    layers = apply_activation_checkpointing(model, find_layers(model, spec, config),
+                                            spec.fsdp)
+    shard_fsdp2(model, choose_units(model, layers, spec.fsdp), spec.fsdp, mesh,
+                torch.device("cpu"))
+    model.to_empty(device="cpu")
+    optimizer = build_optimizer(model.parameters(), spec.optimizer)
+    # On a GPU the optimizers default to the multi-tensor (foreach) kernels; the CPU
+    # default is the per-tensor loop, whose temporaries are smaller. Trace the GPU's.
+    for group in optimizer.param_groups:
+        group["foreach"] = True
+    return model, optimizer
+
+
+def _run(spec: JobSpec, config: dict[str, Any], mesh: Any, shard: int, torch: Any) -> TraceResult:
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+    from runners.engine.loop import causal_lm_loss
+
+    model, optimizer = _build(spec, config, mesh, torch)
+    micro = min(2, accumulation_steps(spec))
+    vocab = model.config.vocab_size
+    shape = (spec.data.micro_batch_size, spec.data.seq_len)
+    for _ in range(TRACED_STEPS):
+        # A fresh tracker per step: the last step is the steady state (optimizer state
+        # exists). The first step's lazy state initialisation on DTensors is over-counted
+        # by the tracker, and on a device it allocates no more than a later step does.
+        tracker = FSDPMemTracker(model, optimizer)
+        with tracker:
+            for index in range(micro):
+                if index:
+                    tracker.reset_mod_stats()  # per-module stats allow one forward each
+                model.set_requires_gradient_sync(index == micro - 1)
+                loss = causal_lm_loss(model, torch.randint(0, vocab, shape))
+                (loss / micro).backward()
+                del loss
+            optimizer.step()
+            optimizer.zero_grad()
+    snapshot = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
+    categories = {_category_name(k): int(v) for k, v in snapshot.items() if k != "Total"}
+    return TraceResult(int(snapshot["Total"]), categories, shard, micro)
+
+
+def _category_name(key: Any) -> str:
+    return getattr(key, "value", str(key))

@@ -1,0 +1,108 @@
+"""What the memory model reads from a spec: one rank's shapes, dtypes and policies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fsdpspec.plan.geometry import Geometry
+from fsdpspec.spec.v1 import JobSpec
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# The engine builds every model in fp32: FSDP's sharded (master) parameters are fp32.
+MASTER_BYTES = 4
+# Optimizer states per parameter, each in the master dtype.
+_OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}
+# FSDP shards over the whole group, over a sub-group (hybrid), or not at all.
+_HYBRID = ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
+# Strategies that keep every unit's parameters gathered from forward to backward.
+KEEPS_PARAMS_GATHERED = ("SHARD_GRAD_OP", "HYBRID_SHARD_ZERO2", "NO_SHARD")
+
+
+def shard_group_size(spec: JobSpec, world_size: int | None = None) -> int:
+    """Ranks one parameter is sharded over."""
+    world = world_size or spec.world_size
+    strategy = spec.fsdp.sharding_strategy
+    if strategy == "NO_SHARD":
+        return 1
+    if strategy in _HYBRID:
+        return min(world, spec.fsdp.shard_group_size or spec.resources.gpus_per_node)
+    return world
+
+
+def accumulation_steps(spec: JobSpec, world_size: int | None = None) -> int:
+    """Micro-batches per optimizer step (as the engine derives them; at least 1)."""
+    per_step = spec.data.micro_batch_size * (world_size or spec.world_size)
+    return max(1, spec.data.global_batch_size // per_step)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One rank's view of a job: everything the memory and compute models need."""
+
+    geometry: Geometry
+    world_size: int
+    shard_size: int
+    gpus_per_node: int
+    fsdp_version: int
+    strategy: str
+    compute_bytes: int
+    reduce_bytes: int
+    optimizer_states: int
+    activation_checkpointing: str
+    ac_every: int
+    attention: str
+    micro_batch_size: int
+    seq_len: int
+    accumulation_steps: int
+    cpu_offload: bool
+    auto_wrap_policy: str
+    min_num_params: int
+    backward_prefetch: str
+    forward_prefetch: bool
+    loads_weights: bool
+    cpu_ram_efficient_loading: bool
+    full_state_dict: bool
+    export_bytes: int
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in one micro-batch of one rank."""
+        return self.micro_batch_size * self.seq_len
+
+    @property
+    def keeps_params_gathered(self) -> bool:
+        return self.strategy in KEEPS_PARAMS_GATHERED
+
+
+def workload(spec: JobSpec, geometry: Geometry, *, world_size: int | None = None) -> Workload:
+    """The workload of ``spec`` (optionally on another number of ranks)."""
+    world = world_size or spec.world_size
+    fsdp, precision = spec.fsdp, spec.fsdp.mixed_precision
+    sgd_without_momentum = spec.optimizer.name == "sgd" and spec.optimizer.momentum == 0
+    final = spec.checkpoint.final
+    return Workload(
+        geometry=geometry,
+        world_size=world,
+        shard_size=shard_group_size(spec, world),
+        gpus_per_node=spec.resources.gpus_per_node,
+        fsdp_version=fsdp.version,
+        strategy=fsdp.sharding_strategy,
+        compute_bytes=DTYPE_BYTES[precision.param_dtype],
+        reduce_bytes=DTYPE_BYTES[precision.reduce_dtype],
+        optimizer_states=0 if sgd_without_momentum else _OPTIMIZER_STATES[spec.optimizer.name],
+        activation_checkpointing=fsdp.activation_checkpointing,
+        ac_every=fsdp.ac_every,
+        attention=spec.model.attention,
+        micro_batch_size=spec.data.micro_batch_size,
+        seq_len=spec.data.seq_len,
+        accumulation_steps=accumulation_steps(spec, world),
+        cpu_offload=fsdp.cpu_offload,
+        auto_wrap_policy=fsdp.auto_wrap_policy,
+        min_num_params=fsdp.min_num_params,
+        backward_prefetch=fsdp.backward_prefetch,
+        forward_prefetch=fsdp.forward_prefetch,
+        loads_weights=spec.model.weights is not None,
+        cpu_ram_efficient_loading=fsdp.cpu_ram_efficient_loading,
+        full_state_dict=fsdp.state_dict_type == "FULL_STATE_DICT",
+        export_bytes=DTYPE_BYTES[final.dtype] if final.enabled else 0,
+    )
