@@ -119,6 +119,15 @@ data: {seq_len: 64, global_batch_size: 1}
     assert lint(tmp_path, text) == [(8, 7, "FS111")]
 
 
+def test_other_module_classes_of_the_model_are_accepted(tmp_path) -> None:
+    text = HEAD + """\
+model: {preset: tiny-llama}
+fsdp: {transformer_layer_cls: [LlamaDecoderLayer, Embedding]}
+data: {seq_len: 64, global_batch_size: 1}
+"""
+    assert lint(tmp_path, text) == []
+
+
 def test_world_size_in_env_points_at_the_value(tmp_path) -> None:
     text = HEAD + """\
 model: {preset: tiny-llama}
@@ -229,3 +238,21 @@ def test_rules_and_explain_commands(cli) -> None:
     assert "FAIL:" in explained.stdout and "PASS:" in explained.stdout
     unknown = cli("explain", "FS999")
     assert unknown.returncode == 2 and "no rule 'FS999'" in unknown.stderr
+
+
+def test_accepted_classes_cover_what_transformers_builds() -> None:
+    """No false alarm: every parameter-holding module class transformers instantiates for
+    the fixture configs is accepted, and the suggested decoder layer is among them."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from fsdpspec.lint.wrapping import model_classes
+
+    for family, layer in FAMILY_LAYERS.items():
+        config = json.loads((ROOT / "tests" / "models" / family / "config.json").read_text())
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(
+                transformers.AutoConfig.for_model(**config))
+        built = {type(m).__name__ for m in model.modules()
+                 if next(m.parameters(), None) is not None}
+        assert layer in built
+        assert built <= model_classes(config["model_type"]), family

@@ -133,10 +133,9 @@ def hybrid_degree(ctx: LintContext) -> Iterator[Diagnostic]:
     group, world = shard_group_size(spec), spec.world_size
     if spec.fsdp.sharding_strategy in HYBRID and world % group:
         divisors = [d for d in range(1, world + 1) if world % d == 0]
-        pointer = "/fsdp/shard_group_size" if ctx.is_set("/fsdp/shard_group_size") \
-            else "/resources/gpus_per_node"
+        # The default group (one node) always divides: only a written size can fail.
         yield diagnostic("FS104", f"shard group of {group} ranks does not divide the world "
-                         f"size {world}", pointer,
+                         f"size {world}", "/fsdp/shard_group_size",
                          f"use a shard_group_size among {divisors}")
 
 

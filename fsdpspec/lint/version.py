@@ -16,7 +16,7 @@ def _fsdp1_only(fsdp: Fsdp, is_set: Callable[[str], bool]) -> Iterator[str]:
     if fsdp.forward_prefetch:
         yield "forward_prefetch"
     for name in ("limit_all_gathers", "use_orig_params"):
-        if is_set(f"/fsdp/{name}"):
+        if is_set(f"/fsdp/{name}") and getattr(fsdp, name) is not None:
             yield name
 
 

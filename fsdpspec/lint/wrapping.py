@@ -16,6 +16,22 @@ def _architecture(ctx: LintContext) -> str:
     return str(names[0])
 
 
+# The parameter-holding module classes transformers builds for a family, named after its
+# decoder layer (LlamaDecoderLayer → Llama…); any of them may be an FSDP unit.
+_FAMILY_MODULES = ("ForCausalLM", "Model", "DecoderLayer", "Attention", "MLP", "RMSNorm")
+_TORCH_MODULES = ("Embedding", "Linear", "ModuleList")
+# Gemma scales its embeddings in a subclass of Embedding (transformers ≥ 5).
+_EXTRA_MODULES = {"gemma": ("GemmaTextScaledWordEmbedding",),
+                  "gemma2": ("Gemma2TextScaledWordEmbedding",)}
+
+
+def model_classes(model_type: str) -> set[str]:
+    """Module classes with parameters in a model of a known family."""
+    prefix = DECODER_LAYERS[model_type].removesuffix("DecoderLayer")
+    return ({prefix + suffix for suffix in _FAMILY_MODULES} | set(_TORCH_MODULES)
+            | set(_EXTRA_MODULES.get(model_type, ())))
+
+
 def _millions(count: int) -> str:
     return f"{count / 1e6:,.1f}M"
 
@@ -52,9 +68,11 @@ def layer_cls_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
       "use the model's decoder layer class")
 def layer_cls_not_in_model(ctx: LintContext) -> Iterator[Diagnostic]:
     """Each entry of `fsdp.transformer_layer_cls` must be a module class the model
-    builds. The model family is read from the preset or the local `config.json`
-    (`model_type`), so a class from another family — `LlamaDecoderLayer` on a Qwen2
-    model — is caught before the job starts, with the right class suggested.
+    builds: a class it does not build wraps nothing, and when no entry matches, the job
+    stops at wrap time. The model family is read from the preset or the local
+    `config.json` (`model_type`), without importing transformers, so a class from
+    another family — `LlamaDecoderLayer` on a Qwen2 model — is caught before the job
+    starts, with the family's decoder layer suggested.
 
     FAIL:
 
@@ -66,12 +84,12 @@ def layer_cls_not_in_model(ctx: LintContext) -> Iterator[Diagnostic]:
         model: {preset: tiny-qwen2}
         fsdp: {transformer_layer_cls: [Qwen2DecoderLayer]}
     """
-    config = ctx.model_config or {}
-    expected = DECODER_LAYERS.get(config.get("model_type", ""))
-    if expected is None:
+    model_type = (ctx.model_config or {}).get("model_type", "")
+    if model_type not in DECODER_LAYERS:
         return
+    expected, known = DECODER_LAYERS[model_type], model_classes(model_type)
     for index, name in enumerate(ctx.spec.fsdp.transformer_layer_cls):
-        if name != expected:
+        if name not in known:
             yield diagnostic("FS111", f"transformer_layer_cls {name!r} is not a layer of "
                              f"{_architecture(ctx)}", f"/fsdp/transformer_layer_cls/{index}",
                              f"use {expected} (inferred from the model)")
