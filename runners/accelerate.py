@@ -22,6 +22,8 @@ from fsdpspec.suggest import closest
 from fsdpspec.yamltext import COMMENT_COLUMN, dump_yaml
 
 _FSDP_CONFIG = "fsdp_config"
+# Host RAM is in no accelerate config; GPU servers carry about this much per GPU.
+HOST_GIB_PER_GPU = 128
 
 
 @dataclass(frozen=True)
@@ -275,6 +277,10 @@ def import_config(loaded: Loaded, *, name: str, model: dict[str, str],
     on_cpu = str(top.get("use_cpu")).lower() == "true"
     draft.put("resources.accelerator", "cpu" if on_cpu else accelerator,
               "use_cpu: true" if on_cpu else "not in accelerate configs: the GPU you run on")
+    if not on_cpu:
+        per_node = draft.fields.get("resources.gpus_per_node", (1, ""))[0]
+        draft.put("resources.host_memory_gib", HOST_GIB_PER_GPU * per_node,
+                  f"assumed {HOST_GIB_PER_GPU} GiB per GPU: set your nodes' RAM")
     for key, value in model.items():
         draft.put(f"model.{key}", value, "not in accelerate configs: your model")
     _apply_defaults(reading, draft)

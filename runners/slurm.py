@@ -96,7 +96,9 @@ def sbatch_script(spec: JobSpec, run_dir: Path) -> str:
         "",
     ]
     if endpoint_index is not None:
+        # No pipe into `head`: under pipefail its early exit would SIGPIPE scontrol.
         lines += ["# Rendezvous on the first node of the allocation.",
-                  'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)']
+                  'nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+                  "head_node=${nodes%%$'\\n'*}"]
     lines.append(_command_lines(_srun_prefix(spec), argv, endpoint_index))
     return "\n".join(lines) + "\n"
