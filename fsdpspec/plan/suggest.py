@@ -40,6 +40,10 @@ def _candidates(spec: JobSpec, w: Workload, device: Accelerator) -> list[tuple[s
     if data.micro_batch_size > 1:
         out.append((f"data.micro_batch_size={data.micro_batch_size // 2}",
                     "halve the micro-batch (more accumulation steps, same global batch)"))
+    if w.accumulation_steps > 1:
+        out.append((f"data.global_batch_size={data.micro_batch_size * w.world_size}",
+                    "no accumulation: between micro-batches FSDP keeps every unsharded "
+                    "gradient"))
     if spec.model.attention == "eager":
         out.append(("model.attention=sdpa", "fused attention: no sequence² probabilities"))
     if fsdp.mixed_precision.param_dtype == "float32" and device.supports_bf16:

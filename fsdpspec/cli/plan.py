@@ -1,0 +1,87 @@
+"""`fsdpspec plan FILE` — per-rank device memory term by term, host memory per node,
+the verdict, the fewest GPUs that fit, and the cheapest fixes. `--trace` measures the
+same job on fake tensors (the one plan path that imports torch)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from fsdpspec.accelerators import accelerator_names
+from fsdpspec.cli.options import exit_on_errors, set_option
+from fsdpspec.overrides import OverrideError
+from fsdpspec.plan.planner import Plan, plan_job
+from fsdpspec.plan.report import plan_text
+from fsdpspec.validate import check_file
+
+
+def _load(file: str, overrides: tuple[str, ...]):
+    # Memory rules (FS2xx) are what the plan itself reports, so they do not stop it.
+    try:
+        report = check_file(Path(file), overrides, ignore=("FS2",))
+    except OverrideError as exc:
+        raise click.UsageError(str(exc)) from None
+    exit_on_errors(report)
+    if report.model_config is None:
+        raise click.ClickException("a factory model needs `model.geometry` to be planned")
+    return report
+
+
+def _trace(plan: Plan, config: dict, base_dir: Path) -> dict:
+    try:
+        from fsdpspec.plan.trace import TraceError, check_traceable, trace_job
+    except ImportError as exc:  # pragma: no cover - torch is part of the [train] extra
+        raise click.ClickException(f"--trace needs torch: {exc}") from None
+    try:
+        check_traceable(plan.spec)
+        result = trace_job(plan.spec, config, base_dir)
+    except TraceError as exc:
+        raise click.ClickException(str(exc)) from None
+    analytic = plan.device.peak_allocated
+    return {"peak_allocated_bytes": result.peak_bytes, "analytic_peak_allocated_bytes": analytic,
+            "error": round((analytic - result.peak_bytes) / result.peak_bytes, 4),
+            "shard_size": result.shard_size, "micro_batches": result.micro_batches,
+            "categories": result.categories}
+
+
+def _trace_text(trace: dict) -> str:
+    gib = 1 << 30
+    lines = [f"trace (FakeTensorMode, fake process group of {trace['shard_size']}, "
+             f"{trace['micro_batches']} micro-batch(es) per step): peak allocated "
+             f"{trace['peak_allocated_bytes'] / gib:.2f} GiB, analytic "
+             f"{trace['analytic_peak_allocated_bytes'] / gib:.2f} GiB "
+             f"({100 * trace['error']:+.1f}%)",
+             "  traced at its peak, by FSDPMemTracker category:"]
+    lines += [f"  {name:<28}{value / gib:8.2f}" for name, value in trace["categories"].items()
+              if value]
+    return "\n".join(lines) + "\n"
+
+
+@click.command("plan")
+@click.argument("file", metavar="FILE")
+@click.option("--gpus", type=click.IntRange(min=1), default=None,
+              help="Plan for this many ranks instead of nodes × gpus_per_node.")
+@click.option("--accelerator", type=click.Choice(accelerator_names()), default=None,
+              help="Plan for this catalogue device instead of resources.accelerator.")
+@set_option
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]),
+              default="text", help="Output format.")
+@click.option("--trace", is_flag=True,
+              help="Also run the model on fake tensors (needs torch) and compare.")
+def command(file, gpus, accelerator, overrides, output_format, trace) -> None:
+    """Predict per-GPU and host memory of a job spec, term by term.
+
+    Exit 0 when the job fits, 1 when it does not (or the spec has errors), 2 on usage
+    errors. JSON keys are stable: see docs/memory.md.
+    """
+    report = _load(file, overrides)
+    plan = plan_job(report.spec, report.model_config, world_size=gpus, accelerator=accelerator)
+    traced = _trace(plan, report.model_config, report.base_dir) if trace else None
+    if output_format == "json":
+        data = plan.to_json() | ({"trace": traced} if traced else {})
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(plan_text(plan) + (_trace_text(traced) if traced else ""), nl=False)
+    raise SystemExit(0 if plan.fits else 1)
