@@ -8,7 +8,7 @@ import click
 @click.command("explain")
 @click.argument("code")
 def command(code: str) -> None:
-    """Print the documentation of the rule CODE (e.g. FS111)."""
+    """Print one rule's documentation, with a failing and a passing example."""
     from fsdpspec.lint import RULES
     from fsdpspec.lint.docs import explain_text
 
