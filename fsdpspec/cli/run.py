@@ -40,14 +40,24 @@ def _valid_spec(file: str, overrides: list[str]) -> tuple[FileReport, JobSpec]:
     return report, absolute_inputs(report.spec, report.base_dir)
 
 
-def _plan_line(report: FileReport) -> str | None:
-    """One line: peak memory per device against its capacity."""
-    try:
-        from fsdpspec.plan import summary_line
-    except ImportError:  # TEMPORARY: the planner is being written
-        return None
+def _plan_line(report: FileReport) -> str:
+    """One line from the planner: peak memory per device against its capacity."""
+    from fsdpspec.plan.geometry import GeometryError
+    from fsdpspec.plan.memory import GIB
+    from fsdpspec.plan.planner import plan_job
+
     assert report.spec is not None
-    return summary_line(report.spec, report.model_config)
+    if report.model_config is None:
+        return "plan: a factory model without geometry: memory not estimated"
+    try:
+        plan = plan_job(report.spec, report.model_config)
+    except GeometryError as exc:
+        return f"plan: memory not estimated ({exc})"
+    unit = plan.accelerator.name if plan.accelerator.is_gpu else "process"
+    verdict = "fits" if plan.fits else "DOES NOT FIT"
+    return (f"plan: {verdict}: peak {plan.device.total / GIB:.2f} GiB per {unit} of "
+            f"{plan.capacity / GIB:.2f} GiB; host {plan.host.peak / GIB:.1f} of "
+            f"{plan.host_capacity / GIB:.1f} GiB per node")
 
 
 def _dry_run(argv: list[str], env_added: dict[str, str], spec: JobSpec, run_dir: Path) -> None:
@@ -99,9 +109,7 @@ def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint) -> None:
     if node_rank is not None and node_rank >= spec.resources.nodes:
         raise click.UsageError(f"--node-rank {node_rank} is not below the node count "
                                f"{spec.resources.nodes}")
-    plan_line = _plan_line(report)
-    if plan_line:
-        click.echo(plan_line, err=True)
+    click.echo(_plan_line(report), err=True)
     run_dir = Path(spec.run_dir()).absolute()
     argv = build_torchrun_argv(spec, run_dir, node_rank=node_rank, launcher=LAUNCHER)
     env = launch_env(spec, os.environ, os.cpu_count())
