@@ -286,3 +286,81 @@ def test_missing_weights_is_one_line_error(tmp_path: Path) -> None:
         result.stderr.strip().splitlines()[-1].startswith("fsdpspec engine: error: model.weights")
     )
     assert "Traceback" not in result.stderr
+
+
+# Pure pieces of the engine, in-process (no process group needed).
+
+
+def test_lr_schedule_warmup_then_decay() -> None:
+    from fsdpspec.spec.v1 import Scheduler
+    from runners.engine.optim import lr_multiplier
+
+    cosine = Scheduler(name="cosine", warmup_steps=4, min_lr_ratio=0.1)
+    assert [lr_multiplier(s, cosine, 20) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert lr_multiplier(20, cosine, 20) == pytest.approx(0.1)
+    linear = Scheduler(name="linear", warmup_steps=0, min_lr_ratio=0.0)
+    assert lr_multiplier(5, linear, 10) == pytest.approx(0.5)
+    assert lr_multiplier(7, Scheduler(name="constant"), 10) == 1.0
+
+
+def test_ranks_split_each_global_batch_exactly() -> None:
+    """Rank slices of a step are disjoint and together are the step's global batch,
+    whatever the world size; so 1 and N processes see the same data."""
+    from fsdpspec.spec.v1 import Data
+    from runners.engine.data import Batches, SequenceSource
+
+    data = Data(source="synthetic", seq_len=8, micro_batch_size=1, global_batch_size=4)
+    source = SequenceSource(data, vocab_size=320, seed=3)
+
+    def step_rows(world: int) -> list[tuple[int, ...]]:
+        rows = []
+        for rank in range(world):
+            batches = Batches(source, data, rank, world)
+            batches.load_state_dict({"position": 4})  # the second step
+            rows += [tuple(b[0].tolist()) for b in batches.next_step()]
+        return sorted(rows)
+
+    expected = sorted(tuple(source.sequence(i).tolist()) for i in range(4, 8))
+    assert step_rows(1) == step_rows(2) == expected
+
+
+def test_jsonl_error_names_file_and_line(tmp_path: Path) -> None:
+    from fsdpspec.spec.v1 import Data
+    from runners.engine.data import read_documents
+    from runners.engine.errors import EngineError
+
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"text": "fine"}\n{"body": "no text"}\n')
+    with pytest.raises(EngineError, match=r"docs.jsonl:2: .*'text'"):
+        list(read_documents(Data(source="jsonl", path=str(path))))
+
+
+def test_size_policy_skips_containers() -> None:
+    from torch import nn
+
+    from runners.engine.wrap import size_units
+
+    model = nn.Sequential(nn.ModuleList([nn.Linear(10, 10), nn.Linear(10, 10)]), nn.Linear(4, 4))
+    units = size_units(model, min_num_params=100)
+    assert units == [model[0][0], model[0][1]]
+
+
+def test_resume_picks_newest_complete_checkpoint(tmp_path: Path) -> None:
+    from runners.engine.checkpoint import find_resume_checkpoint
+    from runners.engine.errors import EngineError
+
+    root = tmp_path / "checkpoints"
+    for name, complete in (
+        ("step-00000002", True),
+        ("step-00000004", True),
+        (".tmp-step-00000006", True),
+        ("step-00000008", False),
+    ):
+        (root / name).mkdir(parents=True)
+        if complete:
+            (root / name / ".metadata").write_bytes(b"")
+    assert find_resume_checkpoint("auto", tmp_path) == root / "step-00000004"
+    assert find_resume_checkpoint("never", tmp_path) is None
+    assert find_resume_checkpoint("auto", tmp_path / "fresh") is None
+    with pytest.raises(EngineError, match="not a complete checkpoint"):
+        find_resume_checkpoint(str(root / "step-00000008"), tmp_path)

@@ -176,7 +176,7 @@ def _record(trainer: Trainer, result: StepResult, clock: _Clock) -> dict[str, An
     tokens_per_s = steps * spec.data.global_batch_size * spec.data.seq_len / max(seconds, 1e-9)
     peak = trainer.peak_flops * runtime.world_size
     memory = peak_memory_gib(runtime.device)
-    memory = dict(zip(memory, all_reduce_max(list(memory.values()), runtime.device)))
+    memory = dict(zip(memory, all_reduce_max(list(memory.values()), runtime.device), strict=True))
     return {
         "step": trainer.state.step,
         "loss": result.loss,

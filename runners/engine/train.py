@@ -68,7 +68,8 @@ def _describe(spec: JobSpec, runtime: Runtime, num_units: int) -> None:
     console(
         runtime,
         f"fsdp{fsdp.version} {fsdp.sharding_strategy}: {num_units} units + root "
-        f"({fsdp.auto_wrap_policy} policy), activation checkpointing {fsdp.activation_checkpointing}, "
+        f"({fsdp.auto_wrap_policy} policy), "
+        f"activation checkpointing {fsdp.activation_checkpointing}, "
         f"params {fsdp.mixed_precision.param_dtype}, {runtime.world_size} processes on "
         f"{runtime.device.type}",
     )
