@@ -15,6 +15,8 @@ from fsdpspec.presets import preset_config, preset_names
 from fsdpspec.report import RENDERERS
 from fsdpspec.spec.v1 import Metadata
 from fsdpspec.validate import check_file
+from fsdpspec.yamltext import COMMENT_COLUMN
+from runners.accelerate import HOST_GIB_PER_GPU
 from runners.kubernetes import dns1035_name
 
 _TEMPLATE = """\
@@ -28,6 +30,7 @@ resources:
   nodes: {nodes}
   gpus_per_node: {gpus}            # processes per node ({process_word})
   accelerator: {accelerator}
+  host_memory_gib: {host_gib}              # RAM per node (set yours)
 model:
   preset: {preset}                 # or hf_config: path/to/config.json (a local file)
   weights: null                    # a local safetensors directory; null = random init
@@ -58,6 +61,17 @@ launch:
 """
 
 
+def _align_comments(text: str) -> str:
+    """Line up the end-of-line comments (the values' widths vary with the flags)."""
+    lines = []
+    for line in text.splitlines():
+        if " # " in line and not line.lstrip().startswith("#"):
+            code, comment = line.split(" # ", 1)
+            line = f"{code.rstrip():<{COMMENT_COLUMN}}# {comment}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 def render(*, name: str, preset: str, gpus: int, nodes: int, accelerator: str) -> str:
     """The starter spec text. Tiny presets get a short sequence; real models on a GPU
     compute in bf16 and recompute activations."""
@@ -65,15 +79,16 @@ def render(*, name: str, preset: str, gpus: int, nodes: int, accelerator: str) -
     tiny = preset.startswith("tiny-")
     bf16 = device.is_gpu and device.supports_bf16
     context = preset_config(preset).get("max_position_embeddings", 2048)
-    return _TEMPLATE.format(
+    return _align_comments(_TEMPLATE.format(
         name=name, nodes=nodes, gpus=gpus, accelerator=accelerator, preset=preset,
         process_word="one per GPU" if device.is_gpu else "CPU processes",
         precision="bf16" if bf16 else "fp32",
         checkpointing="none" if tiny else "full",
         seq_len=128 if tiny else min(2048, context),
         global_batch=gpus * nodes,
+        host_gib=HOST_GIB_PER_GPU * gpus if device.is_gpu else 64,
         launch=_MULTINODE_LAUNCH if nodes > 1 else "",
-    )
+    ))
 
 
 def _problems(text: str) -> str:
