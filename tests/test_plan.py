@@ -73,10 +73,10 @@ def test_full_shard_points() -> None:
         "logits_and_loss": LOGITS + 4 * 7 * 320 + 4 * 7 * 320}
     assert found["backward: loss"]["logits_and_loss"] == 12 * 7 * 320
     assert found["backward: root all-gather"]["prefetch_buffer"] == ROOT_BF16
+    assert found["backward: logits shift"]["logits_and_loss"] == 2 * LOGITS
     assert found["backward: lm_head"] == STATES | {
-        "gathered_parameters": ROOT_BF16 + LAYER_BF16, "prefetch_buffer": LAYER_BF16,
-        "unsharded_gradients": 2 * 320 * 64, "activations": ACTIVATIONS + ROOT_ACTIVATIONS,
-        "logits_and_loss": 2 * LOGITS}
+        "gathered_parameters": ROOT_BF16 + LAYER_BF16, "unsharded_gradients": 2 * 320 * 64,
+        "activations": ACTIVATIONS + ROOT_ACTIVATIONS, "logits_and_loss": LOGITS}
 
 
 def test_layer_and_reduction_points() -> None:

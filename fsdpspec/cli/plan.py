@@ -35,7 +35,7 @@ def _trace(plan: Plan, config: dict, base_dir: Path) -> dict:
     except ImportError as exc:  # pragma: no cover - torch is part of the [train] extra
         raise click.ClickException(f"--trace needs torch: {exc}") from None
     try:
-        check_traceable(plan.spec)
+        check_traceable(plan.spec, config)
         result = trace_job(plan.spec, config, base_dir)
     except TraceError as exc:
         raise click.ClickException(str(exc)) from None

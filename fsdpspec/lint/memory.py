@@ -72,7 +72,8 @@ def does_not_fit(ctx: LintContext) -> Iterator[Diagnostic]:
         data: {global_batch_size: 8}
     """
     plan = _planned(ctx)
-    if plan is None or plan.fits_device or not plan.fits_host:
+    # On a CPU the device is host memory: FS203 speaks for it when the host overflows.
+    if plan is None or plan.fits_device or not (plan.accelerator.is_gpu or plan.fits_host):
         return
     device = plan.accelerator.name
     need = _gib(plan.device.total)
@@ -142,16 +143,15 @@ def host_memory(ctx: LintContext) -> Iterator[Diagnostic]:
 
     FAIL:
 
-        resources: {gpus_per_node: 8, accelerator: H100-80GB, host_memory_gib: 256}
-        model: {preset: llama3-70b}
-        fsdp: {state_dict_type: FULL_STATE_DICT}
+        resources: {gpus_per_node: 8, accelerator: H100-80GB, host_memory_gib: 96}
+        model: {preset: llama3-8b}
+        fsdp: {mixed_precision: bf16, state_dict_type: FULL_STATE_DICT}
 
     PASS:
 
-        resources: {gpus_per_node: 8, accelerator: H100-80GB, host_memory_gib: 256}
-        model: {preset: llama3-70b}
-        fsdp: {state_dict_type: SHARDED_STATE_DICT}
-        checkpoint: {final: {enabled: false}}
+        resources: {gpus_per_node: 8, accelerator: H100-80GB, host_memory_gib: 96}
+        model: {preset: llama3-8b}
+        fsdp: {mixed_precision: bf16, state_dict_type: SHARDED_STATE_DICT}
     """
     plan = _planned(ctx)
     if plan is None or plan.fits_host:
@@ -174,13 +174,11 @@ def unplannable_model(ctx: LintContext) -> Iterator[Diagnostic]:
 
     FAIL:
 
-        model: {hf_config: models/broken/}   # config.json: {"model_type": "llama",
-                                             #   "hidden_size": "4k", ...}
+        model: {hf_config: models/broken-llama/}   # config.json: "hidden_size": "2k"
 
     PASS:
 
-        model: {hf_config: models/llama/}    # config.json: {"model_type": "llama",
-                                             #   "hidden_size": 4096, ...}
+        model: {hf_config: models/llama/}          # config.json: "hidden_size": 2048
     """
     found = _plan(ctx)
     if isinstance(found, GeometryError):

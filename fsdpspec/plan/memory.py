@@ -188,13 +188,15 @@ def _head_points(w: Workload, p: _Parts) -> list[Point]:
                            "logits_and_loss": act.logits_forward_bytes(g, b, batch, seq)}
     loss_backward = base | {"gathered_parameters": root_now + p.units_kept,
                             "logits_and_loss": act.logits_backward_bytes(g, b, batch, seq)}
-    # The logits' gradient (and its un-shifted copy) meets the lm_head's weight gradient.
+    # Undoing the shift copies the logits' gradient into a full-size one; then the
+    # lm_head's weight gradient is computed from it.
+    unshift = base | {"gathered_parameters": root_now + p.units_kept,
+                      "logits_and_loss": 2 * logits}
     head_backward = base | {"gathered_parameters": p.root + p.units_kept,
-                            "prefetch_buffer": p.prefetch,
-                            "unsharded_gradients": p.head_grads,
-                            "logits_and_loss": 2 * logits}
+                            "unsharded_gradients": p.head_grads, "logits_and_loss": logits}
     points = [Point("forward: lm_head", lm_head), Point("forward: loss", loss_forward),
-              Point("backward: loss", loss_backward), Point("backward: lm_head", head_backward)]
+              Point("backward: loss", loss_backward), Point("backward: logits shift", unshift),
+              Point("backward: lm_head", head_backward)]
     if not p.root_kept:
         # Gathering the root again: the all-gather output and its copy-out coexist.
         regather = base | {"gathered_parameters": p.root + p.units_kept,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fsdpspec.plan.geometry import geometry_from_config
 from fsdpspec.plan.workload import accumulation_steps, shard_group_size
 from fsdpspec.resolved import absolute_inputs
 from fsdpspec.spec.v1 import JobSpec
@@ -37,7 +38,7 @@ class TraceResult:
     micro_batches: int
 
 
-def check_traceable(spec: JobSpec) -> None:
+def check_traceable(spec: JobSpec, config: dict[str, Any]) -> None:
     """Raise TraceError for the specs the fake-tensor trace cannot represent."""
     if spec.fsdp.version != 2:
         raise TraceError("--trace measures FSDP2 (fully_shard); this spec uses fsdp.version 1")
@@ -46,11 +47,17 @@ def check_traceable(spec: JobSpec) -> None:
                          "memory; drop fsdp.cpu_offload to trace")
     if spec.model.factory is not None:
         raise TraceError("--trace builds transformers models only (preset or hf_config)")
+    # transformers builds sliding-window masks whose shapes do not survive fake tensors:
+    # Gemma 2 always, other families once the sequence reaches the window.
+    window = geometry_from_config(config).sliding_window
+    if config.get("model_type") == "gemma2" or (window and spec.data.seq_len >= window):
+        raise TraceError("--trace cannot build sliding-window attention masks on fake "
+                         "tensors (Gemma 2, or seq_len at or past sliding_window)")
 
 
 def trace_job(spec: JobSpec, config: dict[str, Any], base_dir: Path) -> TraceResult:
     """Trace one rank of the job (``config``: its HF config dict); see the module docstring."""
-    check_traceable(spec)
+    check_traceable(spec, config)
     import torch
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -63,16 +70,20 @@ def trace_job(spec: JobSpec, config: dict[str, Any], base_dir: Path) -> TraceRes
         dist.destroy_process_group()
     dist.init_process_group("fake", rank=0, world_size=shard, store=FakeStore())
     try:
-        # The mesh must exist before FakeTensorMode: it is real process-group state.
+        # The mesh must exist before FakeTensorMode (it is real process-group state), and
+        # so must the meta model: some modules create meta buffers FakeTensorMode rejects.
         mesh = init_device_mesh("cpu", (shard,))
-        with FakeTensorMode():
-            return _run(spec, config, mesh, shard, torch)
+        from runners.engine.model import build_model
+
+        model = build_model(spec, on_meta=True)
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            return _run(spec, config, model, mesh, shard, torch)
     finally:
         dist.destroy_process_group()
 
 
-def _build(spec: JobSpec, config: dict[str, Any], mesh: Any, torch: Any) -> tuple[Any, Any]:
-    from runners.engine.model import build_model
+def _build(spec: JobSpec, config: dict[str, Any], model: Any, mesh: Any,
+           torch: Any) -> Any:
     from runners.engine.optim import build_optimizer
     from runners.engine.wrap import (
         apply_activation_checkpointing,
@@ -81,7 +92,6 @@ def _build(spec: JobSpec, config: dict[str, Any], mesh: Any, torch: Any) -> tupl
         shard_fsdp2,
     )
 
-    model = build_model(spec, on_meta=True)
     layers = apply_activation_checkpointing(model, find_layers(model, spec, config),
                                             spec.fsdp)
     shard_fsdp2(model, choose_units(model, layers, spec.fsdp), spec.fsdp, mesh,
@@ -92,15 +102,16 @@ def _build(spec: JobSpec, config: dict[str, Any], mesh: Any, torch: Any) -> tupl
     # default is the per-tensor loop, whose temporaries are smaller. Trace the GPU's.
     for group in optimizer.param_groups:
         group["foreach"] = True
-    return model, optimizer
+    return optimizer
 
 
-def _run(spec: JobSpec, config: dict[str, Any], mesh: Any, shard: int, torch: Any) -> TraceResult:
+def _run(spec: JobSpec, config: dict[str, Any], model: Any, mesh: Any, shard: int,
+         torch: Any) -> TraceResult:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
     from runners.engine.loop import causal_lm_loss
 
-    model, optimizer = _build(spec, config, mesh, torch)
+    optimizer = _build(spec, config, model, mesh, torch)
     micro = min(2, accumulation_steps(spec))
     vocab = model.config.vocab_size
     shape = (spec.data.micro_batch_size, spec.data.seq_len)
