@@ -12,6 +12,7 @@ from fsdpspec import __version__
 # name → module under fsdpspec.cli exposing a click command named `command`.
 COMMANDS: dict[str, str] = {
     "validate": "validate",
+    "plan": "plan",
     "schema": "schema",
     "run": "run",
     "show": "show",
