@@ -77,6 +77,7 @@ def _torchrun_argv(spec: JobSpec, run_dir: Path) -> tuple[list[str], int | None]
 def sbatch_script(spec: JobSpec, run_dir: Path) -> str:
     """The whole script; ``run_dir`` should be absolute (srun tasks may start elsewhere)."""
     spec_file = run_dir / FILENAME
+    spec_tmp = run_dir / f".{FILENAME}.tmp"  # renamed into place: never half a file
     document = json.dumps(resolved_document(spec, run_dir), indent=2)
     exports = [f"export {shlex.quote(f'{k}={v}')}" for k, v in launch_env(spec).items()]
     argv, endpoint_index = _torchrun_argv(spec, run_dir)
@@ -92,7 +93,8 @@ def sbatch_script(spec: JobSpec, run_dir: Path) -> str:
         "",
         "# The resolved spec the engine reads: this script alone reproduces the run.",
         f"mkdir -p -- {shlex.quote(str(run_dir))}",
-        f"printf '%s\\n' {shlex.quote(document)} > {shlex.quote(str(spec_file))}",
+        f"printf '%s\\n' {shlex.quote(document)} > {shlex.quote(str(spec_tmp))}",
+        f"mv -f -- {shlex.quote(str(spec_tmp))} {shlex.quote(str(spec_file))}",
         "",
     ]
     if endpoint_index is not None:

@@ -139,7 +139,8 @@ printf '%s\n' '{
       "ignore": []
     }
   }
-}' > /scratch/runs/llama-sft/resolved-spec.json
+}' > /scratch/runs/llama-sft/.resolved-spec.json.tmp
+mv -f -- /scratch/runs/llama-sft/.resolved-spec.json.tmp /scratch/runs/llama-sft/resolved-spec.json
 
 # Rendezvous on the first node of the allocation.
 nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")

@@ -135,7 +135,8 @@ printf '%s\n' '{
       "ignore": []
     }
   }
-}' > /scratch/runs/llama-sft/resolved-spec.json
+}' > /scratch/runs/llama-sft/.resolved-spec.json.tmp
+mv -f -- /scratch/runs/llama-sft/.resolved-spec.json.tmp /scratch/runs/llama-sft/resolved-spec.json
 
 srun --nodes=1 --ntasks-per-node=1 --kill-on-bad-exit=1 \
   torchrun \
