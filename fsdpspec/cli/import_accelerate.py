@@ -3,27 +3,22 @@ commented v1 spec; every key not carried over is named with its line."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import click
 
 from fsdpspec.accelerators import accelerator_names
+from fsdpspec.cli.init import check_name
 from fsdpspec.cli.output import deliver, output_option
 from fsdpspec.load import load_file
 from fsdpspec.modelconfig import DECODER_LAYERS
 from fsdpspec.presets import preset_names
+from runners.kubernetes import dns1035_name
 
 # accelerate configs name a layer class, not a model: the preset standing for a family.
 _FAMILY_PRESET = {"llama": "llama3-8b", "mistral": "mistral-7b", "qwen2": "qwen2.5-7b",
                   "gemma2": "gemma2-9b", "phi3": "phi3-mini"}
 _DEFAULT_PRESET = "llama3-8b"
-
-
-def _job_name(config: Path) -> str:
-    """A metadata.name from the config's file name."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", config.stem).strip("-._")[:63]
-    return name or "imported"
 
 
 def _preset_for(loaded_data: object) -> str:
@@ -41,7 +36,8 @@ def _preset_for(loaded_data: object) -> str:
 @click.argument("kind", type=click.Choice(["accelerate"]))
 @click.argument("config", metavar="CONFIG.yaml")
 @output_option
-@click.option("--name", default=None, help="metadata.name (default: from the file name).")
+@click.option("--name", default=None, callback=check_name,
+              help="metadata.name (default: from the file name).")
 @click.option("--preset", type=click.Choice(preset_names()), default=None,
               help="Model preset (default: the family of the wrapped layer class).")
 @click.option("--hf-config", default=None, metavar="PATH",
@@ -64,7 +60,7 @@ def command(kind, config, output, name, preset, hf_config, accelerator) -> None:
         raise click.ClickException(f"{config}: an accelerate config is a mapping")
     model = {"hf_config": hf_config} if hf_config else {
         "preset": preset or _preset_for(loaded.data)}
-    imported = import_config(loaded, name=name or _job_name(Path(config)), model=model,
+    imported = import_config(loaded, name=name or dns1035_name(Path(config).stem), model=model,
                              accelerator=accelerator)
     for note in imported.notes:
         line = f":{note.line}" if note.line else ""

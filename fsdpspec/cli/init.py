@@ -102,7 +102,8 @@ def _problems(text: str) -> str:
     return RENDERERS["concise"]([report]).replace(str(path), "starter spec")
 
 
-def _check_name(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+def check_name(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """--name must be a valid metadata.name (the spec's own rule)."""
     if value is not None:
         try:
             Metadata(name=value)
@@ -120,7 +121,7 @@ def _check_name(_ctx: click.Context, _param: click.Parameter, value: str | None)
 @click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--accelerator", type=click.Choice(accelerator_names()), default="cpu",
               show_default=True)
-@click.option("--name", default=None, callback=_check_name,
+@click.option("--name", default=None, callback=check_name,
               help="metadata.name (default: the preset).")
 @output_option
 def command(preset, gpus, nodes, accelerator, name, output) -> None:
