@@ -47,14 +47,14 @@ def _trace(plan: Plan, config: dict, base_dir: Path) -> dict:
 
 
 def _trace_text(trace: dict) -> str:
-    gib = 1 << 30
+    mib = 1 << 20
     lines = [f"trace (FakeTensorMode, fake process group of {trace['shard_size']}, "
              f"{trace['micro_batches']} micro-batch(es) per step): peak allocated "
-             f"{trace['peak_allocated_bytes'] / gib:.2f} GiB, analytic "
-             f"{trace['analytic_peak_allocated_bytes'] / gib:.2f} GiB "
+             f"{trace['peak_allocated_bytes'] / mib:.1f} MiB, analytic "
+             f"{trace['analytic_peak_allocated_bytes'] / mib:.1f} MiB "
              f"({100 * trace['error']:+.1f}%)",
-             "  traced at its peak, by FSDPMemTracker category:"]
-    lines += [f"  {name:<28}{value / gib:8.2f}" for name, value in trace["categories"].items()
+             "  traced at its peak, by FSDPMemTracker category (MiB):"]
+    lines += [f"  {name:<28}{value / mib:10.1f}" for name, value in trace["categories"].items()
               if value]
     return "\n".join(lines) + "\n"
 

@@ -61,34 +61,44 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     }
 
 
-def gib(n: float) -> str:
-    return f"{n / GIB:8.2f}"
+MIB = 1 << 20
+
+
+def _unit(plan: Plan) -> tuple[int, str]:
+    """GiB, or MiB for a job whose whole device footprint is under one GiB."""
+    return (GIB, "GiB") if plan.device.total >= GIB else (MIB, "MiB")
+
+
+def amount(n: float, unit: int) -> str:
+    return f"{n / unit:8.2f}"
 
 
 def _share(n: int, capacity: int) -> str:
     return f"{100 * n / capacity:6.1f}%" if capacity > 0 else "      -"
 
 
-def _device_rows(plan: Plan) -> list[str]:
+def _device_rows(plan: Plan, unit: int, name: str) -> list[str]:
     device, cap = plan.device, plan.capacity
-    rows = [f"  {'term':<28}{'GiB':>8}  {'of device':>8}"]
-    rows += [f"  {name.replace('_', ' '):<28}{gib(v)}  {_share(v, cap)}"
-             for name, v in device.peak.terms.items() if v]
-    rows.append(f"  {'= peak allocated':<28}{gib(device.peak_allocated)}  "
-                f"{_share(device.peak_allocated, cap)}")
-    rows.append(f"  {'+ allocator fragmentation':<28}{gib(device.fragmentation)}")
-    rows.append(f"  {'= peak reserved':<28}{gib(device.peak_reserved)}")
+
+    def row(label: str, value: int, share: bool = True) -> str:
+        return f"  {label:<28}{amount(value, unit)}  {_share(value, cap) if share else ''}"
+
+    rows = [f"  {'term':<28}{name:>8}  {'of device':>8}"]
+    rows += [row(term.replace("_", " "), v) for term, v in device.peak.terms.items() if v]
+    rows.append(row("= peak allocated", device.peak_allocated))
+    rows.append(row("+ allocator fragmentation", device.fragmentation, False))
+    rows.append(row("= peak reserved", device.peak_reserved, False))
     if device.cuda_context or device.nccl:
-        rows.append(f"  {'+ CUDA context':<28}{gib(device.cuda_context)}")
-        rows.append(f"  {'+ NCCL buffers':<28}{gib(device.nccl)}")
-    rows.append(f"  {'= device total':<28}{gib(device.total)}  {_share(device.total, cap)}")
-    return rows
+        rows.append(row("+ CUDA context", device.cuda_context, False))
+        rows.append(row("+ NCCL buffers", device.nccl, False))
+    rows.append(row("= device total", device.total))
+    return [r.rstrip() for r in rows]
 
 
-def _verdict(plan: Plan) -> list[str]:
+def _verdict(plan: Plan, unit: int, name: str) -> list[str]:
     device, cap = plan.device, plan.capacity
     word = "fits" if plan.fits_device else "DOES NOT FIT"
-    lines = [f"device: {word}: {device.total / GIB:.1f} of {cap / GIB:.1f} GiB "
+    lines = [f"device: {word}: {device.total / unit:.1f} of {cap / unit:.1f} {name} "
              f"(headroom {100 * plan.headroom:.1f}%, wanted {100 * plan.headroom_target:.0f}%)"]
     host_word = "fits" if plan.fits_host else "DOES NOT FIT"
     lines.append(f"host (per node): {host_word}: {plan.host.peak / GIB:.1f} of "
@@ -109,19 +119,29 @@ def _compute_lines(plan: Plan) -> list[str]:
             f"({traffic:.1f} GiB per rank): likely {bound}"]
 
 
+def _count(n: int) -> str:
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.2f}{suffix}"
+    return str(n)
+
+
 def plan_text(plan: Plan) -> str:
     """The table `fsdpspec plan` prints."""
     w = plan.workload
-    head = [f"{plan.spec.metadata.name}: {plan.parameters / 1e9:.2f}B parameters, "
+    head = [f"{plan.spec.metadata.name}: {_count(plan.parameters)} parameters, "
             f"{w.world_size} × {plan.accelerator.name}, {w.strategy} over {w.shard_size}, "
             f"micro-batch {w.micro_batch_size} × {w.seq_len}, "
             f"{w.accumulation_steps} accumulation step(s)",
             f"per-rank device memory at its peak ({plan.device.peak.name}):"]
-    host = ["host memory per node:"]
-    host += [f"  {k.replace('_', ' '):<28}{gib(v)}" for k, v in plan.host.terms.items() if v]
-    lines = head + _device_rows(plan) + host + _verdict(plan) + _compute_lines(plan)
+    unit, name = _unit(plan)
+    host = ["host memory per node (GiB):"]
+    host += [f"  {k.replace('_', ' '):<28}{amount(v, GIB)}"
+             for k, v in plan.host.terms.items() if v]
+    lines = (head + _device_rows(plan, unit, name) + host + _verdict(plan, unit, name)
+             + _compute_lines(plan))
     if plan.suggestions:
         lines.append("cheapest changes, by memory saved:")
-        lines += [f"  --set {s.override:<40} saves {s.saves_bytes / GIB:6.2f} GiB"
+        lines += [f"  --set {s.override:<40} saves {s.saves_bytes / unit:7.2f} {name}"
                   f"{'  (fits)' if s.fits else ''}  {s.description}" for s in plan.suggestions]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,113 @@
+"""Analytic plan versus the fake-tensor trace (`plan --trace`), peak allocated per rank.
+
+Each row is a real preset (0.5B–8B) at its full depth, planned with `plan_job` and traced
+with FSDPMemTracker on FakeTensorMode and a fake process group of the shard-group size.
+Prints each row's error, then the median and maximum |error|; exits 1 when the median
+exceeds 5% or the maximum 10%.
+
+Row choices the trace imposes: Mistral runs below its 4096-token sliding window, and no
+row is Gemma 2: transformers refuses SDPA for it, and its sliding-window masks do not
+build on fake tensors (nor do Mistral's once the sequence reaches the window).
+
+    python benchmarks/plan_accuracy.py            # every row (a few minutes on 2 cores)
+    python benchmarks/plan_accuracy.py --rows 3   # the first three
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from fsdpspec.modelconfig import model_config
+from fsdpspec.plan.planner import plan_job
+from fsdpspec.spec.v1 import JobSpec
+
+GIB = 1 << 30
+
+# name, preset, nodes × gpus_per_node, strategy, precision, checkpointing, micro-batch,
+# sequence, attention, extra fsdp fields, global batch (None: no accumulation).
+ROWS: list[tuple[Any, ...]] = [
+    ("qwen0.5b-fs-bf16-mb4", "qwen2.5-0.5b", (1, 8), "FULL_SHARD", "bf16", "none", 4, 1024,
+     "sdpa", {}, None),
+    ("qwen0.5b-noshard-fp32", "qwen2.5-0.5b", (1, 4), "NO_SHARD", "fp32", "none", 1, 2048,
+     "sdpa", {}, None),
+    ("qwen0.5b-sgo-sel-8k", "qwen2.5-0.5b", (1, 2), "SHARD_GRAD_OP", "bf16", "selective", 1,
+     8192, "sdpa", {}, None),
+    ("llama1b-fs-acfull-4k", "llama3.2-1b", (1, 8), "FULL_SHARD", "bf16", "full", 2, 4096,
+     "sdpa", {}, None),
+    ("llama1b-sgo-2k", "llama3.2-1b", (1, 8), "SHARD_GRAD_OP", "bf16", "none", 1, 2048,
+     "sdpa", {}, None),
+    ("llama1b-fs-accum2", "llama3.2-1b", (1, 8), "FULL_SHARD", "bf16", "none", 1, 2048,
+     "sdpa", {}, 16),
+    ("llama3b-hybrid-sel-4k", "llama3.2-3b", (2, 8), "HYBRID_SHARD", "bf16", "selective", 1,
+     4096, "sdpa", {}, None),
+    ("llama3b-fs-fp32-32", "llama3.2-3b", (4, 8), "FULL_SHARD", "fp32", "none", 1, 2048,
+     "sdpa", {}, None),
+    ("phi3-fs-eager-1k", "phi3-mini", (1, 8), "FULL_SHARD", "bf16", "none", 1, 1024,
+     "eager", {}, None),
+    ("llama3b-fs-eager-sel-1k", "llama3.2-3b", (2, 8), "FULL_SHARD", "bf16", "selective", 2,
+     1024, "eager", {}, None),
+    ("mistral7b-fs-acfull-mb2", "mistral-7b", (2, 8), "FULL_SHARD", "bf16", "full", 2, 2048,
+     "sdpa", {}, None),
+    ("qwen7b-hsdp-zero2-acfull", "qwen2.5-7b", (4, 8), "HYBRID_SHARD_ZERO2", "bf16", "full", 1,
+     2048, "sdpa", {}, None),
+    ("llama8b-fs-bf16-4k", "llama3-8b", (1, 8), "FULL_SHARD", "bf16", "none", 1, 4096,
+     "sdpa", {}, None),
+    ("llama8b-fs-acfull-8k-64", "llama3-8b", (8, 8), "FULL_SHARD", "bf16", "full", 1, 8192,
+     "sdpa", {}, None),
+]
+
+
+def row_spec(row: tuple[Any, ...]) -> JobSpec:
+    """The JobSpec of one benchmark row."""
+    name, preset, (nodes, per_node), strategy, precision, ac, micro, seq, attention = row[:9]
+    extra, gbs = row[9:]
+    return JobSpec.model_validate({
+        "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": name},
+        "resources": {"nodes": nodes, "gpus_per_node": per_node, "accelerator": "H100-80GB"},
+        "model": {"preset": preset, "attention": attention},
+        "fsdp": {"sharding_strategy": strategy, "mixed_precision": precision,
+                 "activation_checkpointing": ac, **extra},
+        "data": {"seq_len": seq, "micro_batch_size": micro,
+                 "global_batch_size": gbs or micro * nodes * per_node},
+    })
+
+
+def measure(row: tuple[Any, ...]) -> tuple[int, int, int, float]:
+    """(shard-group size, analytic peak allocated, traced peak, seconds the trace took)
+    of one row."""
+    from fsdpspec.plan.trace import trace_job
+
+    spec = row_spec(row)
+    config = model_config(spec.model, Path.cwd())
+    plan = plan_job(spec, config)
+    start = time.perf_counter()
+    traced = trace_job(spec, config, Path.cwd())
+    return (plan.workload.shard_size, plan.device.peak_allocated, traced.peak_bytes,
+            time.perf_counter() - start)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=len(ROWS), help="run the first N rows")
+    args = parser.parse_args()
+    print(f"{'row':<26}{'shard':>6}{'analytic GiB':>14}{'traced GiB':>12}{'error':>8}{'s':>6}")
+    errors = []
+    for row in ROWS[: args.rows]:
+        shard, analytic, traced, seconds = measure(row)
+        error = (analytic - traced) / traced
+        errors.append(abs(error))
+        print(f"{row[0]:<26}{shard:>6}{analytic / GIB:>14.2f}{traced / GIB:>12.2f}"
+              f"{100 * error:>+7.1f}%{seconds:>6.0f}", flush=True)
+    median, worst = statistics.median(errors), max(errors)
+    print(f"median |error| {100 * median:.2f}%   max |error| {100 * worst:.2f}%"
+          f"   (targets: median ≤ 5%, max ≤ 10%)")
+    return 0 if median <= 0.05 and worst <= 0.10 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

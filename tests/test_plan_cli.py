@@ -1,0 +1,146 @@
+"""`fsdpspec plan` as a user runs it, and the memory rules inside `validate`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+from fsdpspec.validate import check_file
+
+EXAMPLE = ROOT / "examples" / "llama3-8b-h100.yaml"
+JOB = """\
+apiVersion: fsdpspec/v1
+kind: TrainingJob
+metadata: {name: job}
+resources: {nodes: 1, gpus_per_node: 8, accelerator: H100-80GB}
+model: {preset: llama3-8b}
+fsdp: {mixed_precision: bf16}
+data: {seq_len: 2048, global_batch_size: 8}
+"""
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(JOB)
+    return path
+
+
+def test_text_plan_shows_terms_verdict_fewest_gpus_and_fixes(job: Path) -> None:
+    result = run_cli("plan", str(job))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for expected in ("sharded parameters", "optimizer states", "activations",
+                     "logits and loss", "= peak allocated", "= peak reserved",
+                     "CUDA context", "device: fits", "fewest H100-80GB that fit: 8",
+                     "host memory per node", "--set fsdp.activation_checkpointing=full"):
+        assert expected in out
+
+
+def test_json_plan_has_the_stable_keys(job: Path) -> None:
+    result = run_cli("plan", str(job), "--format", "json")
+    data = json.loads(result.stdout)
+    device = data["memory"]["device"]
+    assert data["parameters"]["total"] == 8_030_261_248
+    assert data["world_size"] == 8 and data["fits"] is True and data["min_gpus"] == 8
+    assert device["peak_reserved_bytes"] > device["peak_allocated_bytes"] > 0
+    assert device["capacity_bytes"] == int(79.1 * (1 << 30))
+    assert sum(device["terms"].values()) == device["peak_allocated_bytes"]
+    assert data["memory"]["host"]["peak_bytes"] > 0
+    assert all({"override", "saves_bytes"} <= set(s) for s in data["suggestions"])
+
+
+def test_gpus_and_accelerator_options_replan(job: Path) -> None:
+    one = json.loads(run_cli("plan", str(job), "--gpus", "1", "--format", "json").stdout)
+    assert one["world_size"] == 1 and one["fits"] is False and one["min_gpus"] == 8
+    h200 = json.loads(run_cli("plan", str(job), "--accelerator", "H200-141GB",
+                              "--format", "json").stdout)
+    assert h200["accelerator"] == "H200-141GB"
+    assert h200["memory"]["device"]["capacity_bytes"] == int(139.8 * (1 << 30))
+
+
+def test_a_job_that_does_not_fit_exits_1_and_still_prints_its_plan(job: Path) -> None:
+    result = run_cli("plan", str(job), "--set", "resources.gpus_per_node=1")
+    assert result.returncode == 1
+    assert "DOES NOT FIT" in result.stdout
+
+
+@pytest.mark.parametrize("args", [["--gpus", "0"], ["--accelerator", "H100"],
+                                  ["--set", "nonsense"], ["--format", "yaml"]])
+def test_usage_errors_exit_2_without_traceback(job: Path, args: list[str]) -> None:
+    result = run_cli("plan", str(job), *args)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+
+
+def test_a_factory_model_without_geometry_is_a_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(JOB.replace(
+        "model: {preset: llama3-8b}\nfsdp: {mixed_precision: bf16}",
+        "model: {factory: 'pkg.mod:build'}\nfsdp: {mixed_precision: bf16, auto_wrap_policy: none}"))
+    result = run_cli("plan", str(path))
+    assert result.returncode == 1
+    assert "model.geometry" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_405b_on_128_gpus_plans_fast_without_torch() -> None:
+    script = textwrap.dedent(f"""
+        import sys, time
+        start = time.process_time()
+        from fsdpspec.cli.main import cli
+        try:
+            cli(["plan", {str(EXAMPLE)!r}, "--set", "model.preset=llama3.1-405b",
+                 "--gpus", "128", "--format", "json"], standalone_mode=False)
+        except SystemExit:
+            pass
+        print(time.process_time() - start, "torch" in sys.modules, "transformers" in sys.modules)
+    """)
+    best = None
+    # CPU time of the command (imports included, interpreter start-up not): other jobs on
+    # a shared machine stretch wall time but not this. Best of three.
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             cwd=ROOT, timeout=60).stdout.split()
+        seconds, torch_loaded, transformers_loaded = float(out[-3]), out[-2], out[-1]
+        assert torch_loaded == "False" and transformers_loaded == "False"
+        best = seconds if best is None else min(best, seconds)
+    assert best <= 0.3
+
+
+def test_trace_compares_the_fake_tensor_run_with_the_plan(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    path = tmp_path / "tiny.yaml"
+    path.write_text(textwrap.dedent("""\
+        apiVersion: fsdpspec/v1
+        kind: TrainingJob
+        metadata: {name: tiny}
+        resources: {nodes: 1, gpus_per_node: 2}
+        model: {preset: tiny-llama}
+        fsdp: {mixed_precision: bf16}
+        data: {seq_len: 64, micro_batch_size: 2, global_batch_size: 8}
+    """))
+    result = run_cli("plan", str(path), "--trace", "--format", "json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    trace = json.loads(result.stdout)["trace"]
+    assert trace["micro_batches"] == 2 and trace["shard_size"] == 2
+    assert abs(trace["error"]) <= 0.05
+
+
+def test_trace_refuses_fsdp1_in_one_line(job: Path) -> None:
+    result = run_cli("plan", str(job), "--trace", "--set", "fsdp.version=1")
+    assert result.returncode == 1
+    assert "fsdp.version 1" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_validate_names_the_fewest_gpus_when_the_example_gets_one_gpu() -> None:
+    report = check_file(EXAMPLE, ["resources.gpus_per_node=1"])
+    found = [d for d in report.diagnostics if d.code == "FS201"]
+    assert len(found) == 1 and found[0].is_error
+    assert "it fits on at least" in found[0].message
+    assert "--set" in (found[0].hint or "")  # the cheapest fixes
