@@ -116,3 +116,15 @@ def test_a_changed_job_is_refused_in_the_same_directory(tmp_path: Path) -> None:
     result = run_cli("run", str(QUICKSTART), "--set", "optimizer.lr=0.01", cwd=tmp_path)
     assert result.returncode == 1
     assert "with a different optimizer.lr" in result.stderr
+
+
+def test_an_engine_failure_ends_in_one_line_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "data.jsonl").write_text('{"other": "no text field"}\n')
+    spec = tmp_path / "job.yaml"
+    spec.write_text(QUICKSTART.read_text().replace(
+        "source: corpus ", "source: jsonl\n  path: data.jsonl\n  # "))
+    result = run_cli("run", str(spec), cwd=tmp_path, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "data.jsonl:1: not a JSON object with a 'text' string" in output
+    assert "torchrun: 2 worker(s) failed" in output and "Traceback" not in output

@@ -16,8 +16,9 @@ from fsdpspec.rundir import RunDirError, prepare_run_dir
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.validate import FileReport
 
-# This Python's torch, whatever `torchrun` on PATH is.
-LAUNCHER = (sys.executable, "-m", "torch.distributed.run")
+# torchrun from this Python's torch (whatever `torchrun` on PATH is), minus the
+# traceback it ends a failed run with (fsdpspec/quiet_torchrun.py).
+LAUNCHER = (sys.executable, "-m", "fsdpspec.quiet_torchrun")
 
 
 def _node_overrides(nnodes: int | None, rdzv_endpoint: str | None) -> list[str]:

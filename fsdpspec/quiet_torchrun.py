@@ -1,0 +1,32 @@
+"""torchrun without its closing traceback: what `fsdpspec run` starts.
+
+When a worker fails, the engine has already printed one line saying why; stock torchrun
+then raises ChildFailedError and Python prints a traceback and a failure table that
+repeat it at length. This entry point runs the same torchrun (same arguments, same
+code) and turns that ending into one line and the failed worker's exit code.
+Only `fsdpspec run` starts it, as a child process; nothing imports it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import main as torchrun
+
+
+def run(argv: list[str]) -> int:
+    """torchrun's exit status for ``argv`` (its arguments, without the program)."""
+    try:
+        torchrun(argv)
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        code = failure.exitcode if failure.exitcode > 0 else 128 - failure.exitcode
+        print(f"torchrun: {len(exc.failures)} worker(s) failed; first: rank {rank}, "
+              f"exit code {failure.exitcode}", file=sys.stderr)
+        return code
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run(sys.argv[1:]))
