@@ -82,8 +82,10 @@ def trace_job(spec: JobSpec, config: dict[str, Any], base_dir: Path) -> TraceRes
         dist.destroy_process_group()
 
 
-def _build(spec: JobSpec, config: dict[str, Any], model: Any, mesh: Any,
-           torch: Any) -> Any:
+def shard_job(spec: JobSpec, config: dict[str, Any], model: Any, mesh: Any,
+              device: Any) -> Any:
+    """Checkpoint, shard and materialise ``model`` as the engine does; return its
+    optimizer (shared with benchmarks/plan_gpu_check.py, which runs it on a real GPU)."""
     from runners.engine.optim import build_optimizer
     from runners.engine.wrap import (
         apply_activation_checkpointing,
@@ -94,9 +96,8 @@ def _build(spec: JobSpec, config: dict[str, Any], model: Any, mesh: Any,
 
     layers = apply_activation_checkpointing(model, find_layers(model, spec, config),
                                             spec.fsdp)
-    shard_fsdp2(model, choose_units(model, layers, spec.fsdp), spec.fsdp, mesh,
-                torch.device("cpu"))
-    model.to_empty(device="cpu")
+    shard_fsdp2(model, choose_units(model, layers, spec.fsdp), spec.fsdp, mesh, device)
+    model.to_empty(device=device)
     optimizer = build_optimizer(model.parameters(), spec.optimizer)
     # On a GPU the optimizers default to the multi-tensor (foreach) kernels; the CPU
     # default is the per-tensor loop, whose temporaries are smaller. Trace the GPU's.
@@ -105,32 +106,44 @@ def _build(spec: JobSpec, config: dict[str, Any], model: Any, mesh: Any,
     return optimizer
 
 
+def train_step(spec: JobSpec, model: Any, optimizer: Any, device: Any,
+               between_micro_batches: Any = None) -> int:
+    """One optimizer step as the engine takes it (at most two micro-batches, the last
+    one synchronising gradients); returns the micro-batches run."""
+    import torch
+
+    from runners.engine.loop import causal_lm_loss
+
+    micro = min(2, accumulation_steps(spec))
+    shape = (spec.data.micro_batch_size, spec.data.seq_len)
+    for index in range(micro):
+        if index and between_micro_batches is not None:
+            between_micro_batches()
+        model.set_requires_gradient_sync(index == micro - 1)
+        batch = torch.randint(0, model.config.vocab_size, shape, device=device)
+        loss = causal_lm_loss(model, batch)
+        (loss / micro).backward()
+        del loss
+    optimizer.step()
+    optimizer.zero_grad()
+    return micro
+
+
 def _run(spec: JobSpec, config: dict[str, Any], model: Any, mesh: Any, shard: int,
          torch: Any) -> TraceResult:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
-    from runners.engine.loop import causal_lm_loss
-
-    optimizer = _build(spec, config, model, mesh, torch)
-    micro = min(2, accumulation_steps(spec))
-    vocab = model.config.vocab_size
-    shape = (spec.data.micro_batch_size, spec.data.seq_len)
+    cpu = torch.device("cpu")
+    optimizer = shard_job(spec, config, model, mesh, cpu)
     for _ in range(TRACED_STEPS):
         # A fresh tracker per step: the last step is the steady state (optimizer state
         # exists). The first step's lazy state initialisation on DTensors is over-counted
         # by the tracker, and on a device it allocates no more than a later step does.
         tracker = FSDPMemTracker(model, optimizer)
         with tracker:
-            for index in range(micro):
-                if index:
-                    tracker.reset_mod_stats()  # per-module stats allow one forward each
-                model.set_requires_gradient_sync(index == micro - 1)
-                loss = causal_lm_loss(model, torch.randint(0, vocab, shape))
-                (loss / micro).backward()
-                del loss
-            optimizer.step()
-            optimizer.zero_grad()
-    snapshot = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
+            # Per-module statistics allow one forward per module: reset between.
+            micro = train_step(spec, model, optimizer, cpu, tracker.reset_mod_stats)
+    snapshot = tracker.get_tracker_snapshot("peak")[cpu]
     categories = {_category_name(k): int(v) for k, v in snapshot.items() if k != "Total"}
     return TraceResult(int(snapshot["Total"]), categories, shard, micro)
 
