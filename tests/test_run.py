@@ -118,13 +118,13 @@ def test_a_changed_job_is_refused_in_the_same_directory(tmp_path: Path) -> None:
     assert "with a different optimizer.lr" in result.stderr
 
 
-def test_an_engine_failure_ends_in_one_line_not_a_traceback(tmp_path: Path) -> None:
-    (tmp_path / "data.jsonl").write_text('{"other": "no text field"}\n')
-    spec = tmp_path / "job.yaml"
-    spec.write_text(QUICKSTART.read_text().replace(
-        "source: corpus ", "source: jsonl\n  path: data.jsonl\n  # "))
-    result = run_cli("run", str(spec), cwd=tmp_path, timeout=120)
-    output = result.stdout + result.stderr
-    assert result.returncode == 1, output
-    assert "data.jsonl:1: not a JSON object with a 'text' string" in output
-    assert "torchrun: 2 worker(s) failed" in output and "Traceback" not in output
+def test_a_failed_worker_ends_in_one_line_not_a_traceback() -> None:
+    """`run` starts torchrun through fsdpspec.quiet_torchrun: a failed worker (here
+    /bin/false, so no model is built) ends the run with one line and its exit code."""
+    result = subprocess.run(
+        [sys.executable, "-m", "fsdpspec.quiet_torchrun", "--standalone", "--nnodes", "1",
+         "--nproc-per-node", "1", "--no-python", "false"],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "torchrun: 1 worker(s) failed; first: rank 0, exit code 1" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
