@@ -107,14 +107,19 @@ def final_weights(run_dir: Path) -> dict[str, Any]:
     return load_file(str(run_dir / "final" / "model.safetensors"))
 
 
+# Each run covers one sharding strategy and folds in the orthogonal choices (precision,
+# offload, activation checkpointing); FULL_SHARD fp32 is the 10-step run further down.
 CONFIGS = {
     "fsdp2-SHARD_GRAD_OP-bf16": {
         "fsdp": {"sharding_strategy": "SHARD_GRAD_OP", "mixed_precision": "bf16"}
     },
-    "fsdp2-FULL_SHARD-cpu_offload-full_ac": {
-        "fsdp": {"cpu_offload": True, "activation_checkpointing": "full"}
+    "fsdp2-NO_SHARD-cpu_offload-full_ac": {
+        "fsdp": {
+            "sharding_strategy": "NO_SHARD",
+            "cpu_offload": True,
+            "activation_checkpointing": "full",
+        }
     },
-    "fsdp2-NO_SHARD": {"fsdp": {"sharding_strategy": "NO_SHARD"}},
     "fsdp2-HYBRID_SHARD-selective_ac": {
         "fsdp": {
             "sharding_strategy": "HYBRID_SHARD",
@@ -127,7 +132,15 @@ CONFIGS = {
         "model": {"preset": "tiny-qwen2"},
         "fsdp": {"version": 1, "auto_wrap_policy": "transformer", "forward_prefetch": True},
     },
-    "fsdp1-size": {"fsdp": {"version": 1, "auto_wrap_policy": "size", "min_num_params": 20000}},
+    "fsdp1-size-full_state_dict": {
+        "fsdp": {
+            "version": 1,
+            "auto_wrap_policy": "size",
+            "min_num_params": 20000,
+            "state_dict_type": "FULL_STATE_DICT",
+        },
+        "checkpoint": {"interval_steps": 2, "keep_last": 0},
+    },
 }
 
 
@@ -139,15 +152,23 @@ def test_configuration_trains_five_steps(tmp_path: Path, name: str) -> None:
     assert sorted(steps) == [1, 2, 3, 4, 5]
     assert all(math.isfinite(v) for v in steps.values())
     fsdp = CONFIGS[name]["fsdp"]
-    assert (
-        f"fsdp{fsdp.get('version', 2)} {fsdp.get('sharding_strategy', 'FULL_SHARD')}"
-        in result.stdout
-    )
+    head = f"fsdp{fsdp.get('version', 2)} {fsdp.get('sharding_strategy', 'FULL_SHARD')}"
+    assert head in result.stdout
     assert (
         f"activation checkpointing {fsdp.get('activation_checkpointing', 'none')}" in result.stdout
     )
     if fsdp.get("auto_wrap_policy") == "size":  # the size policy really chose units
         assert "0 units" not in result.stdout
+    if fsdp.get("state_dict_type") == "FULL_STATE_DICT":
+        _check_full_state_dict_resume(tmp_path, name, steps)
+
+
+def _check_full_state_dict_resume(run_dir: Path, name: str, steps: dict[int, float]) -> None:
+    """A FULL_STATE_DICT checkpoint (step 2) resumed in a new run dir replays 3–5."""
+    again = run_dir / "from-step-2"
+    resume = str(run_dir / "checkpoints" / "step-00000002")
+    ok(torchrun(write_spec(again, merged(CONFIGS[name], {"checkpoint": {"resume": resume}}))))
+    assert [losses(again)[s] for s in (3, 4, 5)] == [steps[s] for s in (3, 4, 5)]
 
 
 def test_quickstart_loss_falls_30_percent(tmp_path: Path) -> None:

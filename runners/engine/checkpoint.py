@@ -28,7 +28,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
 
 from runners.engine.dist import Runtime
 from runners.engine.errors import EngineError
@@ -96,8 +100,17 @@ def _rng_state() -> dict[str, torch.Tensor]:
     return state
 
 
-def _checkpoint_state(state: TrainState, runtime: Runtime) -> dict[str, Any]:
-    model_sd, optim_sd = get_state_dict(state.model, state.optimizer)
+def _layout(full_state_dict: bool, runtime: Runtime) -> StateDictOptions:
+    """SHARDED_STATE_DICT: each rank's shards. FULL_STATE_DICT: unsharded tensors; from
+    GPUs gathered to rank 0 on the CPU, on a CPU run every rank holds them (DCP writes
+    each tensor once either way)."""
+    on_gpu = runtime.device.type == "cuda"
+    return StateDictOptions(full_state_dict=full_state_dict, cpu_offload=full_state_dict and on_gpu)
+
+
+def _checkpoint_state(state: TrainState, runtime: Runtime, full_state_dict: bool) -> dict[str, Any]:
+    options = _layout(full_state_dict, runtime)
+    model_sd, optim_sd = get_state_dict(state.model, state.optimizer, options=options)
     return {
         "model": model_sd,
         "optim": optim_sd,
@@ -109,7 +122,9 @@ def _checkpoint_state(state: TrainState, runtime: Runtime) -> dict[str, Any]:
     }
 
 
-def save_checkpoint(state: TrainState, run_dir: Path, keep_last: int, runtime: Runtime) -> Path:
+def save_checkpoint(
+    state: TrainState, run_dir: Path, keep_last: int, runtime: Runtime, *, full_state_dict: bool
+) -> Path:
     """Save atomically (temp dir → rename → ``latest``), then rotate old checkpoints."""
     root = checkpoint_root(run_dir)
     final = root / step_dir_name(state.step)
@@ -118,7 +133,7 @@ def save_checkpoint(state: TrainState, run_dir: Path, keep_last: int, runtime: R
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     dist.barrier()
-    dcp.save(_checkpoint_state(state, runtime), checkpoint_id=str(tmp))
+    dcp.save(_checkpoint_state(state, runtime, full_state_dict), checkpoint_id=str(tmp))
     dist.barrier()  # every rank's shards and rank 0's metadata are written
     pause = float(os.environ.get(PAUSE_ENV, "0") or 0)
     if pause > 0:
@@ -165,19 +180,26 @@ def _rotate(run_dir: Path, keep_last: int) -> None:
         shutil.rmtree(trash)
 
 
-def load_checkpoint(state: TrainState, path: Path, runtime: Runtime) -> None:
+def load_checkpoint(
+    state: TrainState, path: Path, runtime: Runtime, *, full_state_dict: bool
+) -> None:
     """Restore model, optimizer, schedule, data position, RNG and step from ``path``."""
-    loaded = _checkpoint_state(state, runtime)
+    loaded = _checkpoint_state(state, runtime, full_state_dict)
     saved_keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     rng_key = _rng_key(runtime.rank)
     if not any(k.startswith(rng_key + ".") or k == rng_key for k in saved_keys):
         loaded.pop(rng_key)  # saved by fewer ranks: this rank keeps its seeded generator
     dcp.load(loaded, checkpoint_id=str(path))
+    # A full state dict is complete on rank 0 (only there, from GPUs): rank 0 sends it.
+    options = StateDictOptions(
+        full_state_dict=full_state_dict, broadcast_from_rank0=full_state_dict
+    )
     set_state_dict(
         state.model,
         state.optimizer,
         model_state_dict=loaded["model"],
         optim_state_dict=loaded["optim"],
+        options=options,
     )
     state.scheduler.load_state_dict(loaded["scheduler"])
     state.batches.load_state_dict(loaded["data"])

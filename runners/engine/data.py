@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from fsdpspec.spec.v1 import Data
-from runners.engine.errors import EngineError
+from runners.engine.errors import EngineError, first_line
 
 BYTE_VOCAB = 257  # 256 byte values, then EOS
 BYTE_EOS = 256
@@ -52,8 +52,7 @@ def _local_tokenizer(directory: str) -> object:
     try:
         return AutoTokenizer.from_pretrained(directory, local_files_only=True)
     except (OSError, ValueError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise EngineError(f"data.tokenizer: cannot load {directory}: {first_line}") from None
+        raise EngineError(f"data.tokenizer: cannot load {directory}: {first_line(exc)}") from None
 
 
 def read_documents(data: Data) -> Iterator[str]:

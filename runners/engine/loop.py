@@ -150,7 +150,11 @@ def train(trainer: Trainer) -> None:
 
 def _save(trainer: Trainer) -> int:
     path = save_checkpoint(
-        trainer.state, trainer.run_dir, trainer.spec.checkpoint.keep_last, trainer.runtime
+        trainer.state,
+        trainer.run_dir,
+        trainer.spec.checkpoint.keep_last,
+        trainer.runtime,
+        full_state_dict=trainer.spec.fsdp.state_dict_type == "FULL_STATE_DICT",
     )
     console(trainer.runtime, f"checkpoint: {path}")
     return trainer.state.step

@@ -19,7 +19,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from fsdpspec.modelconfig import ModelConfigError, model_config
 from fsdpspec.spec.v1 import JobSpec
 from runners.engine.dist import Runtime, all_reduce_max
-from runners.engine.errors import EngineError
+from runners.engine.errors import EngineError, first_line
 
 _ROOT = Path("/")  # input paths in a resolved spec are already absolute
 
@@ -50,9 +50,12 @@ def _build_transformers_model(spec: JobSpec) -> nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.for_model(**model_geometry(spec))
-    return AutoModelForCausalLM.from_config(
-        config, attn_implementation=spec.model.attention, dtype=torch.float32
-    )
+    try:
+        return AutoModelForCausalLM.from_config(
+            config, attn_implementation=spec.model.attention, dtype=torch.float32
+        )
+    except (ImportError, ValueError) as exc:  # e.g. flash_attention_2 not installed
+        raise EngineError(f"model: cannot build the model: {first_line(exc)}") from None
 
 
 def _call_factory(target: str) -> nn.Module:
@@ -163,13 +166,18 @@ def check_loaded_keys(missing: list[str], unexpected: list[str], tied: set[str])
 def load_weights(model: nn.Module, spec: JobSpec, runtime: Runtime, *, sharded: bool) -> None:
     """Load ``model.weights`` into a sharded (FSDP2) or a full (pre-FSDP1) model.
 
-    With ``cpu_ram_efficient_loading`` only rank 0 reads the files and the sharded load
-    broadcasts them; otherwise every rank reads them.
+    With ``cpu_ram_efficient_loading`` only rank 0 reads the files: the sharded load
+    broadcasts them, and FSDP1 ranks on the meta device receive rank 0's weights when
+    FSDP1 synchronises module states. Otherwise every rank reads them.
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    from_rank0 = sharded and spec.fsdp.cpu_ram_efficient_loading
-    full = _read_agreed(spec.model.weights, runtime, reads=runtime.is_main or not from_rank0)
+    on_meta = any(p.is_meta for p in model.parameters())
+    from_rank0 = spec.fsdp.cpu_ram_efficient_loading and (sharded or on_meta)
+    reads = not on_meta and (runtime.is_main or not from_rank0)
+    full = _read_agreed(spec.model.weights, runtime, reads=reads)
+    if on_meta:
+        return
     if sharded:
         options = StateDictOptions(
             full_state_dict=True, broadcast_from_rank0=from_rank0, strict=False

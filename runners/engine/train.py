@@ -97,7 +97,8 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches)
     resume_from = find_resume_checkpoint(spec.checkpoint.resume, run_dir)
     if resume_from is not None:
-        load_checkpoint(state, resume_from, runtime)
+        full = spec.fsdp.state_dict_type == "FULL_STATE_DICT"
+        load_checkpoint(state, resume_from, runtime, full_state_dict=full)
         console(runtime, f"resumed from {resume_from} (step {state.step})")
     return Trainer(
         spec=spec,
