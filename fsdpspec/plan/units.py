@@ -9,6 +9,7 @@ FSDP1 flattens a unit and pads the flat parameter.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -68,6 +69,8 @@ class Sharding:
         return sum(u.numel * u.count for u in self.units)
 
 
+# Cached: the fewest-GPUs search and the suggestions ask for the same units many times.
+@functools.lru_cache(maxsize=256)
 def sharding(g: Geometry, *, policy: str, min_num_params: int, shard_size: int,
              fsdp_version: int) -> Sharding:
     """Units for a wrap policy: transformer (one per layer), size, or none (root only)."""
