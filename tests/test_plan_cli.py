@@ -144,3 +144,13 @@ def test_validate_names_the_fewest_gpus_when_the_example_gets_one_gpu() -> None:
     assert len(found) == 1 and found[0].is_error
     assert "it fits on at least" in found[0].message
     assert "--set" in (found[0].hint or "")  # the cheapest fixes
+
+
+def test_gpu_check_skips_cleanly_without_cuda() -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the check would run for minutes")
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plan_gpu_check.py")],
+                            capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0
+    assert "no CUDA device" in result.stdout
