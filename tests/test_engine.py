@@ -54,7 +54,8 @@ def write_spec(run_dir: Path, override: dict[str, Any] | None = None) -> Path:
 
 
 def _env(extra: dict[str, str] | None) -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(extra or {})}
+    path = os.pathsep.join([str(ROOT), str(ROOT / "tests")])  # tests/ holds engine_factory
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **(extra or {})}
 
 
 def torchrun(
@@ -120,13 +121,25 @@ CONFIGS = {
             "activation_checkpointing": "full",
         }
     },
-    "fsdp2-HYBRID_SHARD-selective_ac": {
+    "fsdp2-HYBRID_SHARD-selective_ac-factory_model": {
+        "model": {
+            "preset": None,
+            "factory": "engine_factory:build",
+            "geometry": {
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 1,
+                "vocab_size": 320,
+            },
+        },
         "fsdp": {
+            "transformer_layer_cls": ["Block"],
             "sharding_strategy": "HYBRID_SHARD",
             "shard_group_size": 1,
             "activation_checkpointing": "selective",
             "ac_every": 2,
-        }
+        },
     },
     "fsdp1-transformer-tiny_qwen2": {
         "model": {"preset": "tiny-qwen2"},

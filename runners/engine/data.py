@@ -112,15 +112,17 @@ def pack(documents: Iterator[str], tokenizer: Tokenizer, seq_len: int) -> torch.
 class SequenceSource:
     """Global sequence number → token ids, in a seeded order."""
 
-    def __init__(self, data: Data, vocab_size: int, seed: int) -> None:
+    def __init__(self, data: Data, vocab_size: int | None, seed: int) -> None:
         self._seed = seed
         self._vocab = vocab_size
         self._seq_len = data.seq_len
         self._packed: torch.Tensor | None = None
         self._order: tuple[int, torch.Tensor] | None = None
+        if data.source == "synthetic" and vocab_size is None:
+            raise EngineError("synthetic data needs the vocabulary size: set model.geometry")
         if data.source != "synthetic":
             tokenizer = Tokenizer(data.tokenizer)
-            if tokenizer.vocab_size > vocab_size:
+            if vocab_size is not None and tokenizer.vocab_size > vocab_size:
                 raise EngineError(
                     f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary "
                     f"is {vocab_size}"

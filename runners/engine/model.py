@@ -34,15 +34,15 @@ def model_geometry(spec: JobSpec) -> dict[str, Any] | None:
 
 
 def build_model(spec: JobSpec, *, on_meta: bool) -> nn.Module:
-    """A fresh model; on the meta device (no storage) or on the CPU in fp32."""
-    device = torch.device("meta") if on_meta else torch.device("cpu")
-    if not on_meta:
-        torch.manual_seed(spec.train.seed)  # transformers initialises on construction
-    with device:
+    """A fresh model: on the meta device (no storage yet; see ``materialise``), or
+    materialised whole on the CPU and initialised from the spec's seed."""
+    with torch.device("meta"):
         if spec.model.factory is not None:
             model = _call_factory(spec.model.factory)
         else:
             model = _build_transformers_model(spec)
+    if not on_meta:
+        materialise(model, torch.device("cpu"), spec.train.seed)
     return model
 
 
@@ -73,11 +73,13 @@ def _call_factory(target: str) -> nn.Module:
 
 
 def materialise(model: nn.Module, device: torch.device, seed: int) -> None:
-    """Allocate a meta model (already sharded) on ``device`` and initialise it.
+    """Allocate a meta model (sharded by FSDP2, or whole for FSDP1) on ``device`` and
+    initialise it.
 
     Every parameter is initialised as a full tensor on the CPU from one seeded stream, in
     module order, and each rank keeps its shard. The values therefore do not depend on
-    the number of ranks or the sharding, which makes 1-process and N-process runs agree.
+    the number of ranks, the sharding or the FSDP version, which makes 1-process and
+    N-process runs agree.
     """
     model.to_empty(device=device)
     init_module = getattr(model, "_init_weights", None)
