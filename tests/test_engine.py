@@ -114,7 +114,7 @@ CONFIGS = {
     "fsdp2-SHARD_GRAD_OP-bf16": {
         "fsdp": {"sharding_strategy": "SHARD_GRAD_OP", "mixed_precision": "bf16"}
     },
-    "fsdp2-NO_SHARD-cpu_offload-full_ac": {
+    "fsdp2-NO_SHARD-cpu_offload-full_ac-jsonl_local_tokenizer": {
         "fsdp": {
             "sharding_strategy": "NO_SHARD",
             "cpu_offload": True,
@@ -160,7 +160,10 @@ CONFIGS = {
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_configuration_trains_five_steps(tmp_path: Path, name: str) -> None:
     """Each sharding / wrapping / precision / offload / checkpointing choice trains."""
-    result = ok(torchrun(write_spec(tmp_path, CONFIGS[name])))
+    config = CONFIGS[name]
+    if "jsonl_local_tokenizer" in name:
+        config = merged(config, {"data": local_jsonl_and_tokenizer(tmp_path / "inputs")})
+    result = ok(torchrun(write_spec(tmp_path, config)))
     steps = losses(tmp_path)
     assert sorted(steps) == [1, 2, 3, 4, 5]
     assert all(math.isfinite(v) for v in steps.values())
@@ -174,6 +177,28 @@ def test_configuration_trains_five_steps(tmp_path: Path, name: str) -> None:
         assert "0 units" not in result.stdout
     if fsdp.get("state_dict_type") == "FULL_STATE_DICT":
         _check_full_state_dict_resume(tmp_path, name, steps)
+
+
+def local_jsonl_and_tokenizer(directory: Path) -> dict[str, Any]:
+    """A jsonl file and a BPE tokenizer trained here and saved as a local directory."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = [f"record {i}: the quick brown fox jumps over the lazy dog " * 4 for i in range(60)]
+    directory.mkdir(parents=True)
+    (directory / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.Whitespace()
+    bpe.train_from_iterator(
+        texts, trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "</s>"])
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="</s>", unk_token="<unk>")
+    fast.save_pretrained(directory / "tokenizer")
+    return {
+        "source": "jsonl",
+        "path": str(directory / "docs.jsonl"),
+        "tokenizer": str(directory / "tokenizer"),
+    }
 
 
 def _check_full_state_dict_resume(run_dir: Path, name: str, steps: dict[int, float]) -> None:

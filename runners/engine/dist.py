@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import warnings
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -72,6 +73,8 @@ def init_runtime(spec: JobSpec) -> Runtime:
         device_id=device if backend == "nccl" else None,
     )
     runtime = Runtime(dist.get_rank(), dist.get_world_size(), local_rank, device)
+    if not runtime.is_main:
+        warnings.simplefilter("ignore")  # library warnings once (rank 0), not N times
     if runtime.world_size != spec.world_size:
         raise EngineError(
             f"the spec asks for {spec.world_size} processes (resources.nodes × gpus_per_node) "
