@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import main as torchrun
 
@@ -25,6 +26,9 @@ def run(argv: list[str]) -> int:
         print(f"torchrun: {len(exc.failures)} worker(s) failed; first: rank {rank}, "
               f"exit code {failure.exitcode}", file=sys.stderr)
         return code
+    except SignalException as exc:  # signalled itself: it stopped its workers first
+        print(f"torchrun: stopped by {exc.sigval.name}", file=sys.stderr)
+        return 128 + exc.sigval.value
     return 0
 
 
