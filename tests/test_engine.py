@@ -226,6 +226,9 @@ def test_quickstart_loss_falls_30_percent(tmp_path: Path) -> None:
     spec = write_resolved_spec(JobSpec.model_validate(data), tmp_path)
     ok(torchrun(spec))
     steps = losses(tmp_path)
+    print(
+        f"quickstart loss {steps[1]:.4f} -> {steps[30]:.4f} ({1 - steps[30] / steps[1]:.1%} lower)"
+    )
     assert steps[30] <= 0.7 * steps[1], steps
 
 
@@ -248,6 +251,7 @@ def test_two_ranks_equal_one_process(straight_run: Path, tmp_path: Path) -> None
     ok(torchrun(write_spec(tmp_path, {"resources": {"gpus_per_node": 1}}), nproc=1))
     two, one = losses(straight_run), losses(tmp_path)
     assert sorted(one) == [1, 2, 3, 4, 5]
+    print(f"2 ranks vs 1 process: max |loss diff| {max(abs(two[s] - one[s]) for s in one):.2e}")
     for step in range(1, 6):
         assert abs(two[step] - one[step]) <= 1e-5, (step, two[step], one[step])
 
@@ -295,6 +299,7 @@ def test_export_loads_with_from_pretrained(straight_run: Path, tmp_path: Path) -
     model = AutoModelForCausalLM.from_pretrained(straight_run / "final", dtype=torch.float32)
     with torch.no_grad():
         logits = model(probe["input_ids"]).logits
+    print(f"final/ vs sharded logits: max |diff| {(logits - probe['checkpoint']).abs().max():.2e}")
     assert torch.allclose(logits, probe["checkpoint"], atol=1e-5, rtol=0)
     assert torch.allclose(logits, probe["weights"], atol=1e-5, rtol=0)
 

@@ -169,15 +169,16 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _rotate(run_dir: Path, keep_last: int) -> None:
-    """Delete all but the newest ``keep_last`` checkpoints (0 keeps all). Each is renamed
-    out of the ``step-`` namespace first so a half-deleted one is never resumed."""
+    """Delete all but the newest ``keep_last`` checkpoints (0 keeps all), and what
+    interrupted saves or deletions left behind. A checkpoint is renamed out of the
+    ``step-`` namespace before it is deleted, so a half-deleted one is never resumed."""
+    root = checkpoint_root(run_dir)
     complete = complete_checkpoints(run_dir)
-    if keep_last == 0 or len(complete) <= keep_last:
-        return
-    for old in complete[:-keep_last]:
-        trash = old.with_name(f".trash-{old.name}")
-        os.replace(old, trash)
-        shutil.rmtree(trash)
+    expired = complete[:-keep_last] if keep_last and len(complete) > keep_last else []
+    for old in expired:
+        os.replace(old, old.with_name(f".trash-{old.name}"))
+    for leftover in [*root.glob(".tmp-*"), *root.glob(".trash-*")]:
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def load_checkpoint(
