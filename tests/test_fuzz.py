@@ -7,9 +7,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
-
 from fuzz_specs import check_text, dump, mutated_data, mutated_text
+from hypothesis import HealthCheck, given, settings
 
 FAST = settings(max_examples=150, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])

@@ -9,7 +9,8 @@ from fsdpspec.spec import LATEST
 
 
 @click.command("schema")
-@click.option("--check", is_flag=True, help="Fail if schema/ or docs/spec.md differ from the models.")
+@click.option("--check", is_flag=True,
+              help="Fail if schema/ or docs/spec.md differ from the models.")
 @click.option("--write", is_flag=True, help="Regenerate schema/ and docs/spec.md from the models.")
 def command(check: bool, write: bool) -> None:
     """Print the JSON Schema of the newest spec version (for editors and CI)."""
