@@ -8,7 +8,7 @@ a container named `pytorch` with an image in every replica.
 
 The operator gives every pod MASTER_ADDR and MASTER_PORT (the Master pod's service);
 the argv's rendezvous endpoint is ``$(MASTER_ADDR):$(MASTER_PORT)``, which Kubernetes
-expands. Spec values are escaped (``$$(``) so Kubernetes expands nothing of theirs.
+expands. Spec values are escaped (``$`` → ``$$``) so Kubernetes expands none of theirs.
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ def dns1035_name(name: str) -> str:
 
 
 def _no_expansion(value: str) -> str:
-    # Kubernetes expands $(VAR) in command and env values; $$ keeps a spec's text literal.
-    return value.replace("$(", "$$(")
+    # Kubernetes expands $(VAR) in command and env values and reads $$ as one $:
+    # doubling every $ gives back the spec's text exactly.
+    return value.replace("$", "$$")
 
 
 def container_run_dir(spec: JobSpec) -> PurePosixPath:

@@ -143,10 +143,10 @@ def test_manifest(hostile, tmp_path: Path) -> None:
     container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert container["command"][0] == "torchrun"  # an argv: no shell anywhere
     assert container["image"] == spec["launch"]["kubernetes"]["image"]
-    # Kubernetes would expand $(VAR) in env values; $$( keeps the text literal.
+    # Kubernetes would expand $(VAR) in env values; it reads $$ as a literal $.
     env_value = spec["launch"]["env"]["FSDPSPEC_TEST_VALUE"]
     assert container["env"] == [{"name": "FSDPSPEC_TEST_VALUE",
-                                 "value": env_value.replace("$(", "$$(")}]
+                                 "value": env_value.replace("$", "$$")}]
     assert job["metadata"]["labels"] == spec["metadata"]["labels"]
     document = json.loads(config_map["data"]["resolved-spec.json"])
     assert document["spec"]["metadata"]["description"] == spec["metadata"]["description"]

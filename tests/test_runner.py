@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -187,6 +188,30 @@ def test_manifest_follows_the_training_operator_rules() -> None:
 def test_single_node_manifest_has_only_a_master() -> None:
     _, job_doc = manifest_documents(SINGLE.model_copy(update={"launch": MULTI.launch}))
     assert list(job_doc["spec"]["pytorchReplicaSpecs"]) == ["Master"]
+
+
+def kubelet_expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' expansion of command and env values: $$ is a literal $, $(VAR) is the
+    variable when it is defined (and left as written when not)."""
+    def one(match: re.Match) -> str:
+        token = match.group(0)
+        if token == "$$":
+            return "$"
+        return env.get(match.group(1), token)
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", one, text)
+
+
+def test_manifest_values_survive_kubernetes_expansion() -> None:
+    tricky = "$(HOME) $$(HOME) $x $"
+    spec = MULTI.model_copy(update={"launch": MULTI.launch.model_copy(
+        update={"env": {"TRICKY": tricky}})})
+    _, job_doc = manifest_documents(spec)
+    container = job_doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"][
+        "containers"][0]
+    env = {"HOME": "/root", "MASTER_ADDR": "master-0", "MASTER_PORT": "23456"}
+    assert [kubelet_expand(e["value"], env) for e in container["env"]] == [tricky]
+    command = [kubelet_expand(word, env) for word in container["command"]]
+    assert command[5:7] == ["--rdzv-endpoint", "master-0:23456"]  # the one meant reference
 
 
 def test_manifest_needs_an_image() -> None:
