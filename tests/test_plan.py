@@ -84,10 +84,12 @@ def test_layer_and_reduction_points() -> None:
     grads = 2 * 320 * 64 + 2 * 64 * 128   # lm_head gradient + the down projection's
     temporaries = 2 * 2 * 8 * 128 + 2 * 8 * 64
     common = STATES | {"gathered_parameters": ROOT_BF16 + LAYER_BF16,
-                       "prefetch_buffer": LAYER_BF16, "unsharded_gradients": grads,
-                       "backward_temporaries": temporaries}
-    assert found["backward: last layer"] == common | {"activations": ACTIVATIONS}
-    assert found["backward: layer before last"] == common | {
+                       "unsharded_gradients": grads, "backward_temporaries": temporaries}
+    # The last layer: every activation alive, the layer below prefetched.
+    assert found["backward: layer 1"] == common | {"activations": ACTIVATIONS,
+                                                   "prefetch_buffer": LAYER_BF16}
+    # The first: nothing left to prefetch, layer 1 reduced and its buffer still held.
+    assert found["backward: layer 0"] == common | {
         "activations": ACTIVATIONS // 2, "sharded_gradients": 4 * LAYER // 4,
         "reduce_scatter_buffers": 4 * LAYER}
     assert found["backward: root gradient reduction"] == STATES | {
@@ -99,9 +101,9 @@ def test_layer_and_reduction_points() -> None:
 
 def test_peak_is_the_largest_point_and_reserved_adds_fragmentation() -> None:
     memory = device_memory(workload(make_spec(), GEOMETRY))
-    assert memory.peak.name == "backward: layer before last"
-    assert memory.peak_allocated == 842_048
-    assert memory.peak_reserved == 842_048 + int(0.05 * 842_048)
+    assert memory.peak.name == "backward: layer 0"
+    assert memory.peak_allocated == 768_064
+    assert memory.peak_reserved == 768_064 + int(0.05 * 768_064)
     assert memory.total == memory.peak_reserved + (1 << 30)  # CUDA context + NCCL
 
 
@@ -132,21 +134,21 @@ def test_shard_group_per_strategy(strategy: str, nodes: int, shard: int) -> None
 def test_shard_grad_op_keeps_every_unit_gathered_and_prefetches_nothing() -> None:
     found = points(fsdp={"sharding_strategy": "SHARD_GRAD_OP"})
     assert found["forward: loss"]["gathered_parameters"] == ROOT_BF16 + 2 * LAYER_BF16
-    assert "prefetch_buffer" not in found["backward: last layer"]
+    assert "prefetch_buffer" not in found["backward: layer 1"]
     assert "backward: root all-gather" not in found
 
 
 def test_accumulation_keeps_unsharded_gradients_in_the_reduce_dtype() -> None:
     found = points(data={"global_batch_size": 8})
     assert found["forward: loss"]["accumulated_gradients"] == 4 * TOTAL
-    assert "unsharded_gradients" not in found["backward: last layer"]
+    assert "unsharded_gradients" not in found["backward: layer 1"]
 
 
 def test_full_checkpointing_keeps_layer_inputs_and_recomputes_one_layer() -> None:
     found = points(fsdp={"activation_checkpointing": "full"})
     assert found["forward: loss"]["activations"] == 2 * (2 * 8 * 64) + ROOT_ACTIVATIONS
-    assert found["backward: last layer"]["activations"] == 2 * (2 * 8 * 64) + ACTIVATIONS // 2
-    assert "backward: layer before last" not in found
+    assert found["backward: layer 1"]["activations"] == 2 * (2 * 8 * 64) + ACTIVATIONS // 2
+    assert found["backward: layer 0"]["activations"] == 2 * 8 * 64 + ACTIVATIONS // 2
 
 
 def test_selective_checkpointing_wraps_one_layer_in_every_n() -> None:
@@ -157,7 +159,7 @@ def test_selective_checkpointing_wraps_one_layer_in_every_n() -> None:
 
 
 def test_eager_attention_saves_the_probabilities() -> None:
-    eager = points(model={"attention": "eager"})["backward: last layer"]["activations"]
+    eager = points(model={"attention": "eager"})["backward: layer 1"]["activations"]
     per_layer = eager // 2 - (ACTIVATIONS // 2 - (2 * 8 * 96 + 2 * 8 * 32 + 2 * 8 * 64 + 128))
     # q, k and v expanded to 4 heads, the output copy, fp32 softmax and its bf16 cast.
     assert per_layer == 4 * 2 * 8 * 64 + (4 + 2) * 1 * 4 * 8 * 8
@@ -206,7 +208,7 @@ def test_plan_json_has_the_stable_keys() -> None:
     assert data["parameters"]["total"] == TOTAL
     assert data["world_size"] == 4
     device = data["memory"]["device"]
-    assert device["peak_allocated_bytes"] == 842_048
+    assert device["peak_allocated_bytes"] == 768_064
     assert device["peak_reserved_bytes"] > device["peak_allocated_bytes"]
     assert device["capacity_bytes"] == int(79.1 * (1 << 30))
     assert set(device["terms"]) >= {"sharded_parameters", "activations", "logits_and_loss"}

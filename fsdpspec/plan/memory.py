@@ -94,7 +94,6 @@ class _Parts:
     root_reduce: int
     saved: int
     layer: int
-    recompute: int
     sharded_grads: int
     optimizer_temporaries: int
 
@@ -154,7 +153,6 @@ def _parts(w: Workload, sh: Sharding) -> _Parts:
         root_reduce=r * sh.gathered_numel(sh.root),
         saved=saved,
         layer=layer,
-        recompute=layer if _last_layer_checkpointed(w, g.num_layers) else 0,
         sharded_grads=on_device * shard_bytes,
         optimizer_temporaries=on_device * (shard_bytes if w.optimizer_states == 2 else 0),
     )
@@ -162,18 +160,28 @@ def _parts(w: Workload, sh: Sharding) -> _Parts:
 
 def _layer_activations(w: Workload) -> tuple[int, int]:
     """(bytes saved by all layers, bytes one layer saves without checkpointing)."""
-    g, b = w.geometry, w.compute_bytes
-    full = act.layer_activation_bytes(g, b, w.micro_batch_size, w.seq_len, w.attention)
-    ckpt = act.checkpointed_layers(g.num_layers, w.activation_checkpointing, w.ac_every)
-    kept = act.checkpointed_layer_bytes(g, b, w.micro_batch_size, w.seq_len)
-    return ckpt * kept + (g.num_layers - ckpt) * full, full
+    full = _full_layer(w)
+    return _saved_through(w, w.geometry.num_layers - 1, full), full
 
 
-def _last_layer_checkpointed(w: Workload, layers: int) -> bool:
+def _full_layer(w: Workload) -> int:
+    return act.layer_activation_bytes(w.geometry, w.compute_bytes, w.micro_batch_size,
+                                      w.seq_len, w.attention)
+
+
+def _checkpointed(w: Workload, index: int) -> bool:
+    """Whether the engine wraps layer ``index`` in activation checkpointing."""
     if w.activation_checkpointing == "none":
         return False
-    every = 1 if w.activation_checkpointing == "full" else w.ac_every
-    return (layers - 1) % every == 0
+    return index % (1 if w.activation_checkpointing == "full" else w.ac_every) == 0
+
+
+def _saved_through(w: Workload, index: int, full: int) -> int:
+    """Bytes layers 0..index hold for backward (a checkpointed layer: its input)."""
+    kept = act.checkpointed_layer_bytes(w.geometry, w.compute_bytes, w.micro_batch_size,
+                                        w.seq_len)
+    checkpointed = sum(1 for i in range(index + 1) if _checkpointed(w, i))
+    return checkpointed * kept + (index + 1 - checkpointed) * full
 
 
 def _head_points(w: Workload, p: _Parts) -> list[Point]:
@@ -205,25 +213,36 @@ def _head_points(w: Workload, p: _Parts) -> list[Point]:
     return points
 
 
-def _layer_points(w: Workload, p: _Parts) -> list[Point]:
-    """Backward inside the last layer (every activation alive) and inside the one before
-    it (the last layer's gradients are being reduced)."""
-    g, b = w.geometry, w.compute_bytes
+def _layer_point(w: Workload, p: _Parts, index: int) -> Point:
+    """Backward inside layer ``index``: the layers below it still hold their activations
+    (a checkpointed layer recomputes its own), the layers above have been reduced to
+    sharded gradients, the one just above is still in its reduce-scatter, and the one
+    below is being prefetched."""
+    g, b, layers = w.geometry, w.compute_bytes, w.geometry.num_layers
+    activations = _saved_through(w, index, p.layer)
+    if _checkpointed(w, index):
+        activations += p.layer
+    gathered = p.root + (index + 1) * p.unit if w.keeps_params_gathered else p.root + p.unit
     temporaries = act.backward_temporaries(g, b, w.micro_batch_size, w.seq_len, w.attention)
-    gathered = p.root + max(p.units_kept, p.unit)
-    common = p.persistent | {"accumulated_gradients": p.accumulated,
-                             "gathered_parameters": gathered,
-                             "prefetch_buffer": p.prefetch,
-                             "unsharded_gradients": p.head_grads + p.unit_grads,
-                             "backward_temporaries": temporaries}
-    last = common | {"activations": p.saved + p.recompute}
-    points = [Point("backward: last layer", last)]
-    if g.num_layers > 1 and w.activation_checkpointing == "none":
-        before_last = common | {"activations": p.saved - p.layer,
-                                "sharded_gradients": p.sharded_unit_grads,
-                                "reduce_scatter_buffers": p.unit_reduce}
-        points.append(Point("backward: layer before last", before_last))
-    return points
+    return Point(f"backward: layer {index}", {
+        **p.persistent,
+        "accumulated_gradients": p.accumulated,
+        "gathered_parameters": gathered,
+        "prefetch_buffer": p.prefetch if index > 0 else 0,
+        "unsharded_gradients": p.head_grads + p.unit_grads,
+        "sharded_gradients": (layers - 1 - index) * p.sharded_unit_grads,
+        "reduce_scatter_buffers": p.unit_reduce if index < layers - 1 else 0,
+        "activations": activations,
+        "backward_temporaries": temporaries,
+    })
+
+
+def _layer_points(w: Workload, p: _Parts) -> list[Point]:
+    """The layers whose backward can peak: the last two (most activations alive) and the
+    first two (most gradients reduced; with checkpointing, as many activations)."""
+    last = w.geometry.num_layers - 1
+    indices = sorted({i for i in (last, last - 1, 1, 0) if 0 <= i <= last}, reverse=True)
+    return [_layer_point(w, p, i) for i in indices]
 
 
 def _points(w: Workload, p: _Parts) -> list[Point]:
