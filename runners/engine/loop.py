@@ -19,8 +19,10 @@ from runners.engine.dist import Runtime, all_reduce_max, all_reduce_sum, console
 from runners.engine.errors import EngineError
 from runners.engine.export import export_final
 from runners.engine.metrics import MetricsSink, peak_memory_gib
-from runners.engine.optim import clip_gradients
+from runners.engine.optim import clip_to_norm, fsdp1_clip, local_square_norm
 from runners.engine.signals import StopRequest
+
+_IGNORE = -100  # label of the last position, which has no next token
 
 
 @dataclass
@@ -54,7 +56,9 @@ def causal_lm_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
     model's output or a bare tensor from a factory model)."""
     output = model(batch)
     logits = getattr(output, "logits", output)
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), batch[:, 1:].flatten())
+    # Shift the labels, not the logits: slicing the logits would copy all of them.
+    labels = F.pad(batch[:, 1:], (0, 1), value=_IGNORE)
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=_IGNORE)
 
 
 def forward_backward(trainer: Trainer, batch: torch.Tensor, accumulation_steps: int) -> float:
@@ -84,8 +88,17 @@ def train_step(trainer: Trainer) -> StepResult:
             loss_sum += forward_backward(trainer, batch, len(micro_batches))
     if trainer.scaler:
         trainer.scaler.unscale_(state.optimizer)
-    grad_norm = clip_gradients(state.model, trainer.spec.optimizer.grad_clip_norm)
-    total, stops = all_reduce_sum([loss_sum, float(trainer.stop.requested)], runtime.device)
+    max_norm = trainer.spec.optimizer.grad_clip_norm
+    square = local_square_norm(state.model)
+    # One collective agrees on the loss, the stop request and (FSDP2) the gradient norm.
+    total, stops, squares = all_reduce_sum(
+        [loss_sum, float(trainer.stop.requested), square or 0.0], runtime.device
+    )
+    if square is None:
+        grad_norm = fsdp1_clip(state.model, max_norm)
+    else:
+        grad_norm = math.sqrt(squares)
+        clip_to_norm(state.model, grad_norm, max_norm)
     loss = total / (len(micro_batches) * runtime.world_size)
     lr = state.scheduler.get_last_lr()[0]
     skipped = _apply_update(trainer, loss, grad_norm)

@@ -43,18 +43,37 @@ def build_scheduler(optimizer: torch.optim.Optimizer, spec: JobSpec) -> LambdaLR
     return LambdaLR(optimizer, lambda step: lr_multiplier(step, schedule, max_steps))
 
 
-def clip_gradients(model: nn.Module, max_norm: float | None) -> float:
-    """Clip to ``max_norm`` by the total norm over all shards; returns that norm (also
-    measured when clipping is off, for the metrics and the non-finite check)."""
-    limit = math.inf if max_norm is None else max_norm
-    fsdp1_clip = getattr(model, "clip_grad_norm_", None)  # FSDP1 reduces over its shards
-    if fsdp1_clip is not None:
-        return float(fsdp1_clip(limit))
-    params = [p for p in model.parameters() if p.grad is not None]
-    norm = torch.nn.utils.clip_grad_norm_(params, limit, foreach=True)
-    if isinstance(norm, DTensor):
-        norm = norm.full_tensor()
-    return float(norm)
+def local_square_norm(model: nn.Module) -> float | None:
+    """This rank's share of the squared gradient norm (FSDP2), so that the sum over all
+    ranks is the total. Summing it with the step's other numbers keeps the step at one
+    collective. None for FSDP1, whose ``clip_grad_norm_`` reduces by itself."""
+    if hasattr(model, "clip_grad_norm_"):
+        return None
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return 0.0
+    locals_ = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
+    square = torch.stack([n.double() for n in torch._foreach_norm(locals_)]).square().sum()
+    # Replicas (HSDP, NO_SHARD) hold the same shard: count each shard once.
+    mesh = getattr(grads[0], "device_mesh", None)
+    replicas = mesh.size(0) if mesh is not None and mesh.ndim == 2 else 1
+    return square.item() / replicas
+
+
+def clip_to_norm(model: nn.Module, total_norm: float, max_norm: float | None) -> None:
+    """Scale the gradients down to ``max_norm`` when their total norm exceeds it (the
+    same coefficient as ``torch.nn.utils.clip_grad_norm_``)."""
+    if max_norm is None or not total_norm > max_norm:
+        return
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    locals_ = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
+    torch._foreach_mul_(locals_, max_norm / (total_norm + 1e-6))
+
+
+def fsdp1_clip(model: nn.Module, max_norm: float | None) -> float:
+    """FSDP1's own clipping over its flat shards; returns the total norm (measured also
+    when clipping is off, for the metrics and the non-finite check)."""
+    return float(model.clip_grad_norm_(math.inf if max_norm is None else max_norm))
 
 
 def build_grad_scaler(spec: JobSpec) -> object | None:
