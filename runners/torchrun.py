@@ -82,6 +82,11 @@ def launch_env(
     """
     env = dict(base or {})
     env.setdefault("PYTHONUNBUFFERED", "1")  # progress lines stream as they happen
+    if spec.launch.max_restarts:
+        # torchrun hands the workers its rendezvous store, whose keys outlive a restart:
+        # the restarted group then reads the dead group's addresses and hangs in init
+        # (pytorch/pytorch#135712). Opting out gives each restart a fresh store.
+        env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     if cpu_count is not None and not is_gpu_job(spec):
         threads = max(1, cpu_count // spec.resources.gpus_per_node)
         env.setdefault("OMP_NUM_THREADS", str(threads))

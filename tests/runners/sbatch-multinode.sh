@@ -11,6 +11,7 @@
 set -euo pipefail
 
 export PYTHONUNBUFFERED=1
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 export NCCL_DEBUG=INFO
 
 # The resolved spec the engine reads: this script alone reproduces the run.
