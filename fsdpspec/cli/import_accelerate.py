@@ -18,7 +18,7 @@ from runners.kubernetes import dns1035_name
 # accelerate configs name a layer class, not a model: the preset standing for a family.
 _FAMILY_PRESET = {"llama": "llama3-8b", "mistral": "mistral-7b", "qwen2": "qwen2.5-7b",
                   "gemma2": "gemma2-9b", "phi3": "phi3-mini"}
-_DEFAULT_PRESET = "llama3-8b"
+_DEFAULT_PRESET = "llama3.2-1b"
 
 
 def _preset_for(loaded_data: object) -> str:
