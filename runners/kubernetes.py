@@ -26,7 +26,7 @@ from fsdpspec import __version__
 from fsdpspec.resolved import FILENAME, resolved_document
 from fsdpspec.spec.v1 import JobSpec
 from runners.errors import LaunchError
-from runners.torchrun import build_torchrun_argv, is_gpu_job
+from runners.torchrun import build_torchrun_argv, is_gpu_job, spec_env
 
 WORKDIR = PurePosixPath("/workspace")
 SPEC_MOUNT = PurePosixPath("/etc/fsdpspec")
@@ -74,7 +74,7 @@ def _container(spec: JobSpec, image: str) -> dict[str, Any]:
     }
     if spec.launch.env:
         container["env"] = [{"name": k, "value": _no_expansion(v)}
-                            for k, v in spec.launch.env.items()]
+                            for k, v in spec_env(spec).items()]
     if is_gpu_job(spec):
         container["resources"] = {"limits": {"nvidia.com/gpu": spec.resources.gpus_per_node}}
     container["volumeMounts"] = [{"name": _VOLUME, "mountPath": str(SPEC_MOUNT),

@@ -7,16 +7,20 @@ single arguments whatever characters they hold.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 
 from fsdpspec.accelerators import CATALOG
 from fsdpspec.resolved import FILENAME
 from fsdpspec.spec.v1 import JobSpec
+from runners.errors import LaunchError
 
 ENGINE_MODULE = "runners.engine"
 TORCHRUN: tuple[str, ...] = ("torchrun",)
 DEFAULT_RDZV_PORT = 29500
+# What a shell `export`, Kubernetes and execve all accept as a variable name.
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def is_gpu_job(spec: JobSpec) -> bool:
@@ -72,6 +76,16 @@ def build_torchrun_argv(
     ]
 
 
+def spec_env(spec: JobSpec) -> dict[str, str]:
+    """launch.env, its names checked: a name with `=` or a space would be cut or
+    refused at exec time, or read by a shell as something else."""
+    for name in spec.launch.env:
+        if not _ENV_NAME.match(name):
+            raise LaunchError(f"launch.env name {name!r} is not an environment variable "
+                              "name (letters, digits and '_', not starting with a digit)")
+    return dict(spec.launch.env)
+
+
 def launch_env(
     spec: JobSpec, base: Mapping[str, str] | None = None, cpu_count: int | None = None
 ) -> dict[str, str]:
@@ -90,5 +104,5 @@ def launch_env(
     if cpu_count is not None and not is_gpu_job(spec):
         threads = max(1, cpu_count // spec.resources.gpus_per_node)
         env.setdefault("OMP_NUM_THREADS", str(threads))
-    env.update(spec.launch.env)
+    env.update(spec_env(spec))
     return env

@@ -153,14 +153,14 @@ def test_manifest(hostile, tmp_path: Path) -> None:
     assert_no_markers(tmp_path)
 
 
-def test_env_key_is_never_a_command(tmp_path: Path) -> None:
-    """A hostile environment variable NAME: the sbatch `export` refuses it, no file."""
+def test_env_name_is_refused_not_run(tmp_path: Path) -> None:
+    """A hostile environment variable NAME: every runner refuses it in one line."""
     path, _ = hostile_spec(tmp_path)
     key = payload(tmp_path / "markers", "env-key")
-    text = path.read_text().replace("FSDPSPEC_TEST_VALUE", json.dumps(key))
-    path.write_text(text)
-    script = tmp_path / "job.sbatch"
-    assert run_cli("export", "slurm", str(path), "-o", str(script)).returncode == 0
-    run_sbatch(script.read_text(), tmp_path)
-    assert run_cli("run", str(path), "--dry-run", cwd=tmp_path).returncode == 0
+    path.write_text(path.read_text().replace("FSDPSPEC_TEST_VALUE", json.dumps(key)))
+    for args in (["export", "slurm"], ["export", "kubernetes"], ["run", "--dry-run"]):
+        result = run_cli(*args, str(path), cwd=tmp_path)
+        assert result.returncode == 1, args
+        assert result.stderr.strip().splitlines()[-1].startswith("Error: launch.env name")
+        assert "Traceback" not in result.stderr and result.stdout == ""
     assert os.listdir(tmp_path / "markers") == []
