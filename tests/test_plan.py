@@ -58,7 +58,7 @@ ACTIVATIONS = 2 * (
     + 4 * 2 * 8 * 128                   # gate, activation, up, product
 )  # = 2 × 19 584
 ROOT_ACTIVATIONS = (4 + 2 * 2) * 8 * 64 + 2 * 2 * 8 * 16   # final norm, rotary cos/sin
-LOGITS = 2 * 8 * 320
+LOGITS = 2 * 8 * 320  # bf16 logits of 8 tokens
 ROOT_BF16, LAYER_BF16 = 2 * ROOT, 2 * LAYER
 
 
@@ -70,10 +70,9 @@ def test_full_shard_points() -> None:
     # The root is resharded after forward; the last layer stays gathered.
     assert found["forward: loss"] == STATES | {
         "gathered_parameters": LAYER_BF16, "activations": ACTIVATIONS + ROOT_ACTIVATIONS,
-        "logits_and_loss": LOGITS + 4 * 7 * 320 + 4 * 7 * 320}
-    assert found["backward: loss"]["logits_and_loss"] == 12 * 7 * 320
+        "logits_and_loss": LOGITS + 4 * 8 * 320 + 4 * 8 * 320}
+    assert found["backward: loss"]["logits_and_loss"] == 12 * 8 * 320
     assert found["backward: root all-gather"]["prefetch_buffer"] == ROOT_BF16
-    assert found["backward: logits shift"]["logits_and_loss"] == 2 * LOGITS
     assert found["backward: lm_head"] == STATES | {
         "gathered_parameters": ROOT_BF16 + LAYER_BF16, "unsharded_gradients": 2 * 320 * 64,
         "activations": ACTIVATIONS + ROOT_ACTIVATIONS, "logits_and_loss": LOGITS}
@@ -138,8 +137,16 @@ def test_shard_grad_op_keeps_every_unit_gathered_and_prefetches_nothing() -> Non
     assert "backward: root all-gather" not in found
 
 
-def test_accumulation_keeps_unsharded_gradients_in_the_reduce_dtype() -> None:
+def test_accumulation_carries_sharded_gradients_between_micro_batches() -> None:
+    # The engine reduces every micro-batch: the fp32 sharded gradients persist.
     found = points(data={"global_batch_size": 8})
+    assert found["forward: loss"]["accumulated_gradients"] == 4 * TOTAL // 4
+    assert "sharded_gradients" not in found["backward: layer 0"]  # accumulated in place
+    assert found["backward: layer 1"]["unsharded_gradients"] > 0
+
+
+def test_no_shard_accumulation_keeps_unsharded_gradients_in_the_reduce_dtype() -> None:
+    found = points(fsdp={"sharding_strategy": "NO_SHARD"}, data={"global_batch_size": 8})
     assert found["forward: loss"]["accumulated_gradients"] == 4 * TOTAL
     assert "unsharded_gradients" not in found["backward: layer 1"]
 

@@ -9,8 +9,10 @@ of one micro-batch, H/I the hidden/MLP widths, q/kv the query/key-value widths:
   back (bTH) and the output the projection saves (bTH); Gemma normalises in fp32 (8TH)
   and saves its output (bTH).
 - Attention, SDPA / flash: rotated q and k, v (bT(q + 2kv)), the output (bTq) and the
-  log-sum-exp (4·B·heads·S). Eager: q, k and v expanded to every head (3bTq), the output
-  copy (bTq), and the attention probabilities: fp32 softmax plus its cast (B·heads·S²·(4+b)).
+  log-sum-exp (4·B·heads·S); with the config's ``use_cache`` off, transformers passes SDPA
+  an explicit mask (b·B·S²) and keys and values repeated to every head. Eager: q, k and v
+  expanded to every head (3bTq), the output copy (bTq), and the attention probabilities:
+  fp32 softmax plus its cast (B·heads·S²·(4+b)).
 - MLP (gated): gate, activation, up and their product (4bTI).
 """
 
@@ -37,7 +39,12 @@ def _attention_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) 
     # Phi-3's v is a view of the fused qkv output, so the whole output stays alive.
     v_bytes = b * t * (q + 2 * kv) if g.fused_projections else b * t * kv
     lse = 4 * batch * g.num_heads * seq
-    return b * t * (q + kv) + v_bytes + b * t * q + lse
+    total = b * t * (q + kv) + v_bytes + b * t * q + lse
+    if attention == "sdpa" and not g.use_cache:
+        # An explicit mask (one per layer, in the compute dtype) and keys and values
+        # repeated to every head.
+        total += b * batch * seq * seq + 2 * b * t * (q - kv)
+    return total
 
 
 def layer_activation_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) -> int:
@@ -71,23 +78,22 @@ def root_activation_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
 
 
 def logits_forward_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
-    """At the cross entropy in forward: the logits, their fp32 upcast (over the shifted
-    tokens) and the fp32 log-softmax saved for backward. (With batch > 1 the shift makes
-    a copy first, freed by the upcast before the log-softmax allocates.)"""
-    v = g.vocab_size
-    shifted = batch * (seq - 1) * v
-    total = b * batch * seq * v + 4 * shifted
+    """At the cross entropy in forward: the logits, their fp32 upcast and the fp32
+    log-softmax saved for backward (the engine shifts the labels, not the logits, so
+    every position is scored and nothing is copied)."""
+    tokens_vocab = batch * seq * g.vocab_size
+    total = b * tokens_vocab + 4 * tokens_vocab
     if b < 4:
-        total += 4 * shifted
+        total += 4 * tokens_vocab
     if g.final_softcap:
-        total += 2 * b * batch * seq * v  # the scaled logits and their tanh
+        total += 2 * b * tokens_vocab  # the scaled logits and their tanh
     return total
 
 
 def logits_backward_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
     """The start of backward: the saved fp32 log-softmax, the gradient arriving at it
-    and the gradient it produces (all fp32, over the shifted tokens)."""
-    total = 12 * batch * (seq - 1) * g.vocab_size
+    and the gradient it produces (all fp32)."""
+    total = 12 * batch * seq * g.vocab_size
     if g.final_softcap:
         total += b * batch * seq * g.vocab_size
     return total

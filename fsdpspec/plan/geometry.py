@@ -72,6 +72,9 @@ class Geometry:
     attn_softcap: float | None = None
     final_softcap: float | None = None
     max_position_embeddings: int = 4096
+    # With the KV cache off, transformers builds an explicit causal mask for SDPA, which
+    # then expands keys and values to every head (no native grouped-query attention).
+    use_cache: bool = True
 
     @property
     def q_width(self) -> int:
@@ -194,6 +197,7 @@ def geometry_from_config(config: dict[str, Any]) -> Geometry:
         attn_softcap=merged.get("attn_logit_softcapping") if family == "gemma2" else None,
         final_softcap=merged.get("final_logit_softcapping") if family == "gemma2" else None,
         max_position_embeddings=num("max_position_embeddings"),
+        use_cache=bool(merged.get("use_cache", True)),
     )
 
 

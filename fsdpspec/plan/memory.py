@@ -116,6 +116,20 @@ def _units_kept_after_forward(w: Workload, sh: Sharding) -> int:
     return 0
 
 
+def _carried_gradients(w: Workload, sh: Sharding, sharded: int) -> tuple[int, bool]:
+    """Gradients carried from one micro-batch to the next, and whether they are
+    unsharded. The engine reduces every micro-batch under the sharded strategies, so the
+    sharded gradients accumulate in place; under NO_SHARD it skips the reduction until the
+    last micro-batch, and FSDP keeps every unsharded gradient, upcast to the reduce dtype
+    (FSDP2) or kept in the parameters' dtype (FSDP1)."""
+    if w.accumulation_steps == 1:
+        return 0, False
+    if w.strategy != "NO_SHARD":
+        return sharded, False
+    per_param = w.reduce_bytes if w.fsdp_version == 2 else MASTER_BYTES
+    return per_param * (sh.layer_numel + sh.root.numel), True
+
+
 def _parts(w: Workload, sh: Sharding) -> _Parts:
     g, b, r, m = w.geometry, w.compute_bytes, w.reduce_bytes, MASTER_BYTES
     shard_bytes = m * sh.total_shard_numel()
@@ -125,17 +139,14 @@ def _parts(w: Workload, sh: Sharding) -> _Parts:
     prefetch = 0
     if unit and not w.keeps_params_gathered and w.backward_prefetch != "NONE":
         prefetch = b * unit_padded
-    # Without gradient sync FSDP keeps every unsharded gradient between micro-batches,
-    # upcast to the reduce dtype (FSDP2) or to the parameters' own dtype (FSDP1).
-    accumulated = 0
-    if w.accumulation_steps > 1:
-        accumulated = (r if w.fsdp_version == 2 else m) * (sh.layer_numel + sh.root.numel)
-    grads = 0 if accumulated else 1
+    carried, unsharded_carry = _carried_gradients(w, sh, on_device * shard_bytes)
+    grads = 0 if unsharded_carry else 1
+    reduced = 0 if carried and not unsharded_carry else on_device
     saved, layer = _layer_activations(w)
     return _Parts(
         persistent={"sharded_parameters": on_device * shard_bytes,
                     "optimizer_states": on_device * w.optimizer_states * shard_bytes},
-        accumulated=accumulated,
+        accumulated=carried,
         root=_gathered_bytes(sh, w, sh.root),
         # The engine reshards the root after forward where the strategy reshards (FSDP2
         # honours that); FSDP1 never frees the root before backward.
@@ -147,8 +158,8 @@ def _parts(w: Workload, sh: Sharding) -> _Parts:
         unit_grads=grads * b * g.hidden_size * g.intermediate_size,
         head_grads=grads * b * g.embedding_params,
         unit_reduce=r * unit_padded,
-        sharded_unit_grads=on_device * m * (unit_padded // sh.shard_size),
-        sharded_layer_grads=on_device * m * sum(sh.shard_numel(u) * u.count for u in sh.units),
+        sharded_unit_grads=reduced * m * (unit_padded // sh.shard_size),
+        sharded_layer_grads=reduced * m * sum(sh.shard_numel(u) * u.count for u in sh.units),
         root_grads=grads * b * sh.root.numel,
         root_reduce=r * sh.gathered_numel(sh.root),
         saved=saved,
@@ -196,15 +207,11 @@ def _head_points(w: Workload, p: _Parts) -> list[Point]:
                            "logits_and_loss": act.logits_forward_bytes(g, b, batch, seq)}
     loss_backward = base | {"gathered_parameters": root_now + p.units_kept,
                             "logits_and_loss": act.logits_backward_bytes(g, b, batch, seq)}
-    # Undoing the shift copies the logits' gradient into a full-size one; then the
-    # lm_head's weight gradient is computed from it.
-    unshift = base | {"gathered_parameters": root_now + p.units_kept,
-                      "logits_and_loss": 2 * logits}
+    # The lm_head's weight gradient is computed from the logits' gradient.
     head_backward = base | {"gathered_parameters": p.root + p.units_kept,
                             "unsharded_gradients": p.head_grads, "logits_and_loss": logits}
     points = [Point("forward: lm_head", lm_head), Point("forward: loss", loss_forward),
-              Point("backward: loss", loss_backward), Point("backward: logits shift", unshift),
-              Point("backward: lm_head", head_backward)]
+              Point("backward: loss", loss_backward), Point("backward: lm_head", head_backward)]
     if not p.root_kept:
         # Gathering the root again: the all-gather output and its copy-out coexist.
         regather = base | {"gathered_parameters": p.root + p.units_kept,

@@ -108,21 +108,21 @@ def shard_job(spec: JobSpec, config: dict[str, Any], model: Any, mesh: Any,
 
 def train_step(spec: JobSpec, model: Any, optimizer: Any, device: Any,
                between_micro_batches: Any = None) -> int:
-    """One optimizer step as the engine takes it (at most two micro-batches, the last
-    one synchronising gradients); returns the micro-batches run."""
+    """One optimizer step as the engine takes it (at most two micro-batches, gradients
+    synchronised as the engine does); returns the micro-batches run."""
     import torch
 
-    from runners.engine.loop import causal_lm_loss
+    from runners.engine.loop import _gradient_sync, causal_lm_loss
 
     micro = min(2, accumulation_steps(spec))
     shape = (spec.data.micro_batch_size, spec.data.seq_len)
     for index in range(micro):
         if index and between_micro_batches is not None:
             between_micro_batches()
-        model.set_requires_gradient_sync(index == micro - 1)
         batch = torch.randint(0, model.config.vocab_size, shape, device=device)
-        loss = causal_lm_loss(model, batch)
-        (loss / micro).backward()
+        with _gradient_sync(model, index == micro - 1, spec.fsdp.sharding_strategy):
+            loss = causal_lm_loss(model, batch)
+            (loss / micro).backward()
         del loss
     optimizer.step()
     optimizer.zero_grad()
