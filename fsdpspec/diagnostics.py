@@ -37,6 +37,8 @@ class Diagnostic:
     hint: str | None = None
     file: str | None = None
     position: Position | None = None
+    # The problem is the key at ``path`` (unknown or misnamed), not its value.
+    on_key: bool = False
 
     def at(self, file: str, position: Position | None) -> Diagnostic:
         return replace(self, file=file, position=position)

@@ -5,6 +5,7 @@ the schema cannot express."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -64,7 +65,7 @@ def _unknown_field(pointer: str, key: str, allowed: list[str]) -> Diagnostic:
     else:
         guess = closest(key, allowed)
         hint = f"did you mean {guess!r}?" if guess else f"allowed: {', '.join(allowed)}"
-    return error("FS020", message, join(pointer, key), hint)
+    return replace(error("FS020", message, join(pointer, key), hint), on_key=True)
 
 
 def _type_hint(value: Any, expected: str, field: str) -> str | None:
@@ -143,6 +144,10 @@ def _translate(err: SchemaError, schema: dict[str, Any]) -> Iterator[Diagnostic]
         yield _enum_error(pointer, err.instance, allowed)
     elif kind in ("anyOf", "oneOf"):
         yield from _translate_union(err, schema)
+    elif "propertyNames" in err.relative_schema_path:
+        key = join(pointer, err.instance)
+        yield replace(error("FS024", f"name {err.instance!r} does not match the pattern "
+                            f"{err.validator_value}", key), on_key=True)
     else:
         yield error("FS024", _constraint_message(err), pointer)
 
@@ -169,7 +174,7 @@ def schema_diagnostics(data: Any, schema: dict[str, Any]) -> list[Diagnostic]:
     for err in validator.iter_errors(data):
         for d in _translate(err, schema):
             # One value breaking both `type` and `enum` is one problem: keep the type error.
-            place = (d.path, "key" if d.code == "FS020" else "value")
+            place = (d.path, d.on_key)
             if place not in by_place or d.code < by_place[place].code:
                 by_place[place] = d
     return list(by_place.values())

@@ -91,7 +91,7 @@ def _place(report: FileReport, diagnostics: list[Diagnostic]) -> list[Diagnostic
         if d.position is not None:
             placed.append(d)
             continue
-        file, position = report.source_map.locate(d.path, key=d.code == "FS020")
+        file, position = report.source_map.locate(d.path, key=d.on_key)
         placed.append(d.at(file, position))
     return sorted(placed, key=sort_key)
 

@@ -8,27 +8,15 @@ quoted with shlex.quote; the only unquoted expansions are the ones written here
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from pathlib import Path
 
 from fsdpspec import __version__
 from fsdpspec.resolved import FILENAME, resolved_document
 from fsdpspec.spec.v1 import JobSpec
-from runners.errors import LaunchError
 from runners.torchrun import build_torchrun_argv, is_gpu_job, launch_env, rdzv_port
 
-# Partition and account names as Slurm writes them; anything else (a newline above
-# all) would end the #SBATCH comment and start a shell line.
-_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.,+-]+$")
 _HEAD = '"${head_node}"'
-
-
-def _slurm_name(field: str, value: str) -> str:
-    if not _SLURM_NAME.match(value):
-        raise LaunchError(f"launch.slurm.{field} {value!r} is not a Slurm name "
-                          "(letters, digits, '_', '.', ',', '+', '-')")
-    return value
 
 
 def sbatch_directives(spec: JobSpec) -> list[str]:
@@ -43,7 +31,7 @@ def sbatch_directives(spec: JobSpec) -> list[str]:
     for field in ("partition", "account"):
         value = getattr(slurm, field)
         if value is not None:
-            options.append((field, _slurm_name(field, value)))
+            options.append((field, value))  # the schema admits only Slurm names
     options.append(("time", slurm.time))
     return [f"#SBATCH --{key}={shlex.quote(value)}" for key, value in options]
 

@@ -7,20 +7,16 @@ single arguments whatever characters they hold.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 
 from fsdpspec.accelerators import CATALOG
 from fsdpspec.resolved import FILENAME
 from fsdpspec.spec.v1 import JobSpec
-from runners.errors import LaunchError
 
 ENGINE_MODULE = "runners.engine"
 TORCHRUN: tuple[str, ...] = ("torchrun",)
 DEFAULT_RDZV_PORT = 29500
-# What a shell `export`, Kubernetes and execve all accept as a variable name.
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def is_gpu_job(spec: JobSpec) -> bool:
@@ -77,12 +73,8 @@ def build_torchrun_argv(
 
 
 def spec_env(spec: JobSpec) -> dict[str, str]:
-    """launch.env, its names checked: a name with `=` or a space would be cut or
-    refused at exec time, or read by a shell as something else."""
-    for name in spec.launch.env:
-        if not _ENV_NAME.match(name):
-            raise LaunchError(f"launch.env name {name!r} is not an environment variable "
-                              "name (letters, digits and '_', not starting with a digit)")
+    """launch.env (its names are checked by the schema: a name with `=` or a space would
+    be cut or refused at exec time, or read by a shell as something else)."""
     return dict(spec.launch.env)
 
 

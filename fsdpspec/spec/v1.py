@@ -268,10 +268,17 @@ class Logging(_Section):
     """Write TensorBoard events to run_dir/tensorboard."""
 
 
+# As Slurm writes them; anything else (a newline above all) would end an #SBATCH line.
+_SLURM_NAME = r"^[A-Za-z0-9_.,+-]+$"
+# What a shell `export`, Kubernetes and execve all accept as a variable name.
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+EnvName = Annotated[str, Field(pattern=_ENV_NAME)]
+
+
 class Slurm(_Section):
-    partition: str | None = None
+    partition: str | None = Field(default=None, pattern=_SLURM_NAME)
     """Slurm partition."""
-    account: str | None = None
+    account: str | None = Field(default=None, pattern=_SLURM_NAME)
     """Slurm account."""
     time: str = Field(default="04:00:00", pattern=r"^(\d+-)?\d{1,3}:\d{2}(:\d{2})?$")
     """Wall-clock limit, [D-]HH:MM[:SS]."""
@@ -293,8 +300,10 @@ class Launch(_Section):
     """Times torchrun restarts the group after a failure (the engine resumes)."""
     timeout_minutes: PositiveInt = 30
     """Collective timeout."""
-    env: dict[str, str] = {}
-    """Environment variables for every process."""
+    env: dict[EnvName, str] = Field(
+        default={}, json_schema_extra={"propertyNames": {"pattern": _ENV_NAME},
+                                       "additionalProperties": {"type": "string"}})
+    """Environment variables for every process (names: letters, digits, '_')."""
     slurm: Slurm = Slurm()
     """sbatch settings for `fsdpspec export slurm`."""
     kubernetes: Kubernetes = Kubernetes()
