@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.resolved import FILENAME, write_resolved_spec
+from fsdpspec.runlock import is_lock_file
 from fsdpspec.spec.v1 import JobSpec
 
 # Fields that may differ between a run and its resumption (dotted prefixes).
@@ -82,7 +83,7 @@ def prepare_run_dir(spec: JobSpec, run_dir: Path) -> bool:
     previous = _previous_spec(run_dir) if run_dir.is_dir() else None
     if previous is not None:
         _check_reuse(spec, run_dir, previous)
-    elif run_dir.is_dir() and any(run_dir.iterdir()):
+    elif run_dir.is_dir() and any(not is_lock_file(p) for p in run_dir.iterdir()):
         raise RunDirError(f"{run_dir} exists and is not an fsdpspec run directory: "
                           "set checkpoint.dir to another directory")
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from fsdpspec.cli.options import emit, exit_on_errors, load_spec, resolve_format, set_option
+from fsdpspec.preflight import PreflightError, check_before_start
 from fsdpspec.resolved import absolute_inputs, resolved_document
 from fsdpspec.rundir import RunDirError, prepare_run_dir
 from fsdpspec.spec.v1 import JobSpec
@@ -69,15 +70,17 @@ def _dry_run(argv: list[str], env_added: dict[str, str], spec: JobSpec, run_dir:
 
 
 def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str]) -> int:
+    from fsdpspec.runlock import RunLockError, run_lock
     from fsdpspec.supervise import run_supervised
 
     try:
-        resumed = prepare_run_dir(spec, run_dir)
-    except RunDirError as exc:
+        with run_lock(spec, run_dir):  # held until torchrun ends
+            resumed = prepare_run_dir(spec, run_dir)
+            click.echo(f"{'resuming' if resumed else 'starting'} {spec.metadata.name} in "
+                       f"{run_dir}", err=True)
+            code, stopped_by = run_supervised(argv, env)
+    except (RunDirError, RunLockError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"{'resuming' if resumed else 'starting'} {spec.metadata.name} in {run_dir}",
-               err=True)
-    code, stopped_by = run_supervised(argv, env)
     if stopped_by is None:
         return code
     click.echo(f"stopped by {stopped_by.name}; `fsdpspec run` again resumes from the last "
@@ -122,4 +125,8 @@ def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint) -> None:
         added = {k: v for k, v in env.items() if os.environ.get(k) != v}
         _dry_run(argv, added, spec, run_dir)
         return
+    try:
+        check_before_start(report, spec, run_dir)
+    except PreflightError as exc:
+        raise click.ClickException(str(exc)) from None
     raise SystemExit(_start(spec, run_dir, argv, env))

@@ -1,0 +1,114 @@
+"""Pre-flight checks `fsdpspec run` makes before any process starts.
+
+A job that cannot read its inputs, cannot write its run directory, or has no room on
+disk for one checkpoint would otherwise fail minutes later, after every rank has loaded
+the model, or — worse — at its first save. Each check reads only: the writability
+probe creates one temporary file and removes it at once. The first problem found is
+raised as a one-line PreflightError.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.validate import FileReport
+
+
+class PreflightError(ValueError):
+    """The job cannot start on this machine; the message is one line."""
+
+
+def check_before_start(report: FileReport, spec: JobSpec, run_dir: Path) -> None:
+    """Raise PreflightError unless the inputs are readable and the run directory is
+    writable with room for a checkpoint. ``spec`` has absolute input paths; ``report``
+    locates them in the file."""
+    for pointer, path, want_dir in _inputs(spec):
+        problem = _unreadable(Path(path), want_dir)
+        if problem:
+            file, position = report.source_map.locate(pointer)
+            field = pointer.strip("/").replace("/", ".")
+            raise PreflightError(f"{file}:{position.line}:{position.col}: {field}: {path} "
+                                 f"{problem}")
+    base = _check_writable(run_dir)
+    _check_room(spec, report.model_config, run_dir, base)
+
+
+def _inputs(spec: JobSpec) -> list[tuple[str, str, bool]]:
+    """(pointer, path, must be a directory) for each input the job will read."""
+    inputs = []
+    if spec.model.weights:
+        inputs.append(("/model/weights", spec.model.weights, True))
+    if spec.data.path and spec.data.source in ("text", "jsonl"):
+        inputs.append(("/data/path", spec.data.path, False))
+    if spec.data.tokenizer and spec.data.source != "synthetic":
+        inputs.append(("/data/tokenizer", spec.data.tokenizer, True))
+    return inputs
+
+
+def _unreadable(path: Path, want_dir: bool) -> str | None:
+    """Why ``path`` cannot be read (None when it can): opened for real, since
+    permission bits say nothing about root, network mounts or dangling links."""
+    if not path.exists():
+        return "does not exist" if not path.is_symlink() else "is a dangling symbolic link"
+    if want_dir and not path.is_dir():
+        return "is not a directory"
+    try:
+        if path.is_dir():
+            with os.scandir(path) as entries:
+                next(entries, None)
+        else:
+            # Non-blocking, so a FIFO cannot hang the check.
+            os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return None
+
+
+def _check_writable(run_dir: Path) -> Path:
+    """The run directory, or its nearest existing ancestor, after proving a file can be
+    created there."""
+    base = run_dir
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    if base == run_dir and not base.is_dir():
+        raise PreflightError(f"run directory {run_dir} exists and is not a directory")
+    if not base.is_dir():
+        raise PreflightError(f"run directory {run_dir} cannot be created: {base} is not a "
+                             "directory")
+    try:
+        with tempfile.TemporaryFile(dir=base, prefix=".fsdpspec-probe-"):
+            pass
+    except OSError as exc:
+        raise PreflightError(f"run directory {run_dir} is not writable: cannot create a file "
+                             f"in {base} ({exc.strerror})") from None
+    return base
+
+
+def checkpoint_bytes(spec: JobSpec, model_config: dict | None) -> int | None:
+    """Bytes of one sharded checkpoint, summed over ranks: fp32 parameters plus the
+    optimizer's fp32 states (the planner's counts). None when the model has no geometry."""
+    from fsdpspec.plan.geometry import GeometryError, geometry_from_config
+    from fsdpspec.plan.workload import MASTER_BYTES, workload
+
+    if model_config is None:
+        return None
+    try:
+        geometry = geometry_from_config(model_config)
+    except GeometryError:
+        return None
+    states = workload(spec, geometry).optimizer_states
+    return geometry.total_params * MASTER_BYTES * (1 + states)
+
+
+def _check_room(spec: JobSpec, model_config: dict | None, run_dir: Path, base: Path) -> None:
+    from fsdpspec.plan.memory import GIB
+
+    needed = checkpoint_bytes(spec, model_config)
+    free = shutil.disk_usage(base).free
+    if needed is not None and free < needed:
+        raise PreflightError(f"run directory {run_dir} has {free / GIB:.1f} GiB free; one "
+                             f"checkpoint of this job needs {needed / GIB:.1f} GiB")
