@@ -72,8 +72,7 @@ class Geometry:
     attn_softcap: float | None = None
     final_softcap: float | None = None
     max_position_embeddings: int = 4096
-    # With the KV cache off, transformers builds an explicit causal mask for SDPA, which
-    # then expands keys and values to every head (no native grouped-query attention).
+    # Whether the model's forward builds a key/value cache (the config's use_cache).
     use_cache: bool = True
 
     @property
