@@ -51,9 +51,9 @@ def _inputs(spec: JobSpec) -> list[tuple[str, str, bool]]:
 
 def _unreadable(path: Path, want_dir: bool) -> str | None:
     """Why ``path`` cannot be read (None when it can): opened for real, since
-    permission bits say nothing about root, network mounts or dangling links."""
+    permission bits say nothing about root or network mounts."""
     if not path.exists():
-        return "does not exist" if not path.is_symlink() else "is a dangling symbolic link"
+        return "does not exist"
     if want_dir and not path.is_dir():
         return "is not a directory"
     try:
