@@ -6,11 +6,13 @@ run can say who holds it. The kernel drops an flock when its holder dies, so a l
 left behind by a killed run (its pid dead) is stale and simply taken over.
 
 A multi-node job starts one `fsdpspec run` per node on a shared run directory, so its
-lock is per host: one run of the directory per machine.
+lock is per host: one run of the directory per machine. On a filesystem without flock
+(Lustre mounted without ``-o flock``) the lock cannot be held and runs are not stopped.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import socket
@@ -21,6 +23,8 @@ from pathlib import Path
 from fsdpspec.spec.v1 import JobSpec
 
 LOCK_PREFIX = ".fsdpspec-run"
+# flock's answers on filesystems that cannot lock: run unlocked rather than not at all.
+_NO_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP)
 
 
 class RunLockError(ValueError):
@@ -33,6 +37,7 @@ def is_lock_file(path: Path) -> bool:
 
 
 def lock_path(spec: JobSpec, run_dir: Path) -> Path:
+    """The lock file of ``run_dir``: one per directory, or one per host for multi-node."""
     if spec.resources.nodes == 1:
         return run_dir / f"{LOCK_PREFIX}.lock"
     return run_dir / f"{LOCK_PREFIX}.{socket.gethostname()}.lock"
@@ -59,6 +64,10 @@ def _lock_fd(path: Path) -> int:
             os.close(fd)
             raise RunLockError(f"{path.parent} is in use by another `fsdpspec run` ({holder}): "
                               "wait for it to finish, or stop it") from None
+        except OSError as exc:
+            if exc.errno in _NO_LOCKS:
+                return fd
+            raise
         try:
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 return fd
@@ -85,10 +94,13 @@ def run_lock(spec: JobSpec, run_dir: Path) -> Iterator[None]:
     are left empty (a run refused before it wrote anything leaves nothing behind).
     """
     created = _missing_dirs(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     path = lock_path(spec, run_dir)
     try:
+        run_dir.mkdir(parents=True, exist_ok=True)
         fd = _lock_fd(path)
+    except OSError as exc:  # pre-flight proved the directory writable; it changed since
+        _remove_empty(created)
+        raise RunLockError(f"cannot lock {path}: {exc.strerror or exc}") from None
     except RunLockError:
         _remove_empty(created)
         raise
