@@ -72,9 +72,9 @@ def _container(spec: JobSpec, image: str) -> dict[str, Any]:
         "workingDir": str(WORKDIR),
         "command": _command(spec),
     }
-    if spec.launch.env:
-        container["env"] = [{"name": k, "value": _no_expansion(v)}
-                            for k, v in spec_env(spec).items()]
+    env = spec_env(spec)
+    if env:
+        container["env"] = [{"name": k, "value": _no_expansion(v)} for k, v in env.items()]
     if is_gpu_job(spec):
         container["resources"] = {"limits": {"nvidia.com/gpu": spec.resources.gpus_per_node}}
     container["volumeMounts"] = [{"name": _VOLUME, "mountPath": str(SPEC_MOUNT),

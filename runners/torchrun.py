@@ -73,9 +73,15 @@ def build_torchrun_argv(
 
 
 def spec_env(spec: JobSpec) -> dict[str, str]:
-    """launch.env (its names are checked by the schema: a name with `=` or a space would
-    be cut or refused at exec time, or read by a shell as something else)."""
-    return dict(spec.launch.env)
+    """What every process gets from the spec, under every launcher: launch.env (its names
+    are checked by the schema), plus what restarts need."""
+    env = {}
+    if spec.launch.max_restarts:
+        # torchrun hands the workers its rendezvous store, whose keys outlive a restart:
+        # the restarted group then reads the dead group's addresses and hangs in init
+        # (pytorch/pytorch#135712). Opting out gives each restart a fresh store.
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    return env | spec.launch.env
 
 
 def launch_env(
@@ -88,11 +94,6 @@ def launch_env(
     """
     env = dict(base or {})
     env.setdefault("PYTHONUNBUFFERED", "1")  # progress lines stream as they happen
-    if spec.launch.max_restarts:
-        # torchrun hands the workers its rendezvous store, whose keys outlive a restart:
-        # the restarted group then reads the dead group's addresses and hangs in init
-        # (pytorch/pytorch#135712). Opting out gives each restart a fresh store.
-        env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     if cpu_count is not None and not is_gpu_job(spec):
         threads = max(1, cpu_count // spec.resources.gpus_per_node)
         env.setdefault("OMP_NUM_THREADS", str(threads))

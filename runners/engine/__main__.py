@@ -1,5 +1,14 @@
 """``python -m runners.engine --spec RUN_DIR/resolved-spec.json``."""
 
+import os
+import sys
+
 from runners.engine.train import main
 
-raise SystemExit(main())
+status = main()
+# Leave without C++ static destructors: once the process group is destroyed, a gloo
+# thread torn down at interpreter exit can abort the process ("terminate called without
+# an active exception", SIGABRT) and turn a finished run into a failed one.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(status)
