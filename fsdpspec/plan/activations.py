@@ -58,14 +58,6 @@ def checkpointed_layer_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
     return b * batch * seq * g.hidden_size
 
 
-def checkpointed_layers(num_layers: int, mode: str, every: int) -> int:
-    """How many layers the engine wraps in activation checkpointing."""
-    if mode == "none":
-        return 0
-    step = 1 if mode == "full" else every
-    return -(-num_layers // step)
-
-
 def root_activation_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
     """The final norm (feeding lm_head) and the rotary cos/sin shared by every layer."""
     return _norm_bytes(g, b, batch * seq * g.hidden_size) + 2 * b * batch * seq * g.head_dim

@@ -72,8 +72,6 @@ class Geometry:
     attn_softcap: float | None = None
     final_softcap: float | None = None
     max_position_embeddings: int = 4096
-    # Whether the model's forward builds a key/value cache (the config's use_cache).
-    use_cache: bool = True
 
     @property
     def q_width(self) -> int:
@@ -196,7 +194,6 @@ def geometry_from_config(config: dict[str, Any]) -> Geometry:
         attn_softcap=merged.get("attn_logit_softcapping") if family == "gemma2" else None,
         final_softcap=merged.get("final_logit_softcapping") if family == "gemma2" else None,
         max_position_embeddings=num("max_position_embeddings"),
-        use_cache=bool(merged.get("use_cache", True)),
     )
 
 
