@@ -102,14 +102,14 @@ def low_headroom(ctx: LintContext) -> Iterator[Diagnostic]:
         resources: {gpus_per_node: 8, accelerator: H100-80GB, memory_headroom: 0.10}
         model: {preset: llama3-8b}
         fsdp: {mixed_precision: bf16}
-        data: {seq_len: 4096, global_batch_size: 64}
+        data: {seq_len: 8192, global_batch_size: 8}
 
     PASS:
 
         resources: {gpus_per_node: 8, accelerator: H100-80GB, memory_headroom: 0.10}
         model: {preset: llama3-8b}
         fsdp: {mixed_precision: bf16, activation_checkpointing: full}
-        data: {seq_len: 4096, global_batch_size: 64}
+        data: {seq_len: 8192, global_batch_size: 8}
     """
     plan = _planned(ctx)
     if plan is None or not plan.fits_device or plan.headroom >= plan.headroom_target:
