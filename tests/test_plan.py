@@ -240,3 +240,19 @@ def test_cpu_accelerator_is_judged_against_host_memory() -> None:
     assert plan.capacity == (9 * (1 << 30) - plan.host.peak) // 4
     assert plan.device.cuda_context == 0 and plan.device.nccl == 0
     assert plan.min_gpus is None
+
+
+def test_sdpa_past_the_sliding_window_gets_a_mask_and_repeated_keys() -> None:
+    from fsdpspec.plan.activations import layer_activation_bytes
+
+    mistral = geometry_from_config({"model_type": "mistral", "hidden_size": 64,
+                                    "intermediate_size": 128, "num_hidden_layers": 2,
+                                    "num_attention_heads": 4, "num_key_value_heads": 2,
+                                    "vocab_size": 320, "sliding_window": 8})
+    inside = layer_activation_bytes(mistral, 2, 1, 7, "sdpa")
+    at_window = layer_activation_bytes(mistral, 2, 1, 8, "sdpa")
+    # Same as tiny-llama below the window; at it, a bf16 8×8 mask and k, v grown from
+    # 2 to 4 heads of 16 over 8 tokens.
+    assert inside == layer_activation_bytes(GEOMETRY, 2, 1, 7, "sdpa")
+    assert at_window - layer_activation_bytes(GEOMETRY, 2, 1, 8, "sdpa") == (
+        2 * 8 * 8 + 2 * 2 * 8 * (64 - 32))

@@ -9,7 +9,8 @@ of one micro-batch, H/I the hidden/MLP widths, q/kv the query/key-value widths:
   back (bTH) and the output the projection saves (bTH); Gemma normalises in fp32 (8TH)
   and saves its output (bTH).
 - Attention, SDPA / flash: rotated q and k, v (bT(q + 2kv)), the output (bTq) and the
-  log-sum-exp (4·B·heads·S). Eager: q, k and v
+  log-sum-exp (4·B·heads·S); from the sliding window on, an explicit mask (b·B·S²) and
+  keys and values repeated to every head. Eager: q, k and v
   expanded to every head (3bTq), the output copy (bTq), and the attention probabilities:
   fp32 softmax plus its cast (B·heads·S²·(4+b)).
 - MLP (gated): gate, activation, up and their product (4bTI).
@@ -38,7 +39,12 @@ def _attention_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) 
     # Phi-3's v is a view of the fused qkv output, so the whole output stays alive.
     v_bytes = b * t * (q + 2 * kv) if g.fused_projections else b * t * kv
     lse = 4 * batch * g.num_heads * seq
-    return b * t * (q + kv) + v_bytes + b * t * q + lse
+    total = b * t * (q + kv) + v_bytes + b * t * q + lse
+    if attention == "sdpa" and g.sliding_window and seq >= g.sliding_window:
+        # Past the window transformers passes SDPA an explicit mask (per layer, in the
+        # compute dtype), and with a mask it repeats keys and values to every head.
+        total += b * batch * seq * seq + 2 * b * t * (q - kv)
+    return total
 
 
 def layer_activation_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) -> int:

@@ -198,7 +198,9 @@ def geometry_from_config(config: dict[str, Any]) -> Geometry:
 
 
 def _uses_window(merged: dict[str, Any]) -> bool:
-    # Qwen2/Qwen3 ship a sliding_window value but only use it with use_sliding_window.
-    if merged["model_type"] in ("qwen2", "qwen3"):
+    """Whether the family's attention honours `sliding_window` (Qwen 2/3 only with
+    `use_sliding_window`; Llama and Gemma ignore the key)."""
+    family = merged["model_type"]
+    if family in ("qwen2", "qwen3"):
         return bool(merged.get("use_sliding_window"))
-    return merged.get("sliding_window") is not None
+    return family in ("mistral", "gemma2", "phi3") and merged.get("sliding_window") is not None

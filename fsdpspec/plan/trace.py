@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.plan.geometry import geometry_from_config
 from fsdpspec.plan.workload import accumulation_steps, shard_group_size
 from fsdpspec.resolved import absolute_inputs
 from fsdpspec.spec.v1 import JobSpec
@@ -47,12 +46,9 @@ def check_traceable(spec: JobSpec, config: dict[str, Any]) -> None:
                          "memory; drop fsdp.cpu_offload to trace")
     if spec.model.factory is not None:
         raise TraceError("--trace builds transformers models only (preset or hf_config)")
-    # transformers builds sliding-window masks whose shapes do not survive fake tensors:
-    # Gemma 2 always, other families once the sequence reaches the window.
-    window = geometry_from_config(config).sliding_window
-    if config.get("model_type") == "gemma2" or (window and spec.data.seq_len >= window):
-        raise TraceError("--trace cannot build sliding-window attention masks on fake "
-                         "tensors (Gemma 2, or seq_len at or past sliding_window)")
+    if config.get("model_type") == "gemma2" and spec.model.attention != "eager":
+        raise TraceError("transformers builds Gemma 2 with eager attention only; set "
+                         "model.attention: eager")
 
 
 def trace_job(spec: JobSpec, config: dict[str, Any], base_dir: Path) -> TraceResult:
