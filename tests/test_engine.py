@@ -114,7 +114,10 @@ CONFIGS = {
     "fsdp2-SHARD_GRAD_OP-bf16": {
         "fsdp": {"sharding_strategy": "SHARD_GRAD_OP", "mixed_precision": "bf16"}
     },
-    "fsdp2-NO_SHARD-cpu_offload-full_ac-jsonl_local_tokenizer": {
+    # Eager attention under full checkpointing: the recomputed forward must see the same
+    # shapes (a key/value cache would grow in the recomputation and break them).
+    "fsdp2-NO_SHARD-cpu_offload-full_ac-eager-jsonl_local_tokenizer": {
+        "model": {"preset": "tiny-llama", "attention": "eager"},
         "fsdp": {
             "sharding_strategy": "NO_SHARD",
             "cpu_offload": True,

@@ -56,6 +56,7 @@ def _write(
     if config is not None:  # a factory model has no Hugging Face config to write
         config = config.__class__.from_dict(config.to_dict())
         config.dtype = dtype
+        config.use_cache = True  # off only for training; generation wants it
         config.save_pretrained(tmp)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp, target)

@@ -50,6 +50,9 @@ def _build_transformers_model(spec: JobSpec) -> nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.for_model(**model_geometry(spec))
+    # Training never reads a key/value cache; building one costs memory, and under
+    # activation checkpointing the recomputed forward appends to it a second time.
+    config.use_cache = False
     try:
         return AutoModelForCausalLM.from_config(
             config, attn_implementation=spec.model.attention, dtype=torch.float32
