@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from fsdpspec.bytetokens import BYTE_VOCAB
 from fsdpspec.diagnostics import Diagnostic, Severity
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
 
 # Deliberately wide bounds on the peak learning rate: AdamW recipes sit within 1e-6…3e-3
 # and SGD within 1e-4…1, so a value outside these is almost always a misplaced exponent.
 _SANE_LR = {"adamw": (1e-7, 1e-2), "sgd": (1e-5, 2.0)}
-# The byte-level tokenizer (no data.tokenizer) emits ids 0-255 and EOS = 256.
-BYTE_VOCAB = 257
 # Fields each data source reads besides `source`.
 _SOURCE_FIELDS = {
     "path": ("text", "jsonl"),

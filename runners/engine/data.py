@@ -15,11 +15,9 @@ from pathlib import Path
 
 import torch
 
+from fsdpspec.bytetokens import BYTE_EOS, BYTE_VOCAB
 from fsdpspec.spec.v1 import Data
 from runners.engine.errors import EngineError, first_line
-
-BYTE_VOCAB = 257  # 256 byte values, then EOS
-BYTE_EOS = 256
 
 
 class Tokenizer:
