@@ -11,9 +11,12 @@ context, NCCL buffers and allocator caching that the analytic plan adds on top.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from fsdpspec.plan.workload import accumulation_steps, shard_group_size
 from fsdpspec.resolved import absolute_inputs
@@ -72,10 +75,31 @@ def trace_job(spec: JobSpec, config: dict[str, Any], base_dir: Path) -> TraceRes
         from runners.engine.model import build_model
 
         model = build_model(spec, on_meta=True)
-        with FakeTensorMode(allow_non_fake_inputs=True):
+        with FakeTensorMode(allow_non_fake_inputs=True), _unpacked_sequences():
             return _run(spec, config, model, mesh, shard, torch)
     finally:
         dist.destroy_process_group()
+
+
+@contextmanager
+def _unpacked_sequences() -> Iterator[None]:
+    """Make transformers' mask builder take the path real tensors take.
+
+    Without a key/value cache, transformers looks for packed sequences in the position
+    ids (``masking_utils.find_packed_sequence_indices``). On real tensors the engine's
+    positions (``arange``: it calls ``model(batch)``, one sequence per row) are found
+    unpacked and the function returns None, so SDPA gets no mask, ``is_causal`` and native
+    grouped-query attention. On fake tensors it cannot read the values (transformers'
+    ``is_tracing`` is true for a FakeTensor) and returns the packing tensor, which turns
+    off the ``is_causal`` skip: the trace would build a B·S² mask and repeat keys and
+    values to every head, which a GPU run never allocates. Answer None, as real tensors
+    do; the sliding-window mask is built on its own path and is kept.
+    """
+    from transformers import masking_utils
+
+    with mock.patch.object(masking_utils, "find_packed_sequence_indices",
+                           lambda position_ids: None):
+        yield
 
 
 def shard_job(spec: JobSpec, config: dict[str, Any], model: Any, mesh: Any,
