@@ -81,7 +81,6 @@ class _Parts:
     persistent: dict[str, int]
     accumulated: int
     root: int
-    root_kept: bool
     units_kept: int
     unit: int
     prefetch: int
@@ -147,10 +146,9 @@ def _parts(w: Workload, sh: Sharding) -> _Parts:
         persistent={"sharded_parameters": on_device * shard_bytes,
                     "optimizer_states": on_device * w.optimizer_states * shard_bytes},
         accumulated=carried,
+        # The root stays gathered from its forward to its backward: the engine keeps it
+        # under FSDP2 (reshard_after_forward=False) and FSDP1 never frees it before backward.
         root=_gathered_bytes(sh, w, sh.root),
-        # The engine reshards the root after forward where the strategy reshards (FSDP2
-        # honours that); FSDP1 never frees the root before backward.
-        root_kept=w.keeps_params_gathered or w.fsdp_version == 1,
         units_kept=_units_kept_after_forward(w, sh),
         unit=_gathered_bytes(sh, w, unit) if unit else 0,
         prefetch=prefetch,
@@ -196,28 +194,20 @@ def _saved_through(w: Workload, index: int, full: int) -> int:
 
 
 def _head_points(w: Workload, p: _Parts) -> list[Point]:
-    """From the lm_head's forward to its backward: logits, loss, the root gathered again."""
+    """From the lm_head's forward to its backward: logits and loss, the root gathered
+    throughout."""
     g, b, batch, seq = w.geometry, w.compute_bytes, w.micro_batch_size, w.seq_len
     logits = b * batch * seq * g.vocab_size
     acts = p.saved + act.root_activation_bytes(g, b, batch, seq)
-    root_now = p.root if p.root_kept else 0
-    base = p.persistent | {"accumulated_gradients": p.accumulated, "activations": acts}
-    lm_head = base | {"gathered_parameters": p.root + p.units_kept, "logits_and_loss": logits}
-    loss_forward = base | {"gathered_parameters": root_now + p.units_kept,
-                           "logits_and_loss": act.logits_forward_bytes(g, b, batch, seq)}
-    loss_backward = base | {"gathered_parameters": root_now + p.units_kept,
-                            "logits_and_loss": act.logits_backward_bytes(g, b, batch, seq)}
+    base = p.persistent | {"accumulated_gradients": p.accumulated, "activations": acts,
+                           "gathered_parameters": p.root + p.units_kept}
+    lm_head = base | {"logits_and_loss": logits}
+    loss_forward = base | {"logits_and_loss": act.logits_forward_bytes(g, b, batch, seq)}
+    loss_backward = base | {"logits_and_loss": act.logits_backward_bytes(g, b, batch, seq)}
     # The lm_head's weight gradient is computed from the logits' gradient.
-    head_backward = base | {"gathered_parameters": p.root + p.units_kept,
-                            "unsharded_gradients": p.head_grads, "logits_and_loss": logits}
-    points = [Point("forward: lm_head", lm_head), Point("forward: loss", loss_forward),
-              Point("backward: loss", loss_backward), Point("backward: lm_head", head_backward)]
-    if not p.root_kept:
-        # Gathering the root again: the all-gather output and its copy-out coexist.
-        regather = base | {"gathered_parameters": p.root + p.units_kept,
-                           "prefetch_buffer": p.root, "logits_and_loss": logits}
-        points.append(Point("backward: root all-gather", regather))
-    return points
+    head_backward = base | {"unsharded_gradients": p.head_grads, "logits_and_loss": logits}
+    return [Point("forward: lm_head", lm_head), Point("forward: loss", loss_forward),
+            Point("backward: loss", loss_backward), Point("backward: lm_head", head_backward)]
 
 
 def _layer_point(w: Workload, p: _Parts, index: int) -> Point:

@@ -106,7 +106,10 @@ def shard_fsdp2(
     for index, unit in enumerate(units):
         # The last unit's parameters are needed again at once by backward: keep them.
         fully_shard(unit, reshard_after_forward=reshard and index < len(units) - 1, **options)
-    fully_shard(model, reshard_after_forward=reshard, **options)
+    # The root (embeddings, final norm, lm_head) is needed again at once by backward, which
+    # starts at lm_head: keep it gathered, as FSDP2 does for a root left unset and
+    # torchtitan does, instead of all-gathering it again after the loss.
+    fully_shard(model, reshard_after_forward=False, **options)
     return model
 
 
