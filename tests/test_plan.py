@@ -8,10 +8,12 @@ final norm 64, lm_head 320×64 = 41 024. Total 115 008. A micro-batch is 1 × 8 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
+from fsdpspec.plan import activations as act
 from fsdpspec.plan.compute import step_flops
 from fsdpspec.plan.geometry import geometry_from_config
 from fsdpspec.plan.host import PROCESS_OVERHEAD_BYTES, host_memory
@@ -174,6 +176,17 @@ def test_eager_attention_saves_the_probabilities() -> None:
     per_layer = eager // 2 - (ACTIVATIONS // 2 - (2 * 8 * 96 + 2 * 8 * 32 + 2 * 8 * 64 + 128))
     # q, k and v expanded to 4 heads, the output copy, fp32 softmax and its bf16 cast.
     assert per_layer == 4 * 2 * 8 * 64 + (4 + 2) * 1 * 4 * 8 * 8
+
+
+def test_eager_phi3_without_grouped_query_attention_keeps_the_fused_qkv() -> None:
+    # Phi-3 with as many key/value heads as heads: v is not expanded, and the view the
+    # probabilities' matmul saves keeps the whole fused qkv output (q + 2kv) alive.
+    fused = dataclasses.replace(GEOMETRY, family="phi3", fused_projections=True,
+                                num_kv_heads=4)
+    plain = dataclasses.replace(fused, fused_projections=False)
+    extra = (act.layer_activation_bytes(fused, 2, 1, 8, "eager")
+             - act.layer_activation_bytes(plain, 2, 1, 8, "eager"))
+    assert extra == 2 * 8 * (64 + 2 * 64) - 2 * 8 * 64
 
 
 def test_fp32_and_sgd() -> None:

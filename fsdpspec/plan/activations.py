@@ -11,8 +11,9 @@ of one micro-batch, H/I the hidden/MLP widths, q/kv the query/key-value widths:
 - Attention, SDPA / flash: rotated q and k, v (bT(q + 2kv)), the output (bTq) and the
   log-sum-exp (4·B·heads·S); from the sliding window on, an explicit mask (b·B·S²) and
   keys and values repeated to every head. Eager: q, k and v
-  expanded to every head (3bTq), the output copy (bTq), and the attention probabilities:
-  fp32 softmax plus its cast (B·heads·S²·(4+b)).
+  expanded to every head (3bTq; without grouped-query attention Phi-3's v is a view of
+  the fused qkv output, bT(q + 2kv)), the output copy (bTq), and the attention
+  probabilities: fp32 softmax plus its cast (B·heads·S²·(4+b)).
 - MLP (gated): gate, activation, up and their product (4bTI).
 """
 
@@ -35,7 +36,10 @@ def _attention_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) 
         probs = (4 + (b if b < 4 else 0)) * batch * g.num_heads * seq * seq
         if g.attn_softcap:
             probs += b * batch * g.num_heads * seq * seq  # the tanh output
-        return 4 * b * t * q + probs
+        # v expanded to every head is a copy; without grouped-query attention nothing is
+        # expanded, and Phi-3's v is then saved as a view that keeps the fused qkv alive.
+        v_bytes = b * t * (q + 2 * kv) if g.fused_projections and kv == q else b * t * q
+        return 3 * b * t * q + v_bytes + probs
     # Phi-3's v is a view of the fused qkv output, so the whole output stays alive.
     v_bytes = b * t * (q + 2 * kv) if g.fused_projections else b * t * kv
     lse = 4 * batch * g.num_heads * seq
