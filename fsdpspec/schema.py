@@ -46,6 +46,17 @@ def generate(version: str) -> dict[str, Any]:
     }
 
 
+@cache
+def published(version: str) -> dict[str, Any]:
+    """The schema `validate` checks against: the committed file that editors read, or,
+    in an install without the repository's schema/ directory, the same schema generated
+    from the models (`schema --check` keeps the two equal)."""
+    path = SCHEMA_DIR / schema_filename(version)
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    return generate(version)
+
+
 def render(version: str) -> str:
     return json.dumps(generate(version), indent=2, ensure_ascii=False) + "\n"
 

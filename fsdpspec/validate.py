@@ -14,7 +14,7 @@ from fsdpspec.lint.registry import LintContext
 from fsdpspec.load import SourceMap, load_file
 from fsdpspec.modelconfig import ModelConfigError, model_config
 from fsdpspec.overrides import apply_overrides
-from fsdpspec.schema import generate
+from fsdpspec.schema import published
 from fsdpspec.spec import LATEST, SUPPORTED
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.structure import invariants, schema_diagnostics, typed_spec
@@ -61,7 +61,7 @@ def _structural(data: dict[str, Any]) -> tuple[JobSpec | None, list[Diagnostic]]
     found = _dispatch(data)
     if found:
         return None, found
-    found = schema_diagnostics(data, generate(data["apiVersion"]))
+    found = schema_diagnostics(data, published(data["apiVersion"]))
     spec, extra = typed_spec(data, found)
     found += extra
     if spec is not None:

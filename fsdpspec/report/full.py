@@ -5,10 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.markup import escape
-
 from fsdpspec.diagnostics import Diagnostic, Severity
 from fsdpspec.validate import FileReport
+
+
+def escape(text: str) -> str:
+    """Escape rich markup; rich is imported only when this format is used."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold cyan"}
 
