@@ -251,6 +251,23 @@ def test_fewest_gpus_steps_by_node_and_suggestions_rank_by_bytes_saved() -> None
     assert saved == sorted(saved, reverse=True) and saved[0] > 0
 
 
+def test_fewest_gpus_is_found_where_huge_world_sizes_pad_back_up() -> None:
+    """405B: per-rank memory falls to a fit near 456 ranks, while at tens of thousands of
+    ranks the padding of small tensors makes it grow again; the search must not give up
+    because the largest world size does not fit."""
+    spec = make_spec(resources={"nodes": 16, "gpus_per_node": 8, "accelerator": "H100-80GB"},
+                     model={"preset": "llama3.1-405b"},
+                     fsdp={"mixed_precision": "bf16", "activation_checkpointing": "full"},
+                     data={"seq_len": 4096, "global_batch_size": 128},
+                     launch={"rdzv_endpoint": "head:29500"})
+    config = preset_config("llama3.1-405b")
+    plan = plan_job(spec, config)
+    assert not plan.fits and plan.min_gpus is not None and plan.min_gpus % 8 == 0
+    usable = 0.9 * plan.capacity
+    assert plan_job(spec, config, world_size=plan.min_gpus).device.total <= usable
+    assert plan_job(spec, config, world_size=plan.min_gpus - 8).device.total > usable
+
+
 def test_cpu_accelerator_is_judged_against_host_memory() -> None:
     spec = make_spec(resources={"accelerator": "cpu", "host_memory_gib": 9})
     plan = plan_job(spec, CONFIG)

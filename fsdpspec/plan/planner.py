@@ -83,12 +83,17 @@ def _fits_at(spec: JobSpec, g: Geometry, accelerator: Accelerator, world: int,
 
 def fewest_gpus(spec: JobSpec, g: Geometry, accelerator: Accelerator) -> int | None:
     """The fewest ranks (a whole number of nodes) at which the job fits with the spec's
-    headroom; memory per rank only falls as ranks are added, so the search bisects."""
+    headroom. Memory per rank falls as ranks are added until, over very many shards, the
+    padding of small tensors turns it back up; so the search doubles the node count until
+    the job fits, then bisects below that point."""
     per_node = spec.resources.gpus_per_node
     usable = 1.0 - spec.resources.memory_headroom
-    if not _fits_at(spec, g, accelerator, MAX_NODES * per_node, usable):
-        return None
-    low, high = 1, MAX_NODES
+    nodes = 1
+    while not _fits_at(spec, g, accelerator, nodes * per_node, usable):
+        if nodes == MAX_NODES:
+            return None
+        nodes = min(2 * nodes, MAX_NODES)
+    low, high = nodes // 2 + 1, nodes
     while low < high:
         mid = (low + high) // 2
         if _fits_at(spec, g, accelerator, mid * per_node, usable):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fsdpspec.plan.memory import GIB
+from fsdpspec.plan.planner import MAX_NODES
 
 if TYPE_CHECKING:
     from fsdpspec.plan.planner import Plan
@@ -105,7 +106,7 @@ def _verdict(plan: Plan, unit: int, name: str) -> list[str]:
                  f"{plan.host_capacity / GIB:.1f} GiB at {plan.host.peak_phase}")
     if plan.accelerator.is_gpu:
         fewest = plan.min_gpus
-        answer = str(fewest) if fewest is not None else "none (per-rank memory does not shrink)"
+        answer = str(fewest) if fewest is not None else f"none up to {MAX_NODES} nodes"
         lines.append(f"fewest {plan.accelerator.name} that fit: {answer}")
     return lines
 
