@@ -5,9 +5,7 @@ with FSDPMemTracker on FakeTensorMode and a fake process group of the shard-grou
 Prints each row's error, then the median and maximum |error|; exits 1 when the median
 exceeds 5% or the maximum 10%.
 
-Gemma 2 runs with eager attention (transformers refuses SDPA for it) and without
-activation checkpointing: under checkpointing the engine's key/value cache grows in the
-recomputation and eager attention then fails (see docs/memory.md).
+Gemma 2 runs with eager attention (transformers refuses SDPA for it).
 
     python benchmarks/plan_accuracy.py            # every row (a few minutes on 2 cores)
     python benchmarks/plan_accuracy.py --rows 3   # the first three
