@@ -102,7 +102,7 @@ def low_headroom(ctx: LintContext) -> Iterator[Diagnostic]:
         resources: {gpus_per_node: 8, accelerator: H100-80GB, memory_headroom: 0.10}
         model: {preset: llama3-8b}
         fsdp: {mixed_precision: bf16}
-        data: {seq_len: 8192, global_batch_size: 8}
+        data: {seq_len: 7680, global_batch_size: 8}
 
     PASS:
 
