@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP (the terminal closed) stops the run like SIGTERM: without it the workers, in a
+# session of their own, would train on with nobody to stop them.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _children(pid: int) -> list[int]:
@@ -42,10 +44,11 @@ class _Forwarder:
             os.killpg(self.child.pid, signal.SIGKILL)
             return
         self.received = signal.Signals(signum)
+        relayed = signal.SIGTERM if signum == signal.SIGHUP else signum
         workers = _children(self.child.pid)
         for pid in workers or [self.child.pid]:
             try:
-                os.kill(pid, signum)
+                os.kill(pid, relayed)
             except ProcessLookupError:
                 pass
 

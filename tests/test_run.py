@@ -74,6 +74,18 @@ def test_ctrl_c_checkpoints_and_the_next_run_resumes(tmp_path: Path) -> None:
     assert f"step {stopped_at + 2}/{stopped_at + 2}" in output
 
 
+def test_a_closed_terminal_stops_the_run_with_a_checkpoint(tmp_path: Path) -> None:
+    """SIGHUP (the terminal closed) stops the workers as SIGTERM does: they checkpoint
+    and exit, rather than train on in their own session with nobody to stop them."""
+    process = _run_until_step(tmp_path, 5, "--set", "train.max_steps=400",
+                              "--set", "checkpoint.interval_steps=0")
+    process.send_signal(signal.SIGHUP)
+    rest = process.communicate(timeout=120)[0]
+    assert process.returncode == 128 + signal.SIGHUP, rest
+    checkpoints = list((tmp_path / "runs" / "quickstart" / "checkpoints").glob("step-*"))
+    assert len(checkpoints) == 1, rest
+
+
 def test_dry_run_prints_the_command_and_starts_nothing(tmp_path: Path) -> None:
     result = run_cli("run", str(QUICKSTART), "--dry-run", "--set", "train.max_steps=30",
                      cwd=tmp_path)
