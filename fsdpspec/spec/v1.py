@@ -192,8 +192,6 @@ class Data(_Section):
     """Sequences per process per forward/backward."""
     global_batch_size: PositiveInt = 32
     """Sequences per optimizer step over all ranks; accumulation steps are derived."""
-    num_workers: NonNegInt = 0
-    """DataLoader worker processes per rank."""
 
 
 class Scheduler(_Section):

@@ -18,7 +18,7 @@ export NCCL_DEBUG=INFO
 mkdir -p -- /scratch/runs/llama-sft
 printf '%s\n' '{
   "fsdpspec_version": "0.1.0",
-  "content_hash": "858ecb61ccecb883089326738b4cfaded71fa2f99d4796d2a4ecec399b2a3670",
+  "content_hash": "a94c52ab99c681d976bdfa98ee9025640e9ea2ac64add5e13b39551aab400e47",
   "run_dir": "/scratch/runs/llama-sft",
   "spec": {
     "apiVersion": "fsdpspec/v1",
@@ -75,8 +75,7 @@ printf '%s\n' '{
       "tokenizer": null,
       "seq_len": 2048,
       "micro_batch_size": 1,
-      "global_batch_size": 32,
-      "num_workers": 0
+      "global_batch_size": 32
     },
     "optimizer": {
       "name": "adamw",

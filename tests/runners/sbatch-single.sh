@@ -15,7 +15,7 @@ export NCCL_DEBUG=WARN
 mkdir -p -- /scratch/runs/llama-sft
 printf '%s\n' '{
   "fsdpspec_version": "0.1.0",
-  "content_hash": "82ed86365add9a35a25d9565bcaf529d6ba183425e3cbdefa372b22151bc84ba",
+  "content_hash": "3f28770664f8d60077cf24a89692f0ea4b42191323bbd901b1fdf2f7bd141a2e",
   "run_dir": "/scratch/runs/llama-sft",
   "spec": {
     "apiVersion": "fsdpspec/v1",
@@ -70,8 +70,7 @@ printf '%s\n' '{
       "tokenizer": null,
       "seq_len": 2048,
       "micro_batch_size": 1,
-      "global_batch_size": 32,
-      "num_workers": 0
+      "global_batch_size": 32
     },
     "optimizer": {
       "name": "adamw",
