@@ -9,6 +9,7 @@ raised as a one-line PreflightError.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -29,12 +30,30 @@ def check_before_start(report: FileReport, spec: JobSpec, run_dir: Path) -> None
     for pointer, path, want_dir in _inputs(spec):
         problem = _unreadable(Path(path), want_dir)
         if problem:
-            file, position = report.source_map.locate(pointer)
-            field = pointer.strip("/").replace("/", ".")
-            raise PreflightError(f"{file}:{position.line}:{position.col}: {field}: {path} "
-                                 f"{problem}")
+            raise PreflightError(f"{_where(report, pointer)}: {path} {problem}")
+    for pointer, package in _packages(spec):
+        if importlib.util.find_spec(package) is None:
+            raise PreflightError(f"{_where(report, pointer)} needs the {package} package, "
+                                 f"which is not installed (pip install {package})")
     base = _check_writable(run_dir)
     _check_room(spec, report.model_config, run_dir, base)
+
+
+def _where(report: FileReport, pointer: str) -> str:
+    """`file:line:col: field` of a spec field, for a one-line error."""
+    file, position = report.source_map.locate(pointer)
+    return f"{file}:{position.line}:{position.col}: {pointer.strip('/').replace('/', '.')}"
+
+
+def _packages(spec: JobSpec) -> list[tuple[str, str]]:
+    """(pointer, module) for each optional package the job's settings need; found
+    without importing it, so the check stays cheap."""
+    needed = []
+    if spec.logging.tensorboard:
+        needed.append(("/logging/tensorboard", "tensorboard"))
+    if spec.model.attention == "flash_attention_2":
+        needed.append(("/model/attention", "flash_attn"))
+    return needed
 
 
 def _inputs(spec: JobSpec) -> list[tuple[str, str, bool]]:

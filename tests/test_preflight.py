@@ -5,6 +5,7 @@ a real read-only filesystem (/proc), the real disk, a real lock holder."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -49,6 +50,15 @@ def test_missing_data_file_is_named_with_its_position(tmp_path: Path) -> None:
     data = "data: {source: jsonl, path: train.jsonl, seq_len: 32, global_batch_size: 4}\n"
     assert refused(tmp_path, HEAD + TINY + data + TRAIN) == (
         f"job.yaml:6:29: data.path: {tmp_path / 'train.jsonl'} does not exist")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is not None,
+                    reason="tensorboard is installed here")
+def test_a_package_the_settings_need_is_missing(tmp_path: Path) -> None:
+    logging = "logging: {tensorboard: true}\n"
+    assert refused(tmp_path, HEAD + TINY + CORPUS + TRAIN + logging) == (
+        "job.yaml:9:24: logging.tensorboard needs the tensorboard package, which is not "
+        "installed (pip install tensorboard)")
 
 
 def test_weights_that_are_a_file_not_a_directory(tmp_path: Path) -> None:
