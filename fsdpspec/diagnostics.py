@@ -52,14 +52,6 @@ def error(code: str, message: str, path: str = "", hint: str | None = None) -> D
     return Diagnostic(code, Severity.ERROR, message, path, hint)
 
 
-def warning(code: str, message: str, path: str = "", hint: str | None = None) -> Diagnostic:
-    return Diagnostic(code, Severity.WARNING, message, path, hint)
-
-
-def info(code: str, message: str, path: str = "", hint: str | None = None) -> Diagnostic:
-    return Diagnostic(code, Severity.INFO, message, path, hint)
-
-
 def sort_key(d: Diagnostic) -> tuple:
     pos = d.position or Position(0, 0, 0, 0)
     return (d.file or "", pos.line, pos.col, d.code)

@@ -9,6 +9,7 @@ is refused after ``MAX_NODES`` nodes instead of being expanded.
 from __future__ import annotations
 
 import codecs
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,11 +177,10 @@ def _decode(raw: bytes) -> tuple[str | None, Diagnostic | None]:
     try:
         return raw.decode("utf-8-sig"), None
     except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        valid = raw[: exc.start].decode("utf-8-sig")  # everything before the bad byte
         diag = error("FS003", f"invalid UTF-8 byte 0x{raw[exc.start]:02x}",
                      hint="re-save the file as UTF-8")
-        return None, diag.at("", Position(line, col, line, col + 1))
+        return None, diag.at("", _offset_position(valid, len(valid)))
 
 
 def _offset_position(text: str, offset: int) -> Position:
@@ -246,10 +246,9 @@ def _in_file(diag: Diagnostic, file: str) -> Diagnostic:
 def load_file(path: Path, display: str | None = None) -> Loaded:
     """Read and parse a spec file; every failure becomes a diagnostic."""
     file = display or str(path)
-    problem = _read_problem(path)
-    if problem is not None:
-        return Loaded(file, "", None, SourceMap(file), [_in_file(problem, file)])
-    text, problem = _decode(path.read_bytes())
+    raw, problem = _read(path)
+    if raw is not None:
+        text, problem = _decode(raw)
     if problem is not None:
         return Loaded(file, "", None, SourceMap(file), [_in_file(problem, file)])
     loaded = parse_text(text, file)
@@ -262,19 +261,22 @@ def load_file(path: Path, display: str | None = None) -> Loaded:
     return loaded
 
 
-def _read_problem(path: Path) -> Diagnostic | None:
+def _read(path: Path) -> tuple[bytes | None, Diagnostic | None]:
+    """The file's bytes, or why they cannot be had. Only regular files are read: a FIFO
+    or a device would block or never end."""
     try:
-        if path.is_dir():
-            return error("FS001", f"{path} is a directory, not a spec file")
-        size = path.stat().st_size
+        info = path.stat()
     except FileNotFoundError:
-        return error("FS001", f"no such file: {path}")
+        return None, error("FS001", f"no such file: {path}")
     except OSError as exc:
-        return error("FS001", f"cannot read {path}: {exc.strerror}")
-    if size > MAX_BYTES:
-        return error("FS002", f"file is {size} bytes; specs are limited to 1 MiB")
+        return None, error("FS001", f"cannot read {path}: {exc.strerror}")
+    if stat.S_ISDIR(info.st_mode):
+        return None, error("FS001", f"{path} is a directory, not a spec file")
+    if not stat.S_ISREG(info.st_mode):
+        return None, error("FS001", f"{path} is not a regular file")
+    if info.st_size > MAX_BYTES:
+        return None, error("FS002", f"file is {info.st_size} bytes; specs are limited to 1 MiB")
     try:
-        with open(path, "rb"):
-            return None
+        return path.read_bytes(), None
     except OSError as exc:
-        return error("FS001", f"cannot read {path}: {exc.strerror}")
+        return None, error("FS001", f"cannot read {path}: {exc.strerror}")

@@ -48,6 +48,8 @@ def read_hf_config(value: str, base_dir: Path) -> dict[str, Any]:
         raise ModelConfigError(f"{path} is larger than 1 MiB; not a model config")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ModelConfigError(f"cannot read {path}: {exc.strerror}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelConfigError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):

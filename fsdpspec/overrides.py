@@ -30,32 +30,41 @@ def _parse(text: str) -> tuple[list[str], Any, int]:
     return [t.strip() for t in tokens], value, len(key) + 2
 
 
-def _descend(node: Any, token: str, text: str) -> Any:
+def _descend(node: Any, token: str, following: str | None, text: str) -> tuple[Any, bool]:
+    """The child at ``token`` and whether it had to be created (as a mapping)."""
     if isinstance(node, list):
         if not token.isdigit() or int(token) >= len(node):
             raise OverrideError(f"--set {text!r}: {token!r} is not an index of that list")
-        return node[int(token)]
-    return node.setdefault(token, {})
+        return node[int(token)], False
+    if token in node:
+        return node[token], False
+    if following is not None and following.isdigit():
+        raise OverrideError(f"--set {text!r}: {token} is not in the file; set the whole "
+                            f"list, e.g. --set {text.split('=', 1)[0].rsplit('.', 1)[0]}=[…]")
+    node[token] = {}
+    return node[token], True
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], source_map: SourceMap) -> None:
     """Apply each override in order, recording where it came from."""
     for text in overrides:
         tokens, value, value_col = _parse(text)
+        label = f"--set {text}"
+        start = len("--set ") + value_col
+        where = (label, Position(1, start, 1, max(start + 1, len(label) + 1)))
         node, pointer = data, ""
-        for token in tokens[:-1]:
-            node = _descend(node, token, text)
+        for index, token in enumerate(tokens[:-1]):
+            node, created = _descend(node, token, tokens[index + 1], text)
             pointer = join(pointer, token)
+            if created:  # a problem inside a section the flag made belongs to the flag
+                source_map.overrides[pointer] = where
             if not isinstance(node, (dict, list)):
-                raise OverrideError(f"--set {text!r}: {pointer.lstrip('/')} holds a value, "
-                                    "not a section")
+                dotted = pointer.lstrip("/").replace("/", ".")
+                raise OverrideError(f"--set {text!r}: {dotted} holds a value, not a section")
         last = tokens[-1]
         if isinstance(node, list):
-            _descend(node, last, text)
+            _descend(node, last, None, text)
             node[int(last)] = value
         else:
             node[last] = value
-        label = f"--set {text}"
-        start = len("--set ") + value_col
-        source_map.overrides[join(pointer, last)] = (
-            label, Position(1, start, 1, max(start + 1, len(label) + 1)))
+        source_map.overrides[join(pointer, last)] = where

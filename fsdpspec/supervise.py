@@ -41,7 +41,10 @@ class _Forwarder:
 
     def __call__(self, signum: int, _frame: FrameType | None) -> None:
         if self.received is not None:
-            os.killpg(self.child.pid, signal.SIGKILL)
+            try:
+                os.killpg(self.child.pid, signal.SIGKILL)
+            except ProcessLookupError:  # the group ended between the two signals
+                pass
             return
         self.received = signal.Signals(signum)
         relayed = signal.SIGTERM if signum == signal.SIGHUP else signum
@@ -69,4 +72,5 @@ def run_supervised(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return code, forwarder.received
+    # Popen reports death by signal N as -N; a shell reports it as 128 + N.
+    return (128 - code if code < 0 else code), forwarder.received

@@ -1,5 +1,6 @@
 """The validation pipeline: load → overrides → version dispatch → JSON Schema + pydantic
-→ invariants → lint rules → positions. Every problem is collected; nothing raises."""
+→ invariants → lint rules → positions. Every problem in the file is collected as a
+diagnostic; only a malformed --set raises (OverrideError, a usage error)."""
 
 from __future__ import annotations
 
@@ -114,7 +115,5 @@ def check_file(
     if spec is not None and not any(d.is_error for d in found):
         report.spec = spec
         found += _lint(report, select, ignore)
-    elif spec is not None:
-        report.spec = None
     report.diagnostics = _place(report, found)
     return report

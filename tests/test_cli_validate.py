@@ -85,3 +85,24 @@ def test_validate_imports_neither_torch_nor_transformers() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          cwd=ROOT).stdout
     assert "HEAVY []" in out
+
+
+def test_set_into_a_section_the_file_lacks_points_at_the_flag() -> None:
+    minimal = str(CASES / "valid" / "minimal.yaml")  # no resources section
+    result = run_cli("validate", "--format", "concise", minimal,
+                     "--set", "resources.accelerator.memory_gib=80")
+    assert result.returncode == 1
+    flag = "--set resources.accelerator.memory_gib=80"
+    assert result.stdout.startswith(f"{flag}:1:")
+    missing_index = run_cli("validate", QUICKSTART, "--set", "optimizer.betas.1=0.5")
+    assert missing_index.returncode == 2
+    assert "set the whole list, e.g. --set optimizer.betas=[…]" in missing_index.stderr
+
+
+def test_a_fifo_is_refused_not_read(tmp_path) -> None:
+    import os
+
+    fifo = tmp_path / "job.yaml"
+    os.mkfifo(fifo)
+    result = run_cli("validate", "--format", "concise", str(fifo), timeout=10)
+    assert result.stdout == f"{fifo}:1:1: FS001 error {fifo} is not a regular file\n"

@@ -53,8 +53,9 @@ def keep_last_zero(ctx: LintContext) -> Iterator[Diagnostic]:
         checkpoint: {interval_steps: 100, keep_last: 3}
     """
     checkpoint = ctx.spec.checkpoint
-    if checkpoint.keep_last == 0 and checkpoint.interval_steps > 0:
-        count = ctx.spec.train.max_steps // checkpoint.interval_steps
+    count = ctx.spec.train.max_steps // max(1, checkpoint.interval_steps)
+    # With no interval checkpoint in the run (FS401's case) there is nothing to keep.
+    if checkpoint.keep_last == 0 and checkpoint.interval_steps > 0 and count > 0:
         yield diagnostic("FS402", f"keep_last 0 keeps all {count} checkpoints of the run",
                          "/checkpoint/keep_last")
 

@@ -123,6 +123,7 @@ def low_headroom(ctx: LintContext) -> Iterator[Diagnostic]:
 
 
 _HOST_HINTS = {
+    "processes": "run fewer processes per node (resources.gpus_per_node) or add host memory",
     "weight loading": "set fsdp.cpu_ram_efficient_loading: true (only rank 0 reads weights)",
     "training": "offloaded state is per rank: add host memory or drop fsdp.cpu_offload",
     "checkpoint save": "use fsdp.state_dict_type: SHARDED_STATE_DICT (no rank-0 gather)",

@@ -4,7 +4,8 @@ FLOPs follow the PaLM accounting (Chowdhery et al. 2022, appendix B): 6·N per t
 the matrix multiplies plus 12·L·q·S for attention scores and values; full activation
 checkpointing re-runs the forward (a third more). Communication is what FSDP moves per
 rank: an all-gather of each unit in forward and again in backward for units freed after
-forward, a reduce-scatter of the gradients once per synchronised micro-batch, and for
+forward, a reduce-scatter of the gradients once per synchronised micro-batch (every one
+but under NO_SHARD, where the engine reduces the last only), and for
 replicated strategies an all-reduce across replicas; ring collectives move (n-1)/n of
 the buffer per rank, an all-reduce twice that.
 """
@@ -26,13 +27,15 @@ class Compute:
     all_gather_bytes: int
     reduce_scatter_bytes: int
     all_reduce_bytes: int
-    compute_seconds: float
+    # None when the device's peak is unknown (a custom accelerator without *_tflops).
+    compute_seconds: float | None
     communication_seconds: float
 
     @property
     def communication_bound(self) -> bool:
         """FSDP overlaps collectives with compute; when they take longer, they set the pace."""
-        return self.communication_seconds > self.compute_seconds
+        return self.compute_seconds is not None and \
+            self.communication_seconds > self.compute_seconds
 
 
 def step_flops(w: Workload, parameters: int) -> float:
@@ -55,14 +58,17 @@ def step_compute(w: Workload, parameters: int, device: Accelerator, compute_dtyp
     root = sh.gathered_numel(sh.root)
     regathered = 0 if w.keeps_params_gathered else units
     micro = w.accumulation_steps
+    # The engine reduces every micro-batch, except under NO_SHARD (the last one only).
+    synced = 1 if w.strategy == "NO_SHARD" else micro
     all_gather = int(b * ring * (units + root + regathered) * micro)
-    reduce_scatter = int(r * ring * (units + root))
+    reduce_scatter = int(r * ring * (units + root) * synced)
     replicas = w.world_size // s
-    all_reduce = int(2 * r * (units + root) / s * (replicas - 1) / replicas) if replicas > 1 else 0
+    all_reduce = (int(2 * r * (units + root) / s * (replicas - 1) / replicas * synced)
+                  if replicas > 1 else 0)
     flops = step_flops(w, parameters)
     peak = device.peak_tflops(compute_dtype) or device.fp32_tflops
     intra = all_gather + reduce_scatter if s <= w.gpus_per_node else 0
     inter = all_reduce + (0 if intra else all_gather + reduce_scatter)
     seconds = intra / (device.intra_node_gbps * 1e9) + inter / (device.inter_node_gbps * 1e9)
     return Compute(flops, all_gather, reduce_scatter, all_reduce,
-                   flops / (peak * 1e12), seconds)
+                   flops / (peak * 1e12) if peak else None, seconds)

@@ -172,6 +172,12 @@ def geometry_from_config(config: dict[str, Any]) -> Geometry:
 
     hidden, heads = num("hidden_size"), num("num_attention_heads")
     kv_heads = merged.get("num_key_value_heads") or heads
+    if heads % kv_heads:
+        raise GeometryError(f"config num_attention_heads {heads} is not a multiple of "
+                            f"num_key_value_heads {kv_heads}")
+    if not merged.get("head_dim") and hidden % heads:
+        raise GeometryError(f"config hidden_size {hidden} is not a multiple of "
+                            f"num_attention_heads {heads} (or set head_dim)")
     head_dim = merged.get("head_dim") or hidden // heads
     attention_bias = bool(merged.get("attention_bias", False))
     return Geometry(

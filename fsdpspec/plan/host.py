@@ -42,7 +42,9 @@ def host_memory(w: Workload, parameters: int) -> HostMemory:
         "full_state_dict_gather": gather,
         "final_export_gather": export,
     }
+    # "processes" wins ties: when nothing else is on the host, the processes are the peak.
     phases = {
+        "processes": 0,
         "weight loading": loading,
         "training": offloaded,
         "checkpoint save": offloaded + gather,

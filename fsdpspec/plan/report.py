@@ -114,10 +114,14 @@ def _verdict(plan: Plan, unit: int, name: str) -> list[str]:
 def _compute_lines(plan: Plan) -> list[str]:
     c = plan.compute
     traffic = (c.all_gather_bytes + c.reduce_scatter_bytes + c.all_reduce_bytes) / GIB
+    head = f"step: {c.flops / 1e12:.1f} TFLOP per rank"
+    if c.compute_seconds is None:
+        return [f"{head}, {traffic:.1f} GiB of collectives per rank; compute time unknown "
+                "(set resources.accelerator.bf16_tflops)"]
     bound = "communication-bound" if c.communication_bound else "compute-bound"
-    return [f"step: {c.flops / 1e12:.1f} TFLOP per rank, ideal {c.compute_seconds:.3f} s "
-            f"compute vs {c.communication_seconds:.3f} s collectives "
-            f"({traffic:.1f} GiB per rank): likely {bound}"]
+    return [f"{head}, ideal {c.compute_seconds:.3f} s compute vs "
+            f"{c.communication_seconds:.3f} s collectives ({traffic:.1f} GiB per rank): "
+            f"likely {bound}"]
 
 
 def _count(n: int) -> str:

@@ -58,7 +58,6 @@ class Workload:
     auto_wrap_policy: str
     min_num_params: int
     backward_prefetch: str
-    forward_prefetch: bool
     loads_weights: bool
     cpu_ram_efficient_loading: bool
     full_state_dict: bool
@@ -100,7 +99,6 @@ def workload(spec: JobSpec, geometry: Geometry, *, world_size: int | None = None
         auto_wrap_policy=fsdp.auto_wrap_policy,
         min_num_params=fsdp.min_num_params,
         backward_prefetch=fsdp.backward_prefetch,
-        forward_prefetch=fsdp.forward_prefetch,
         loads_weights=spec.model.weights is not None,
         cpu_ram_efficient_loading=fsdp.cpu_ram_efficient_loading,
         full_state_dict=fsdp.state_dict_type == "FULL_STATE_DICT",

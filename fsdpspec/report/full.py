@@ -60,13 +60,13 @@ def _diagnostic(report: FileReport, d: Diagnostic) -> list[str]:
 
 def summary(reports: Sequence[FileReport]) -> str:
     every = [d for r in reports for d in r.diagnostics]
-    errors = sum(d.severity is Severity.ERROR for d in every)
-    warnings = sum(d.severity is Severity.WARNING for d in every)
-    files = len(reports)
-    if not every:
-        return f"[green]✓[/] {files} file{'s' * (files != 1)} valid"
-    return (f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)} "
-            f"in {files} file{'s' * (files != 1)}")
+    counts = {sev: sum(d.severity is sev for d in every) for sev in Severity}
+    files = f"{len(reports)} file{'s' * (len(reports) != 1)}"
+    if not counts[Severity.ERROR] and not counts[Severity.WARNING]:
+        notes = counts[Severity.INFO]
+        return f"[green]✓[/] {files} valid" + (f" ({notes} info)" if notes else "")
+    return ", ".join(f"{n} {sev.value}{'s' * (n != 1 and sev is not Severity.INFO)}"
+                     for sev, n in counts.items() if n or sev is not Severity.INFO) + f" in {files}"
 
 
 def render(reports: Sequence[FileReport]) -> str:

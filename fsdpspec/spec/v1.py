@@ -65,7 +65,7 @@ class Resources(_Section):
     gpus_per_node: PositiveInt = 1
     """Processes per node: one per GPU (on CPU, the number of processes)."""
     accelerator: AcceleratorName | CustomAccelerator = "cpu"  # type: ignore[valid-type]
-    """A catalogue name (see `fsdpspec plan --help`), "cpu", or a custom device
+    """A catalogue name (listed by `fsdpspec plan --help`), "cpu", or a custom device
     {name, memory_gib, bf16_tflops, …}."""
     host_memory_gib: FiniteFloat = Field(default=64.0, gt=0)
     """Host RAM per node in GiB; checked for CPU offload, weight loading and rank-0
@@ -101,7 +101,8 @@ class Geometry(_Section):
 
 class Model(_Section):
     preset: PresetName | None = None  # type: ignore[valid-type]
-    """A built-in architecture (see `fsdpspec plan --help`); tiny-* presets are for tests."""
+    """A built-in architecture (listed in docs/spec.md and by `fsdpspec init --help`);
+    tiny-* presets are for tests."""
     hf_config: str | None = Field(default=None, min_length=1)
     """A LOCAL Hugging Face config.json, or a directory holding one. Nothing is downloaded."""
     factory: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")

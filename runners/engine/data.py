@@ -61,10 +61,18 @@ def read_documents(data: Data) -> Iterator[str]:
         )
     elif data.source == "text":
         for file in _files(data.path, "*.txt"):
-            yield file.read_text(encoding="utf-8", errors="replace")
+            yield _read(file)
     else:
         for file in _files(data.path, "*.jsonl"):
             yield from _jsonl_texts(file, data.text_field)
+
+
+def _read(file: Path) -> str:
+    """A data file's text; undecodable bytes become U+FFFD rather than stop the run."""
+    try:
+        return file.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise EngineError(f"data.path: cannot read {file}: {exc.strerror}") from None
 
 
 def _paragraphs(text: str) -> list[str]:
@@ -82,20 +90,19 @@ def _files(path: str | None, pattern: str) -> list[Path]:
 
 
 def _jsonl_texts(file: Path, field: str) -> Iterator[str]:
-    with open(file, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                text = record[field]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise EngineError(
-                    f"{file}:{number}: not a JSON object with a {field!r} string"
-                ) from None
-            if not isinstance(text, str):
-                raise EngineError(f"{file}:{number}: field {field!r} is not a string")
-            yield text
+    for number, line in enumerate(_read(file).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            text = record[field]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise EngineError(
+                f"{file}:{number}: not a JSON object with a {field!r} string"
+            ) from None
+        if not isinstance(text, str):
+            raise EngineError(f"{file}:{number}: field {field!r} is not a string")
+        yield text
 
 
 def pack(documents: Iterator[str], tokenizer: Tokenizer, seq_len: int) -> torch.Tensor:

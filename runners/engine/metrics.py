@@ -14,14 +14,22 @@ import torch
 from torch import nn
 
 from fsdpspec.accelerators import CATALOG
+from fsdpspec.plan.geometry import GeometryError, geometry_from_config
 from fsdpspec.spec.v1 import JobSpec
 from runners.engine.errors import EngineError
 
 _GIB = 1 << 30
 
 
-def count_parameters(model: nn.Module) -> int:
-    """Unsharded parameter count (a DTensor reports its global shape)."""
+def count_parameters(model: nn.Module, config: dict[str, Any] | None) -> int:
+    """Unsharded parameter count: the planner's exact count from the model's config when
+    there is one (FSDP1's flat shards report only their local size), else the model's
+    own parameters (FSDP2's DTensors report their global shape)."""
+    if config is not None:
+        try:
+            return geometry_from_config(config).total_params
+        except GeometryError:
+            pass
     return sum(p.numel() for p in model.parameters())
 
 

@@ -76,11 +76,11 @@ def fsdp1_clip(model: nn.Module, max_norm: float | None) -> float:
     return float(model.clip_grad_norm_(math.inf if max_norm is None else max_norm))
 
 
-def build_grad_scaler(spec: JobSpec) -> object | None:
-    """A sharded dynamic loss scaler for fp16 parameters; None otherwise."""
+def build_grad_scaler(spec: JobSpec, device: torch.device) -> object | None:
+    """A sharded dynamic loss scaler for fp16 parameters, on the gradients' device; None
+    otherwise."""
     if spec.fsdp.mixed_precision.param_dtype != "float16" or spec.train.loss_scaling == "none":
         return None
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    return ShardedGradScaler(device=device)
+    return ShardedGradScaler(device=device.type)

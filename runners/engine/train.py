@@ -7,6 +7,7 @@ finish, or a stop by SIGTERM / SIGINT after checkpointing, exits 0.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from fsdpspec.spec.v1 import JobSpec
 from runners.engine.checkpoint import TrainState, find_resume_checkpoint, load_checkpoint
 from runners.engine.data import Batches, SequenceSource
 from runners.engine.dist import Runtime, build_mesh, console, init_runtime, teardown
-from runners.engine.errors import EngineError
+from runners.engine.errors import EngineError, first_line
 from runners.engine.loop import Trainer, train
 from runners.engine.metrics import MetricsSink, count_parameters, flops_per_token, peak_tflops
 from runners.engine.model import build_model, load_weights, materialise, model_geometry
@@ -105,10 +106,11 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
         runtime=runtime,
         run_dir=run_dir,
         state=state,
-        scaler=build_grad_scaler(spec),
+        scaler=build_grad_scaler(spec, runtime.device),
         stop=StopRequest().install(),
         sink=MetricsSink(spec, run_dir, runtime.is_main),
-        flops_per_token=flops_per_token(count_parameters(model), geometry, spec.data.seq_len),
+        flops_per_token=flops_per_token(
+            count_parameters(model, geometry), geometry, spec.data.seq_len),
         peak_flops=peak_tflops(spec) * 1e12,
     )
 
@@ -125,8 +127,22 @@ def _read_spec(path: Path) -> tuple[JobSpec, Path]:
     except OSError as exc:
         raise EngineError(f"cannot read {path}: {exc.strerror}") from None
     except (ValueError, KeyError, ValidationError) as exc:
-        raise EngineError(f"{path} is not a resolved spec: {str(exc).splitlines()[0]}") from None
+        raise EngineError(f"{path} is not a resolved spec: {first_line(exc)}") from None
     return spec, run_dir
+
+
+def _report(runtime: Runtime | None, exc: BaseException) -> None:
+    """One line per failure: from rank 0, and from the first rank of every other node (a
+    node-local path missing on node 2 must not fail in silence)."""
+    if runtime is not None and runtime.local_rank != 0:
+        return
+    message = str(exc)
+    if isinstance(exc, torch.OutOfMemoryError):
+        message = (f"out of device memory: {first_line(exc)}; lower data.micro_batch_size, "
+                   "or turn on fsdp.activation_checkpointing or fsdp.cpu_offload "
+                   "(`fsdpspec plan` shows the terms)")
+    prefix = "" if runtime is None or runtime.is_main else f"rank {runtime.rank}: "
+    print(f"fsdpspec engine: error: {prefix}{message}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,9 +160,12 @@ def main(argv: list[str] | None = None) -> int:
             trainer.sink.close()
         clean = True
         return 0
-    except EngineError as exc:
-        if runtime is None or runtime.is_main:
-            print(f"fsdpspec engine: error: {exc}", file=sys.stderr, flush=True)
+    except (EngineError, torch.OutOfMemoryError) as exc:
+        _report(runtime, exc)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C before the stop handler is installed: nothing to save
+        if runtime is None or runtime.is_main:
+            print("fsdpspec engine: stopped during set-up", file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
     finally:
         teardown(clean=clean)
