@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,8 @@ def write_resolved_spec(spec: JobSpec, run_dir: Path) -> Path:
     """Write run_dir/resolved-spec.json atomically (temp file, fsync, rename)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     target = run_dir / FILENAME
-    tmp = target.with_suffix(".json.tmp")
+    # Named for this process: nodes sharing the directory must not write one temp file.
+    tmp = target.with_name(f".{FILENAME}.{socket.gethostname()}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(resolved_document(spec, run_dir), fh, indent=2)
         fh.write("\n")

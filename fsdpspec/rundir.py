@@ -9,6 +9,7 @@ optimizer…) makes it another job.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ def _previous_spec(run_dir: Path) -> dict[str, Any] | None:
     return spec
 
 
-def _check_reuse(spec: JobSpec, run_dir: Path, previous: dict[str, Any]) -> None:
+def _check_same_job(spec: JobSpec, run_dir: Path, previous: dict[str, Any]) -> None:
     name = previous.get("metadata", {}).get("name")
     if name != spec.metadata.name:
         raise RunDirError(f"{run_dir} holds a run of job {name!r}, not "
@@ -68,9 +69,6 @@ def _check_reuse(spec: JobSpec, run_dir: Path, previous: dict[str, Any]) -> None
         shown = ", ".join(differences[:3]) + (" …" if len(differences) > 3 else "")
         raise RunDirError(f"{run_dir} holds a run of {name!r} with a different {shown}: "
                           "set checkpoint.dir to a new directory, or remove the old run")
-    if spec.checkpoint.resume == "never":
-        raise RunDirError(f"{run_dir} already holds a run of {name!r} and checkpoint.resume "
-                          "is never: remove it, or use resume: auto to continue it")
 
 
 def prepare_run_dir(spec: JobSpec, run_dir: Path) -> bool:
@@ -82,7 +80,10 @@ def prepare_run_dir(spec: JobSpec, run_dir: Path) -> bool:
         raise RunDirError(f"run directory {run_dir} exists and is not a directory")
     previous = _previous_spec(run_dir) if run_dir.is_dir() else None
     if previous is not None:
-        _check_reuse(spec, run_dir, previous)
+        _check_same_job(spec, run_dir, previous)
+        if spec.checkpoint.resume == "never":
+            raise RunDirError(f"{run_dir} already holds a run of {spec.metadata.name!r} and "
+                              "checkpoint.resume is never: remove it, or use resume: auto")
     elif run_dir.is_dir() and any(not is_lock_file(p) for p in run_dir.iterdir()):
         raise RunDirError(f"{run_dir} exists and is not an fsdpspec run directory: "
                           "set checkpoint.dir to another directory")
@@ -91,3 +92,20 @@ def prepare_run_dir(spec: JobSpec, run_dir: Path) -> bool:
     except OSError as exc:
         raise RunDirError(f"cannot write to {run_dir}: {exc.strerror or exc}") from None
     return previous is not None
+
+
+def join_run_dir(spec: JobSpec, run_dir: Path, *, timeout_s: float = 300.0) -> None:
+    """On a node after the first of a multi-node job: wait for the first node to write
+    resolved-spec.json into the shared run directory, then check that it is this job.
+    Every node preparing the directory at once would race (and each would find the
+    others' file)."""
+    path = run_dir / FILENAME
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise RunDirError(f"{path} did not appear in {timeout_s:.0f} s: start node 0 "
+                              "first, on a run directory every node shares")
+        time.sleep(0.5)
+    previous = _previous_spec(run_dir)
+    assert previous is not None  # the file exists
+    _check_same_job(spec, run_dir, previous)

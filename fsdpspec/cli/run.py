@@ -13,7 +13,7 @@ import click
 from fsdpspec.cli.options import emit, exit_on_errors, load_spec, resolve_format, set_option
 from fsdpspec.preflight import PreflightError, check_before_start
 from fsdpspec.resolved import absolute_inputs, resolved_document
-from fsdpspec.rundir import RunDirError, prepare_run_dir
+from fsdpspec.rundir import RunDirError, join_run_dir, prepare_run_dir
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.validate import FileReport
 
@@ -69,15 +69,20 @@ def _dry_run(argv: list[str], env_added: dict[str, str], spec: JobSpec, run_dir:
     click.echo(json.dumps(resolved_document(spec, run_dir), indent=2))
 
 
-def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str]) -> int:
+def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
+           node_rank: int | None) -> int:
     from fsdpspec.runlock import RunLockError, run_lock
     from fsdpspec.supervise import run_supervised
 
     try:
         with run_lock(spec, run_dir):  # held until torchrun ends
-            resumed = prepare_run_dir(spec, run_dir)
-            click.echo(f"{'resuming' if resumed else 'starting'} {spec.metadata.name} in "
-                       f"{run_dir}", err=True)
+            if node_rank:  # node 0 prepares the shared directory; the others join it
+                join_run_dir(spec, run_dir)
+                click.echo(f"joining {spec.metadata.name} in {run_dir}", err=True)
+            else:
+                resumed = prepare_run_dir(spec, run_dir)
+                click.echo(f"{'resuming' if resumed else 'starting'} {spec.metadata.name} in "
+                           f"{run_dir}", err=True)
             code, stopped_by = run_supervised(argv, env)
     except (RunDirError, RunLockError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -129,4 +134,4 @@ def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint) -> None:
         check_before_start(report, spec, run_dir)
     except PreflightError as exc:
         raise click.ClickException(str(exc)) from None
-    raise SystemExit(_start(spec, run_dir, argv, env))
+    raise SystemExit(_start(spec, run_dir, argv, env, node_rank))

@@ -1,0 +1,48 @@
+"""The run directory of a multi-node job: node 0 prepares it, the other nodes join it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fsdpspec.resolved import FILENAME, write_resolved_spec
+from fsdpspec.rundir import RunDirError, join_run_dir, prepare_run_dir
+from fsdpspec.spec.v1 import JobSpec
+
+
+def job(**changes) -> JobSpec:
+    data = {"apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "multi"},
+            "model": {"preset": "tiny-llama"}} | changes
+    return JobSpec.model_validate(data)
+
+
+def test_a_joining_node_waits_for_node_0_and_writes_nothing(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    spec = job()
+    later = threading.Timer(0.6, prepare_run_dir, args=(spec, run_dir))
+    later.start()
+    start = time.monotonic()
+    join_run_dir(spec, run_dir, timeout_s=10)
+    later.join()
+    assert time.monotonic() - start >= 0.5
+    assert sorted(p.name for p in run_dir.iterdir()) == [FILENAME]
+
+
+def test_a_joining_node_refuses_another_job(tmp_path: Path) -> None:
+    write_resolved_spec(job(), tmp_path)
+    with pytest.raises(RunDirError, match="different optimizer.lr"):
+        join_run_dir(job(optimizer={"lr": 0.5}), tmp_path, timeout_s=1)
+
+
+def test_a_joining_node_gives_up_when_node_0_never_comes(tmp_path: Path) -> None:
+    with pytest.raises(RunDirError, match="start node 0 first"):
+        join_run_dir(job(), tmp_path, timeout_s=0.2)
+
+
+def test_resume_never_still_refuses_an_existing_run_on_node_0(tmp_path: Path) -> None:
+    write_resolved_spec(job(), tmp_path)
+    with pytest.raises(RunDirError, match="checkpoint.resume is never"):
+        prepare_run_dir(job(checkpoint={"resume": "never"}), tmp_path)
