@@ -32,6 +32,8 @@ WORKDIR = PurePosixPath("/workspace")
 SPEC_MOUNT = PurePosixPath("/etc/fsdpspec")
 CONTAINER = "pytorch"  # the name the operator looks for
 _VOLUME = "fsdpspec-spec"
+# Containers get 64 MiB of /dev/shm; NCCL's intra-node transport needs far more.
+_SHM = "dshm"
 _OPERATOR_ENDPOINT = "$(MASTER_ADDR):$(MASTER_PORT)"
 
 
@@ -79,17 +81,19 @@ def _container(spec: JobSpec, image: str) -> dict[str, Any]:
         container["resources"] = {"limits": {"nvidia.com/gpu": spec.resources.gpus_per_node}}
     container["volumeMounts"] = [{"name": _VOLUME, "mountPath": str(SPEC_MOUNT),
                                   "readOnly": True}]
+    if is_gpu_job(spec):
+        container["volumeMounts"].append({"name": _SHM, "mountPath": "/dev/shm"})
     return container
 
 
 def _replica(spec: JobSpec, image: str, replicas: int, config_map: str) -> dict[str, Any]:
+    volumes: list[dict[str, Any]] = [{"name": _VOLUME, "configMap": {"name": config_map}}]
+    if is_gpu_job(spec):
+        volumes.append({"name": _SHM, "emptyDir": {"medium": "Memory"}})
     return {
         "replicas": replicas,
         "restartPolicy": "Never",  # torchrun's --max-restarts decides restarts
-        "template": {"spec": {
-            "containers": [_container(spec, image)],
-            "volumes": [{"name": _VOLUME, "configMap": {"name": config_map}}],
-        }},
+        "template": {"spec": {"containers": [_container(spec, image)], "volumes": volumes}},
     }
 
 

@@ -364,9 +364,14 @@ def test_lr_schedule_warmup_then_decay() -> None:
 
     cosine = Scheduler(name="cosine", warmup_steps=4, min_lr_ratio=0.1)
     assert [lr_multiplier(s, cosine, 20) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
-    assert lr_multiplier(20, cosine, 20) == pytest.approx(0.1)
+    assert lr_multiplier(4, cosine, 20) == 1.0  # decay starts from the peak
+    # The last optimizer step (index 19 of 20) trains at the floor, not one step past it.
+    assert lr_multiplier(19, cosine, 20) == pytest.approx(0.1)
+    assert lr_multiplier(18, cosine, 20) > 0.1
     linear = Scheduler(name="linear", warmup_steps=0, min_lr_ratio=0.0)
-    assert lr_multiplier(5, linear, 10) == pytest.approx(0.5)
+    assert lr_multiplier(0, linear, 11) == 1.0
+    assert lr_multiplier(5, linear, 11) == pytest.approx(0.5)
+    assert lr_multiplier(10, linear, 11) == pytest.approx(0.0)
     assert lr_multiplier(7, Scheduler(name="constant"), 10) == 1.0
 
 

@@ -25,13 +25,15 @@ def build_optimizer(params: Iterable[nn.Parameter], spec: Optimizer) -> torch.op
 
 
 def lr_multiplier(step: int, schedule: Scheduler, max_steps: int) -> float:
-    """Fraction of the peak lr after ``step`` scheduler steps: linear warmup, then the
-    schedule decays to ``min_lr_ratio`` at ``max_steps``."""
+    """Fraction of the peak lr for scheduler index ``step`` (optimizer step ``step + 1``):
+    linear warmup, then the schedule decays to ``min_lr_ratio`` at the last step, index
+    ``max_steps - 1``."""
     if step < schedule.warmup_steps:
         return (step + 1) / schedule.warmup_steps
     if schedule.name == "constant":
         return 1.0
-    progress = min(1.0, (step - schedule.warmup_steps) / max(1, max_steps - schedule.warmup_steps))
+    decay_steps = max(1, max_steps - 1 - schedule.warmup_steps)
+    progress = min(1.0, (step - schedule.warmup_steps) / decay_steps)
     floor = schedule.min_lr_ratio
     if schedule.name == "linear":
         return 1.0 - (1.0 - floor) * progress
