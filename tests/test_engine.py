@@ -436,3 +436,17 @@ def test_resume_picks_newest_complete_checkpoint(tmp_path: Path) -> None:
     assert find_resume_checkpoint("auto", tmp_path / "fresh") is None
     with pytest.raises(EngineError, match="not a complete checkpoint"):
         find_resume_checkpoint(str(root / "step-00000008"), tmp_path)
+
+
+def test_a_resumed_run_forgets_the_metrics_of_steps_it_trains_again(tmp_path: Path) -> None:
+    """Steps logged after the checkpoint a run resumes from are trained again: their old
+    records (and a line torn by the kill) go, so every step is logged once."""
+    from fsdpspec.spec.v1 import JobSpec
+    from runners.engine.metrics import MetricsSink
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(1, 7))
+                    + '{"step": 7, "lo')
+    spec = JobSpec.model_validate(BASE)
+    MetricsSink(spec, tmp_path, True, resumed_step=4).close()
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3, 4]

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import resource
 import sys
 import time
@@ -62,16 +64,39 @@ def peak_memory_gib(device: torch.device) -> dict[str, float]:
     return {"peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / _GIB}
 
 
+def _forget_steps_after(path: Path, step: int) -> None:
+    """Drop the records of steps after ``step`` (the checkpoint a run resumes from): they
+    are trained again, and a step logged twice breaks every plot. Rewritten atomically."""
+    if not path.exists():
+        return
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+    kept = [line for line in lines if _logged_step(line) <= step]
+    if len(kept) == len(lines):
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _logged_step(line: str) -> float:
+    """The step of a metrics line; a line torn by a kill counts as unlogged (dropped)."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return math.inf
+
+
 class MetricsSink:
     """Rank 0's outputs for one run."""
 
-    def __init__(self, spec: JobSpec, run_dir: Path, enabled: bool) -> None:
+    def __init__(self, spec: JobSpec, run_dir: Path, enabled: bool, resumed_step: int) -> None:
         self._enabled = enabled
         self._max_steps = spec.train.max_steps
-        wants_jsonl = enabled and spec.logging.jsonl
-        self._jsonl = (
-            open(run_dir / "metrics.jsonl", "a", encoding="utf-8") if wants_jsonl else None
-        )
+        self._jsonl = None
+        if enabled and spec.logging.jsonl:
+            path = run_dir / "metrics.jsonl"
+            _forget_steps_after(path, resumed_step)
+            self._jsonl = open(path, "a", encoding="utf-8")
         # Every rank checks for TensorBoard so a missing package fails all ranks alike.
         writer = _summary_writer() if spec.logging.tensorboard else None
         self._board = writer(log_dir=str(run_dir / "tensorboard")) if writer and enabled else None

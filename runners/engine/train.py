@@ -108,7 +108,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
         state=state,
         scaler=build_grad_scaler(spec, runtime.device),
         stop=StopRequest().install(),
-        sink=MetricsSink(spec, run_dir, runtime.is_main),
+        sink=MetricsSink(spec, run_dir, runtime.is_main, resumed_step=state.step),
         flops_per_token=flops_per_token(
             count_parameters(model, geometry), geometry, spec.data.seq_len),
         peak_flops=peak_tflops(spec) * 1e12,
