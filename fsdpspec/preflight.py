@@ -65,6 +65,8 @@ def _inputs(spec: JobSpec) -> list[tuple[str, str, bool]]:
         inputs.append(("/data/path", spec.data.path, False))
     if spec.data.tokenizer and spec.data.source != "synthetic":
         inputs.append(("/data/tokenizer", spec.data.tokenizer, True))
+    if spec.checkpoint.resume not in ("auto", "never"):  # relative to where the run starts
+        inputs.append(("/checkpoint/resume", spec.checkpoint.resume, True))
     return inputs
 
 

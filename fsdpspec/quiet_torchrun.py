@@ -9,6 +9,7 @@ Only `fsdpspec run` starts it, as a child process; nothing imports it.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -23,8 +24,10 @@ def run(argv: list[str]) -> int:
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
         code = failure.exitcode if failure.exitcode > 0 else 128 - failure.exitcode
-        print(f"torchrun: {len(exc.failures)} worker(s) failed; first: rank {rank}, "
-              f"exit code {failure.exitcode}", file=sys.stderr)
+        how = (f"exit code {failure.exitcode}" if failure.exitcode > 0
+               else f"killed by {signal.Signals(-failure.exitcode).name}")
+        print(f"torchrun: {len(exc.failures)} worker(s) failed; first: rank {rank}, {how}",
+              file=sys.stderr)
         return code
     except SignalException as exc:  # signalled itself: it stopped its workers first
         print(f"torchrun: stopped by {exc.sigval.name}", file=sys.stderr)

@@ -5,5 +5,5 @@ from __future__ import annotations
 
 class LaunchError(ValueError):
     """A spec that validates but cannot be turned into this launch (a Kubernetes job
-    without an image, a Slurm partition name Slurm would not parse); the message is one
-    line naming the field and what to write instead."""
+    without an image); the message is one line naming the field and what to write
+    instead."""

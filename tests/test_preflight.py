@@ -61,6 +61,12 @@ def test_a_package_the_settings_need_is_missing(tmp_path: Path) -> None:
         "installed (pip install tensorboard)")
 
 
+def test_an_explicit_resume_checkpoint_must_exist(tmp_path: Path) -> None:
+    resume = "checkpoint: {interval_steps: 1, resume: runs/old/step-00000004}\n"
+    assert refused(tmp_path, HEAD + TINY + CORPUS + "train: {max_steps: 2}\n" + resume) == (
+        "job.yaml:8:41: checkpoint.resume: runs/old/step-00000004 does not exist")
+
+
 def test_weights_that_are_a_file_not_a_directory(tmp_path: Path) -> None:
     (tmp_path / "weights.safetensors").write_bytes(b"")
     model = "model: {preset: tiny-llama, weights: weights.safetensors}\n"

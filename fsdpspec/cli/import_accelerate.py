@@ -28,8 +28,13 @@ def _preset_for(loaded_data: object) -> str:
     first = layers.split(",")[0].strip() if isinstance(layers, str) else None
     if isinstance(layers, list) and layers:
         first = str(layers[0])
-    families = {cls: family for family, cls in DECODER_LAYERS.items()}
-    return _FAMILY_PRESET.get(families.get(first, ""), _DEFAULT_PRESET)
+    family = {cls: family for family, cls in DECODER_LAYERS.items()}.get(first)
+    if family is None:
+        return _DEFAULT_PRESET
+    if family not in _FAMILY_PRESET:
+        raise click.UsageError(f"no preset of the {family} family wraps {first}: name the "
+                               "model with --preset or --hf-config")
+    return _FAMILY_PRESET[family]
 
 
 @click.command("import")

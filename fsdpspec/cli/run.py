@@ -112,7 +112,6 @@ def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint) -> None:
     resolved-spec.json, metrics.jsonl, checkpoints/ and final/. Ctrl-C checkpoints and
     stops; running again resumes.
     """
-    from runners.errors import LaunchError
     from runners.torchrun import build_torchrun_argv, launch_env
 
     report, spec = _valid_spec(file, [*overrides, *_node_overrides(nnodes, rdzv_endpoint)])
@@ -122,10 +121,7 @@ def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint) -> None:
     click.echo(_plan_line(report), err=True)
     run_dir = Path(spec.run_dir()).absolute()
     argv = build_torchrun_argv(spec, run_dir, node_rank=node_rank, launcher=LAUNCHER)
-    try:
-        env = launch_env(spec, os.environ, os.cpu_count())
-    except LaunchError as exc:
-        raise click.ClickException(str(exc)) from None
+    env = launch_env(spec, os.environ, os.cpu_count())
     if dry_run:
         added = {k: v for k, v in env.items() if os.environ.get(k) != v}
         _dry_run(argv, added, spec, run_dir)

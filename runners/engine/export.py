@@ -58,5 +58,10 @@ def _write(
         config.dtype = dtype
         config.use_cache = True  # off only for training; generation wants it
         config.save_pretrained(tmp)
-    shutil.rmtree(target, ignore_errors=True)
+    # The old export is moved aside, not deleted, until the new one is in place.
+    trash = target.with_name(f".trash-{target.name}")
+    shutil.rmtree(trash, ignore_errors=True)
+    if target.exists():
+        os.replace(target, trash)
     os.replace(tmp, target)
+    shutil.rmtree(trash, ignore_errors=True)

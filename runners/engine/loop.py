@@ -61,12 +61,15 @@ def causal_lm_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=_IGNORE)
 
 
-def forward_backward(trainer: Trainer, batch: torch.Tensor, accumulation_steps: int) -> float:
-    """Forward and backward of one micro-batch; returns its (unscaled) loss."""
+def forward_backward(
+    trainer: Trainer, batch: torch.Tensor, accumulation_steps: int
+) -> torch.Tensor:
+    """Forward and backward of one micro-batch; returns its (unscaled) loss, still on the
+    device: reading it here would make the host wait for every micro-batch."""
     loss = causal_lm_loss(trainer.state.model, batch.to(trainer.runtime.device))
     scaled = loss / accumulation_steps
     (trainer.scaler.scale(scaled) if trainer.scaler else scaled).backward()
-    return loss.item()
+    return loss.detach()
 
 
 def _gradient_sync(model: nn.Module, sync: bool, strategy: str) -> AbstractContextManager[None]:
@@ -86,11 +89,12 @@ def train_step(trainer: Trainer) -> StepResult:
     state, runtime = trainer.state, trainer.runtime
     trainer.stop.at_step_start(state.step + 1)
     micro_batches = state.batches.next_step()
-    loss_sum = 0.0
+    losses = []
     for index, batch in enumerate(micro_batches):
         last = index == len(micro_batches) - 1
         with _gradient_sync(state.model, last, trainer.spec.fsdp.sharding_strategy):
-            loss_sum += forward_backward(trainer, batch, len(micro_batches))
+            losses.append(forward_backward(trainer, batch, len(micro_batches)))
+    loss_sum = torch.stack(losses).double().sum().item()
     if trainer.scaler:
         trainer.scaler.unscale_(state.optimizer)
     max_norm = trainer.spec.optimizer.grad_clip_norm
