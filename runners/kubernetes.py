@@ -26,7 +26,7 @@ from fsdpspec import __version__
 from fsdpspec.resolved import FILENAME, resolved_document
 from fsdpspec.spec.v1 import JobSpec
 from runners.errors import LaunchError
-from runners.torchrun import build_torchrun_argv, is_gpu_job, spec_env
+from runners.torchrun import build_torchrun_argv, spec_env
 
 WORKDIR = PurePosixPath("/workspace")
 SPEC_MOUNT = PurePosixPath("/etc/fsdpspec")
@@ -77,18 +77,18 @@ def _container(spec: JobSpec, image: str) -> dict[str, Any]:
     env = spec_env(spec)
     if env:
         container["env"] = [{"name": k, "value": _no_expansion(v)} for k, v in env.items()]
-    if is_gpu_job(spec):
+    if spec.device().is_gpu:
         container["resources"] = {"limits": {"nvidia.com/gpu": spec.resources.gpus_per_node}}
     container["volumeMounts"] = [{"name": _VOLUME, "mountPath": str(SPEC_MOUNT),
                                   "readOnly": True}]
-    if is_gpu_job(spec):
+    if spec.device().is_gpu:
         container["volumeMounts"].append({"name": _SHM, "mountPath": "/dev/shm"})
     return container
 
 
 def _replica(spec: JobSpec, image: str, replicas: int, config_map: str) -> dict[str, Any]:
     volumes: list[dict[str, Any]] = [{"name": _VOLUME, "configMap": {"name": config_map}}]
-    if is_gpu_job(spec):
+    if spec.device().is_gpu:
         volumes.append({"name": _SHM, "emptyDir": {"medium": "Memory"}})
     return {
         "replicas": replicas,

@@ -14,7 +14,7 @@ from pathlib import Path
 from fsdpspec import __version__
 from fsdpspec.resolved import FILENAME, resolved_document
 from fsdpspec.spec.v1 import JobSpec
-from runners.torchrun import build_torchrun_argv, is_gpu_job, launch_env, rdzv_port
+from runners.torchrun import build_torchrun_argv, launch_env, rdzv_port
 
 _HEAD = '"${head_node}"'
 
@@ -24,7 +24,7 @@ def sbatch_directives(spec: JobSpec) -> list[str]:
     slurm, resources = spec.launch.slurm, spec.resources
     options = [("job-name", spec.metadata.name), ("nodes", str(resources.nodes)),
                ("ntasks-per-node", "1")]
-    if is_gpu_job(spec):
+    if spec.device().is_gpu:
         options.append(("gpus-per-node", str(resources.gpus_per_node)))
     else:
         options.append(("cpus-per-task", str(resources.gpus_per_node)))

@@ -10,19 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 
-from fsdpspec.accelerators import CATALOG
 from fsdpspec.resolved import FILENAME
 from fsdpspec.spec.v1 import JobSpec
 
 ENGINE_MODULE = "runners.engine"
 TORCHRUN: tuple[str, ...] = ("torchrun",)
 DEFAULT_RDZV_PORT = 29500
-
-
-def is_gpu_job(spec: JobSpec) -> bool:
-    """Whether the job's processes each own a GPU (a custom accelerator is a GPU)."""
-    accelerator = spec.resources.accelerator
-    return not isinstance(accelerator, str) or CATALOG[accelerator].is_gpu
 
 
 def rdzv_port(spec: JobSpec) -> int:
@@ -94,7 +87,7 @@ def launch_env(
     """
     env = dict(base or {})
     env.setdefault("PYTHONUNBUFFERED", "1")  # progress lines stream as they happen
-    if cpu_count is not None and not is_gpu_job(spec):
+    if cpu_count is not None and not spec.device().is_gpu:
         threads = max(1, cpu_count // spec.resources.gpus_per_node)
         env.setdefault("OMP_NUM_THREADS", str(threads))
     env.update(spec_env(spec))

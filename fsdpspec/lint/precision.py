@@ -4,26 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fsdpspec.accelerators import CATALOG
 from fsdpspec.diagnostics import Diagnostic, Severity
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
-from fsdpspec.lint.topology import is_gpu
 from fsdpspec.spec.v1 import JobSpec
 
 _BITS = {"float32": 32, "bfloat16": 16, "float16": 16}
 _PRECISION = "/fsdp/mixed_precision"
-
-
-def _accelerator_name(spec: JobSpec) -> str:
-    accelerator = spec.resources.accelerator
-    return accelerator if isinstance(accelerator, str) else accelerator.name
-
-
-def supports_bf16(spec: JobSpec) -> bool:
-    accelerator = spec.resources.accelerator
-    if isinstance(accelerator, str):
-        return CATALOG[accelerator].supports_bf16
-    return accelerator.supports_bf16
 
 
 def _bf16_fields(spec: JobSpec) -> list[str]:
@@ -99,8 +85,8 @@ def bf16_unsupported(ctx: LintContext) -> Iterator[Diagnostic]:
         fsdp: {mixed_precision: fp16}
     """
     fields = _bf16_fields(ctx.spec)
-    if fields and not supports_bf16(ctx.spec):
-        yield diagnostic("FS303", f"{_accelerator_name(ctx.spec)} has no bfloat16 support "
+    if fields and not ctx.spec.device().supports_bf16:
+        yield diagnostic("FS303", f"{ctx.spec.device().name} has no bfloat16 support "
                          f"({', '.join(fields)})", f"{_PRECISION}/{fields[0]}")
 
 
@@ -147,9 +133,9 @@ def fp32_on_bf16_gpu(ctx: LintContext) -> Iterator[Diagnostic]:
         fsdp: {mixed_precision: bf16}
     """
     spec = ctx.spec
-    if (is_gpu(spec) and supports_bf16(spec)
+    if (spec.device().is_gpu and spec.device().supports_bf16
             and spec.fsdp.mixed_precision.param_dtype == "float32"):
-        yield diagnostic("FS305", f"param_dtype float32 on {_accelerator_name(spec)}, which "
+        yield diagnostic("FS305", f"param_dtype float32 on {spec.device().name}, which "
                          "computes in bfloat16 several times faster", f"{_PRECISION}/param_dtype")
 
 
@@ -171,7 +157,7 @@ def fp16_where_bf16(ctx: LintContext) -> Iterator[Diagnostic]:
         fsdp: {mixed_precision: fp16}
     """
     spec = ctx.spec
-    if (is_gpu(spec) and supports_bf16(spec)
+    if (spec.device().is_gpu and spec.device().supports_bf16
             and spec.fsdp.mixed_precision.param_dtype == "float16"):
-        yield diagnostic("FS306", f"param_dtype float16 on {_accelerator_name(spec)}, which "
+        yield diagnostic("FS306", f"param_dtype float16 on {spec.device().name}, which "
                          "supports bfloat16", f"{_PRECISION}/param_dtype")

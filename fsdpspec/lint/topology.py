@@ -4,22 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fsdpspec.accelerators import CATALOG
 from fsdpspec.diagnostics import Diagnostic, Severity
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
-from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.spec.v1 import HYBRID_STRATEGIES, JobSpec
 
-HYBRID = ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 # What each hybrid strategy is once there is a single shard group.
 _FLAT_EQUIVALENT = {"HYBRID_SHARD": "FULL_SHARD", "HYBRID_SHARD_ZERO2": "SHARD_GRAD_OP"}
 # Variables torchrun sets in every worker; values in launch.env are replaced.
 _TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT")
-
-
-def is_gpu(spec: JobSpec) -> bool:
-    """Whether the processes run on GPUs (a custom accelerator is a GPU)."""
-    accelerator = spec.resources.accelerator
-    return not isinstance(accelerator, str) or CATALOG[accelerator].is_gpu
 
 
 def shard_group_size(spec: JobSpec) -> int:
@@ -104,7 +96,7 @@ def hybrid_single_group(ctx: LintContext) -> Iterator[Diagnostic]:
     """
     spec = ctx.spec
     strategy = spec.fsdp.sharding_strategy
-    if strategy in HYBRID and shard_group_size(spec) == spec.world_size:
+    if strategy in HYBRID_STRATEGIES and shard_group_size(spec) == spec.world_size:
         yield diagnostic("FS103", f"{strategy} with one shard group of {spec.world_size} "
                          f"ranks is {_FLAT_EQUIVALENT[strategy]}", "/fsdp/sharding_strategy",
                          f"use {_FLAT_EQUIVALENT[strategy]}, or a shard_group_size that "
@@ -131,7 +123,7 @@ def hybrid_degree(ctx: LintContext) -> Iterator[Diagnostic]:
     """
     spec = ctx.spec
     group, world = shard_group_size(spec), spec.world_size
-    if spec.fsdp.sharding_strategy in HYBRID and world % group:
+    if spec.fsdp.sharding_strategy in HYBRID_STRATEGIES and world % group:
         divisors = [d for d in range(1, world + 1) if world % d == 0]
         # The default group (one node) always divides: only a written size can fail.
         yield diagnostic("FS104", f"shard group of {group} ranks does not divide the world "
@@ -156,7 +148,7 @@ def shard_group_unused(ctx: LintContext) -> Iterator[Diagnostic]:
         fsdp: {sharding_strategy: HYBRID_SHARD, shard_group_size: 2}
     """
     fsdp = ctx.spec.fsdp
-    if fsdp.shard_group_size is not None and fsdp.sharding_strategy not in HYBRID:
+    if fsdp.shard_group_size is not None and fsdp.sharding_strategy not in HYBRID_STRATEGIES:
         yield diagnostic("FS105", f"shard_group_size is ignored with {fsdp.sharding_strategy}",
                          "/fsdp/shard_group_size")
 
@@ -178,7 +170,7 @@ def nccl_on_cpu(ctx: LintContext) -> Iterator[Diagnostic]:
         resources: {accelerator: cpu, gpus_per_node: 2}
         launch: {backend: gloo}
     """
-    if ctx.spec.launch.backend == "nccl" and not is_gpu(ctx.spec):
+    if ctx.spec.launch.backend == "nccl" and not ctx.spec.device().is_gpu:
         yield diagnostic("FS106", "backend nccl needs GPUs; the accelerator is cpu",
                          "/launch/backend")
 
@@ -202,6 +194,6 @@ def gloo_on_gpu(ctx: LintContext) -> Iterator[Diagnostic]:
         fsdp: {mixed_precision: bf16}
         launch: {backend: nccl}
     """
-    if ctx.spec.launch.backend == "gloo" and is_gpu(ctx.spec):
+    if ctx.spec.launch.backend == "gloo" and ctx.spec.device().is_gpu:
         yield diagnostic("FS107", "backend gloo on GPUs moves every collective through "
                          "host memory", "/launch/backend")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdpspec.plan.geometry import Geometry
-from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.spec.v1 import HYBRID_STRATEGIES, JobSpec
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # The engine builds every model in fp32: FSDP's sharded (master) parameters are fp32.
@@ -13,7 +13,6 @@ MASTER_BYTES = 4
 # Optimizer states per parameter, each in the master dtype.
 _OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}
 # FSDP shards over the whole group, over a sub-group (hybrid), or not at all.
-_HYBRID = ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 # Strategies that keep every unit's parameters gathered from forward to backward.
 KEEPS_PARAMS_GATHERED = ("SHARD_GRAD_OP", "HYBRID_SHARD_ZERO2", "NO_SHARD")
 
@@ -24,7 +23,7 @@ def shard_group_size(spec: JobSpec, world_size: int | None = None) -> int:
     strategy = spec.fsdp.sharding_strategy
     if strategy == "NO_SHARD":
         return 1
-    if strategy in _HYBRID:
+    if strategy in HYBRID_STRATEGIES:
         return min(world, spec.fsdp.shard_group_size or spec.resources.gpus_per_node)
     return world
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from fsdpspec.accelerators import accelerator_names
+from fsdpspec.accelerators import Accelerator, accelerator_names, resolve_accelerator
 from fsdpspec.presets import preset_names
 
 API_VERSION = "fsdpspec/v1"
@@ -21,6 +21,7 @@ Dtype = Literal["bfloat16", "float16", "float32"]
 ShardingStrategy = Literal[
     "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"
 ]
+HYBRID_STRATEGIES = ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 PresetName = Literal[tuple(preset_names())]  # type: ignore[valid-type]
 AcceleratorName = Literal[tuple(accelerator_names())]  # type: ignore[valid-type]
 # Counts are capped at int32: larger values are typos, and torch would overflow on them.
@@ -347,6 +348,10 @@ class JobSpec(_Section):
     @property
     def world_size(self) -> int:
         return self.resources.nodes * self.resources.gpus_per_node
+
+    def device(self) -> Accelerator:
+        """resources.accelerator as a catalogue entry (a custom device is a GPU)."""
+        return resolve_accelerator(self.resources.accelerator)
 
     def run_dir(self) -> str:
         """The run directory with {name} filled in."""

@@ -16,10 +16,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.spec.v1 import HYBRID_STRATEGIES, JobSpec
 from runners.engine.errors import EngineError
-
-_HYBRID = ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 
 
 @dataclass(frozen=True)
@@ -99,7 +97,7 @@ def build_mesh(spec: JobSpec, runtime: Runtime) -> DeviceMesh:
     world = runtime.world_size
     if strategy == "NO_SHARD":
         shape = (world, 1)
-    elif strategy in _HYBRID:
+    elif strategy in HYBRID_STRATEGIES:
         group = spec.fsdp.shard_group_size or spec.resources.gpus_per_node
         if world % group:
             raise EngineError(f"fsdp.shard_group_size {group} does not divide {world} processes")
