@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from fsdpspec.accelerators import CATALOG
-from fsdpspec.resolved import write_resolved_spec
+from fsdpspec.catalog.accelerators import CATALOG
+from fsdpspec_runners.local.resolved import write_resolved_spec
 from fsdpspec.spec.v1 import JobSpec
 
 ngpu = torch.cuda.device_count()
@@ -54,7 +54,7 @@ PY
 )
 
 PYTHONPATH=. "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$NGPU" \
-  -m runners.engine --spec "$RUN_DIR/resolved-spec.json"
+  -m fsdpspec_runners.engine --spec "$RUN_DIR/resolved-spec.json"
 
 RUN_DIR="$RUN_DIR" "$PYTHON" - <<'PY'
 import json, os

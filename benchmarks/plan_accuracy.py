@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.modelconfig import model_config
+from fsdpspec.catalog.modelconfig import model_config
 from fsdpspec.plan.planner import plan_job
 from fsdpspec.spec.v1 import JobSpec
 
@@ -82,7 +82,7 @@ def row_spec(row: tuple[Any, ...]) -> JobSpec:
 def measure(row: tuple[Any, ...]) -> tuple[int, int, int, float]:
     """(shard-group size, analytic peak allocated, traced peak, seconds the trace took)
     of one row."""
-    from fsdpspec.plan.trace import trace_job
+    from fsdpspec_runners.engine.trace import trace_job
 
     spec = row_spec(row)
     config = model_config(spec.model, Path.cwd())

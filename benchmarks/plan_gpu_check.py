@@ -21,7 +21,7 @@ from pathlib import Path
 
 from plan_accuracy import ROWS, row_spec
 
-from fsdpspec.modelconfig import model_config
+from fsdpspec.catalog.modelconfig import model_config
 from fsdpspec.plan.planner import plan_job
 
 GIB = 1 << 30
@@ -33,8 +33,8 @@ def measure(row: tuple, torch) -> tuple[int, int, int, int]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from fsdpspec.plan.trace import shard_job, train_step
-    from runners.engine.model import build_model
+    from fsdpspec_runners.engine.model import build_model
+    from fsdpspec_runners.engine.trace import shard_job, train_step
 
     spec = row_spec(row)
     config = model_config(spec.model, Path.cwd())

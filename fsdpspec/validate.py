@@ -9,17 +9,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.diagnostics import Diagnostic, error, sort_key
+from fsdpspec.catalog.modelconfig import ModelConfigError, model_config
 from fsdpspec.lint import lint_spec
 from fsdpspec.lint.registry import LintContext
-from fsdpspec.load import SourceMap, load_file
-from fsdpspec.modelconfig import ModelConfigError, model_config
-from fsdpspec.overrides import apply_overrides
-from fsdpspec.schema import published
 from fsdpspec.spec import LATEST, SUPPORTED
+from fsdpspec.spec.diagnostics import Diagnostic, error, sort_key
+from fsdpspec.spec.load import SourceMap, load_file
+from fsdpspec.spec.overrides import apply_overrides
+from fsdpspec.spec.schema import published
+from fsdpspec.spec.structure import invariants, schema_diagnostics, typed_spec
+from fsdpspec.spec.suggest import closest
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec.structure import invariants, schema_diagnostics, typed_spec
-from fsdpspec.suggest import closest
 
 
 @dataclass

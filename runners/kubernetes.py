@@ -23,10 +23,10 @@ from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from fsdpspec import __version__
-from fsdpspec.resolved import FILENAME, resolved_document
 from fsdpspec.spec.v1 import JobSpec
-from runners.errors import LaunchError
-from runners.torchrun import build_torchrun_argv, spec_env
+from fsdpspec_runners.errors import LaunchError
+from fsdpspec_runners.local.resolved import FILENAME, resolved_document
+from fsdpspec_runners.torchrun import build_torchrun_argv, spec_env
 
 WORKDIR = PurePosixPath("/workspace")
 SPEC_MOUNT = PurePosixPath("/etc/fsdpspec")

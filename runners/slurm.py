@@ -12,9 +12,9 @@ import shlex
 from pathlib import Path
 
 from fsdpspec import __version__
-from fsdpspec.resolved import FILENAME, resolved_document
 from fsdpspec.spec.v1 import JobSpec
-from runners.torchrun import build_torchrun_argv, launch_env, rdzv_port
+from fsdpspec_runners.local.resolved import FILENAME, resolved_document
+from fsdpspec_runners.torchrun import build_torchrun_argv, launch_env, rdzv_port
 
 _HEAD = '"${head_node}"'
 

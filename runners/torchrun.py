@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 
-from fsdpspec.resolved import FILENAME
 from fsdpspec.spec.v1 import JobSpec
+from fsdpspec_runners.local.resolved import FILENAME
 
-ENGINE_MODULE = "runners.engine"
+ENGINE_MODULE = "fsdpspec_runners.engine"
 TORCHRUN: tuple[str, ...] = ("torchrun",)
 DEFAULT_RDZV_PORT = 29500
 

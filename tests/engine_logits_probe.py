@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
-from fsdpspec.resolved import read_resolved_spec
-from runners.engine.dist import init_runtime, teardown
-from runners.engine.train import build_fsdp_model, build_trainer
+from fsdpspec_runners.engine.dist import init_runtime, teardown
+from fsdpspec_runners.engine.train import build_fsdp_model, build_trainer
+from fsdpspec_runners.local.resolved import read_resolved_spec
 
 
 def logits(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from fsdpspec.load import load_file
+from fsdpspec.spec.load import load_file
 from fsdpspec.validate import check_file
 
 ROOT = Path(__file__).resolve().parents[1]

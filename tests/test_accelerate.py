@@ -12,10 +12,10 @@ import pytest
 from ruamel.yaml import YAML
 
 from conftest import ROOT, run_cli
-from fsdpspec import accelerate_vocab as vocab
-from fsdpspec.modelconfig import layer_classes
+from fsdpspec.catalog.modelconfig import layer_classes
+from fsdpspec.convert import accelerate_vocab as vocab
+from fsdpspec.convert.accelerate import export_config
 from fsdpspec.validate import check_file
-from runners.accelerate import export_config
 
 CONFIGS = sorted((ROOT / "tests" / "accelerate").glob("*.yaml"))
 

@@ -60,7 +60,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def _descendants(pid: int) -> list[int]:
-    from fsdpspec.supervise import _children
+    from fsdpspec_runners.local.supervise import _children
 
     found = []
     for child in _children(pid):
@@ -76,7 +76,7 @@ def _worker(root: int, rank: int) -> int:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"runners.engine" in cmdline and f"RANK={rank}".encode() in environ:
+        if b"fsdpspec_runners.engine" in cmdline and f"RANK={rank}".encode() in environ:
             return pid
     raise AssertionError(f"no rank {rank} engine process below pid {root}")
 
@@ -114,7 +114,7 @@ def test_kill_inside_a_save_keeps_the_previous_checkpoint(
     finally:
         first.kill()
         log.close()
-    from runners.engine.checkpoint import find_resume_checkpoint
+    from fsdpspec_runners.engine.checkpoint import find_resume_checkpoint
 
     assert (checkpoints / "latest").read_text().strip() == "step-00000002"
     assert not (checkpoints / "step-00000004").exists()

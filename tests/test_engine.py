@@ -19,8 +19,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fsdpspec.resolved import write_resolved_spec  # noqa: E402
 from fsdpspec.spec.v1 import JobSpec  # noqa: E402
+from fsdpspec_runners.local.resolved import write_resolved_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).with_name("engine_logits_probe.py")
@@ -62,7 +62,7 @@ def torchrun(
     spec: Path, nproc: int = 2, env: dict[str, str] | None = None, script: list[str] | None = None
 ) -> subprocess.CompletedProcess:
     """``python -m torch.distributed.run --standalone`` as `fsdpspec run` launches it."""
-    target = script or ["-m", "runners.engine", "--spec", str(spec)]
+    target = script or ["-m", "fsdpspec_runners.engine", "--spec", str(spec)]
     argv = [
         sys.executable,
         "-m",
@@ -79,7 +79,7 @@ def torchrun(
 def engine_alone(spec: Path) -> subprocess.CompletedProcess:
     """One process without torchrun, so its whole output is the engine's own."""
     return subprocess.run(
-        [sys.executable, "-m", "runners.engine", "--spec", str(spec)],
+        [sys.executable, "-m", "fsdpspec_runners.engine", "--spec", str(spec)],
         cwd=ROOT,
         env=_env(None),
         capture_output=True,
@@ -360,7 +360,7 @@ def test_missing_weights_is_one_line_error(tmp_path: Path) -> None:
 
 def test_lr_schedule_warmup_then_decay() -> None:
     from fsdpspec.spec.v1 import Scheduler
-    from runners.engine.optim import lr_multiplier
+    from fsdpspec_runners.engine.optim import lr_multiplier
 
     cosine = Scheduler(name="cosine", warmup_steps=4, min_lr_ratio=0.1)
     assert [lr_multiplier(s, cosine, 20) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
@@ -379,7 +379,7 @@ def test_ranks_split_each_global_batch_exactly() -> None:
     """Rank slices of a step are disjoint and together are the step's global batch,
     whatever the world size; so 1 and N processes see the same data."""
     from fsdpspec.spec.v1 import Data
-    from runners.engine.data import Batches, SequenceSource
+    from fsdpspec_runners.engine.data import Batches, SequenceSource
 
     data = Data(source="synthetic", seq_len=8, micro_batch_size=1, global_batch_size=4)
     source = SequenceSource(data, vocab_size=320, seed=3)
@@ -398,8 +398,8 @@ def test_ranks_split_each_global_batch_exactly() -> None:
 
 def test_jsonl_error_names_file_and_line(tmp_path: Path) -> None:
     from fsdpspec.spec.v1 import Data
-    from runners.engine.data import read_documents
-    from runners.engine.errors import EngineError
+    from fsdpspec_runners.engine.data import read_documents
+    from fsdpspec_runners.engine.errors import EngineError
 
     path = tmp_path / "docs.jsonl"
     path.write_text('{"text": "fine"}\n{"body": "no text"}\n')
@@ -410,7 +410,7 @@ def test_jsonl_error_names_file_and_line(tmp_path: Path) -> None:
 def test_size_policy_skips_containers() -> None:
     from torch import nn
 
-    from runners.engine.wrap import size_units
+    from fsdpspec_runners.engine.wrap import size_units
 
     model = nn.Sequential(nn.ModuleList([nn.Linear(10, 10), nn.Linear(10, 10)]), nn.Linear(4, 4))
     units = size_units(model, min_num_params=100)
@@ -418,8 +418,8 @@ def test_size_policy_skips_containers() -> None:
 
 
 def test_resume_picks_newest_complete_checkpoint(tmp_path: Path) -> None:
-    from runners.engine.checkpoint import find_resume_checkpoint
-    from runners.engine.errors import EngineError
+    from fsdpspec_runners.engine.checkpoint import find_resume_checkpoint
+    from fsdpspec_runners.engine.errors import EngineError
 
     root = tmp_path / "checkpoints"
     for name, complete in (
@@ -442,7 +442,7 @@ def test_a_resumed_run_forgets_the_metrics_of_steps_it_trains_again(tmp_path: Pa
     """Steps logged after the checkpoint a run resumes from are trained again: their old
     records (and a line torn by the kill) go, so every step is logged once."""
     from fsdpspec.spec.v1 import JobSpec
-    from runners.engine.metrics import MetricsSink
+    from fsdpspec_runners.engine.metrics import MetricsSink
 
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(1, 7))

@@ -22,9 +22,9 @@ from ruamel.yaml import YAML
 from test_runner import recorded, run_sbatch
 
 from conftest import run_cli
-from fsdpspec.presets import preset_config
+from fsdpspec.catalog.presets import preset_config
 from fsdpspec.validate import check_file
-from runners.torchrun import build_torchrun_argv
+from fsdpspec_runners.torchrun import build_torchrun_argv
 
 
 def payload(markers: Path, tag: str) -> str:

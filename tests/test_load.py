@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from conftest import CASES
-from fsdpspec.diagnostics import Position
-from fsdpspec.load import MAX_BYTES, load_file, parse_text
+from fsdpspec.spec.diagnostics import Position
+from fsdpspec.spec.load import MAX_BYTES, load_file, parse_text
 
 
 def codes(path: Path) -> list[str]:

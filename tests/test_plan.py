@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from fsdpspec.catalog.presets import preset_config
 from fsdpspec.plan import activations as act
 from fsdpspec.plan.compute import step_flops
 from fsdpspec.plan.geometry import geometry_from_config
@@ -20,7 +21,6 @@ from fsdpspec.plan.host import PROCESS_OVERHEAD_BYTES, host_memory
 from fsdpspec.plan.memory import device_memory
 from fsdpspec.plan.planner import plan_job
 from fsdpspec.plan.workload import workload
-from fsdpspec.presets import preset_config
 from fsdpspec.spec.v1 import JobSpec
 
 CONFIG = preset_config("tiny-llama")

@@ -130,7 +130,7 @@ def test_no_room_for_one_checkpoint(tmp_path: Path) -> None:
 HOLDER = """
 import sys, time
 from pathlib import Path
-from fsdpspec.runlock import run_lock
+from fsdpspec_runners.local.runlock import run_lock
 from fsdpspec.validate import check_file
 
 with run_lock(check_file(Path(sys.argv[1])).spec, Path(sys.argv[2])):
@@ -142,8 +142,8 @@ with run_lock(check_file(Path(sys.argv[1])).spec, Path(sys.argv[2])):
 def test_a_held_run_directory_is_refused_with_the_holders_pid(tmp_path: Path) -> None:
     """A live holder of the lock: refused, its pid named, nothing written. Once the holder
     is SIGKILLed its lock file stays behind, and the next run takes it over."""
-    from fsdpspec.runlock import lock_path, run_lock
     from fsdpspec.validate import check_file
+    from fsdpspec_runners.local.runlock import lock_path, run_lock
 
     job = tmp_path / "job.yaml"
     job.write_text(HEAD + TINY + CORPUS + TRAIN)

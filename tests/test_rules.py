@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from conftest import CASES, ROOT
-from fsdpspec.diagnostics import Severity
 from fsdpspec.lint import RULES
 from fsdpspec.lint.docs import parse_doc, rules_markdown
 from fsdpspec.lint.selection import is_selected
+from fsdpspec.spec.diagnostics import Severity
 from fsdpspec.validate import check_file
 
 BASE = {

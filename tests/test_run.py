@@ -131,11 +131,11 @@ def test_a_changed_job_is_refused_in_the_same_directory(tmp_path: Path) -> None:
 
 
 def test_a_failed_worker_ends_in_one_line_not_a_traceback() -> None:
-    """`run` starts torchrun through fsdpspec.quiet_torchrun: a failed worker (here
+    """`run` starts torchrun through fsdpspec_runners.local.quiet_torchrun: a failed worker (here
     /bin/false, so no model is built) ends the run with one line and its exit code."""
     result = subprocess.run(
-        [sys.executable, "-m", "fsdpspec.quiet_torchrun", "--standalone", "--nnodes", "1",
-         "--nproc-per-node", "1", "--no-python", "false"],
+        [sys.executable, "-m", "fsdpspec_runners.local.quiet_torchrun", "--standalone",
+         "--nnodes", "1", "--nproc-per-node", "1", "--no-python", "false"],
         capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "torchrun: 1 worker(s) failed; first: rank 0, exit code 1" in result.stderr

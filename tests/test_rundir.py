@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fsdpspec.resolved import FILENAME, write_resolved_spec
-from fsdpspec.rundir import RunDirError, join_run_dir, prepare_run_dir
 from fsdpspec.spec.v1 import JobSpec
+from fsdpspec_runners.local.resolved import FILENAME, write_resolved_spec
+from fsdpspec_runners.local.rundir import RunDirError, join_run_dir, prepare_run_dir
 
 
 def job(**changes) -> JobSpec:

@@ -17,12 +17,12 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 
 from conftest import ROOT
-from fsdpspec.resolved import resolved_document
 from fsdpspec.spec.v1 import JobSpec
-from runners.errors import LaunchError
-from runners.kubernetes import dns1035_name, manifest, manifest_documents
-from runners.slurm import sbatch_script
-from runners.torchrun import build_torchrun_argv, launch_env
+from fsdpspec_runners.errors import LaunchError
+from fsdpspec_runners.kubernetes import dns1035_name, manifest, manifest_documents
+from fsdpspec_runners.local.resolved import resolved_document
+from fsdpspec_runners.slurm import sbatch_script
+from fsdpspec_runners.torchrun import build_torchrun_argv, launch_env
 
 GOLDEN = ROOT / "tests" / "runners"
 RUN_DIR = Path("/scratch/runs/llama-sft")
@@ -59,7 +59,7 @@ def check_golden(name: str, text: str) -> None:
 def test_single_node_argv_is_standalone() -> None:
     assert build_torchrun_argv(SINGLE, RUN_DIR) == [
         "torchrun", "--standalone", "--nnodes", "1", "--nproc-per-node", "8",
-        "--max-restarts", "0", "-m", "runners.engine",
+        "--max-restarts", "0", "-m", "fsdpspec_runners.engine",
         "--spec", "/scratch/runs/llama-sft/resolved-spec.json",
     ]
 
@@ -68,7 +68,7 @@ def test_multi_node_argv_uses_c10d_rendezvous() -> None:
     assert build_torchrun_argv(MULTI, RUN_DIR, node_rank=3) == [
         "torchrun", "--nnodes", "4", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", "node-0:29400", "--rdzv-id", "llama-sft", "--node-rank", "3",
-        "--nproc-per-node", "8", "--max-restarts", "2", "-m", "runners.engine",
+        "--nproc-per-node", "8", "--max-restarts", "2", "-m", "fsdpspec_runners.engine",
         "--spec", "/scratch/runs/llama-sft/resolved-spec.json",
     ]
 
@@ -77,7 +77,7 @@ def test_cpu_argv_and_threads() -> None:
     argv = build_torchrun_argv(CPU, RUN_DIR, launcher=("python", "-m", "torch.distributed.run"))
     assert argv[:3] == ["python", "-m", "torch.distributed.run"]
     assert argv[3:] == ["--standalone", "--nnodes", "1", "--nproc-per-node", "2",
-                        "--max-restarts", "0", "-m", "runners.engine",
+                        "--max-restarts", "0", "-m", "fsdpspec_runners.engine",
                         "--spec", "/scratch/runs/llama-sft/resolved-spec.json"]
     # launch.env wins over the CPU default; without it each process gets its share.
     assert launch_env(CPU, {"PATH": "/bin"}, cpu_count=8) == {
@@ -178,7 +178,7 @@ def test_manifest_follows_the_training_operator_rules() -> None:
             "torchrun", "--nnodes", "4", "--rdzv-backend", "c10d",
             "--rdzv-endpoint", "$(MASTER_ADDR):$(MASTER_PORT)"]
         assert container["command"][-4:] == [
-            "-m", "runners.engine", "--spec", "/etc/fsdpspec/resolved-spec.json"]
+            "-m", "fsdpspec_runners.engine", "--spec", "/etc/fsdpspec/resolved-spec.json"]
         assert pod["volumes"][0]["configMap"]["name"] == config_map["metadata"]["name"]
     spec_json = json.loads(config_map["data"]["resolved-spec.json"])
     assert spec_json["run_dir"] == "/workspace/runs/llama-sft"

@@ -9,9 +9,10 @@ from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
 from conftest import CASES, ROOT, run_cli
-from fsdpspec.load import load_file
-from fsdpspec.schema import drifted, generate, render, schema_filename
 from fsdpspec.spec import LATEST
+from fsdpspec.spec.generated import drifted
+from fsdpspec.spec.load import load_file
+from fsdpspec.spec.schema import generate, render, schema_filename
 from fsdpspec.spec.v1 import JobSpec
 
 SCHEMA_CASES = sorted((CASES / "valid").glob("*.yaml")) + sorted(

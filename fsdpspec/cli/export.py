@@ -6,17 +6,17 @@ from pathlib import Path
 
 import click
 
+from fsdpspec.catalog.modelconfig import layer_classes
 from fsdpspec.cli.options import exit_on_errors, load_spec, set_option
 from fsdpspec.cli.output import deliver, output_option
-from fsdpspec.modelconfig import layer_classes
-from fsdpspec.resolved import absolute_inputs
+from fsdpspec.spec.yamltext import dump_yaml
 from fsdpspec.validate import FileReport
-from fsdpspec.yamltext import dump_yaml
-from runners.errors import LaunchError
+from fsdpspec_runners.errors import LaunchError
+from fsdpspec_runners.local.resolved import absolute_inputs
 
 
 def _slurm(report: FileReport) -> str:
-    from runners.slurm import sbatch_script
+    from fsdpspec_runners.slurm import sbatch_script
 
     assert report.spec is not None
     spec = absolute_inputs(report.spec, report.base_dir)
@@ -24,14 +24,14 @@ def _slurm(report: FileReport) -> str:
 
 
 def _kubernetes(report: FileReport) -> str:
-    from runners.kubernetes import manifest
+    from fsdpspec_runners.kubernetes import manifest
 
     assert report.spec is not None
     return manifest(absolute_inputs(report.spec, report.base_dir))
 
 
 def _accelerate(report: FileReport) -> str:
-    from runners.accelerate import export_config
+    from fsdpspec.convert.accelerate import export_config
 
     spec = report.spec
     assert spec is not None

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from fsdpspec.accelerators import accelerator_names
+from fsdpspec.catalog.accelerators import accelerator_names
+from fsdpspec.catalog.modelconfig import DECODER_LAYERS
+from fsdpspec.catalog.presets import preset_names
 from fsdpspec.cli.init import check_name
 from fsdpspec.cli.output import deliver, output_option
-from fsdpspec.load import load_file
-from fsdpspec.modelconfig import DECODER_LAYERS
-from fsdpspec.presets import preset_names
-from runners.kubernetes import dns1035_name
+from fsdpspec.spec.load import load_file
+from fsdpspec_runners.kubernetes import dns1035_name
 
 # accelerate configs name a layer class, not a model: the preset standing for a family.
 _FAMILY_PRESET = {"llama": "llama3-8b", "mistral": "mistral-7b", "qwen2": "qwen2.5-7b",
@@ -52,7 +52,7 @@ def _preset_for(loaded_data: object) -> str:
 def command(kind, config, output, name, preset, hf_config, accelerator) -> None:
     """Write an accelerate config as a v1 spec. Keys with no v1 equivalent, and keys
     accelerate itself ignores, are listed on stderr with their lines."""
-    from runners.accelerate import import_config
+    from fsdpspec.convert.accelerate import import_config
 
     if preset and hf_config:
         raise click.UsageError("give --preset or --hf-config, not both")

@@ -9,15 +9,15 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from fsdpspec.accelerators import CATALOG, accelerator_names
+from fsdpspec.catalog.accelerators import CATALOG, accelerator_names
+from fsdpspec.catalog.presets import preset_config, preset_names
 from fsdpspec.cli.output import deliver, output_option
-from fsdpspec.presets import preset_config, preset_names
+from fsdpspec.convert.accelerate import HOST_GIB_PER_GPU
 from fsdpspec.report import RENDERERS
 from fsdpspec.spec.v1 import Metadata
+from fsdpspec.spec.yamltext import COMMENT_COLUMN
 from fsdpspec.validate import check_file
-from fsdpspec.yamltext import COMMENT_COLUMN
-from runners.accelerate import HOST_GIB_PER_GPU
-from runners.kubernetes import dns1035_name
+from fsdpspec_runners.kubernetes import dns1035_name
 
 _TEMPLATE = """\
 # Starter spec written by `fsdpspec init`. Check it with `fsdpspec validate`, see the

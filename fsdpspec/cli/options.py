@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from fsdpspec.overrides import OverrideError
 from fsdpspec.report import MARKUP, RENDERERS
+from fsdpspec.spec.overrides import OverrideError
 from fsdpspec.validate import FileReport, check_file
 
 set_option = click.option(

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import click
 
-from fsdpspec.accelerators import accelerator_names
+from fsdpspec.catalog.accelerators import accelerator_names
 from fsdpspec.cli.options import exit_on_errors, set_option
-from fsdpspec.overrides import OverrideError
 from fsdpspec.plan.planner import Plan, plan_job
 from fsdpspec.plan.report import plan_text
+from fsdpspec.spec.overrides import OverrideError
 from fsdpspec.validate import check_file
 
 
@@ -31,7 +31,7 @@ def _load(file: str, overrides: tuple[str, ...]):
 
 
 def _trace(plan: Plan, config: dict, base_dir: Path) -> dict:
-    from fsdpspec.plan.trace import TraceError, trace_job
+    from fsdpspec_runners.engine.trace import TraceError, trace_job
 
     try:
         result = trace_job(plan.spec, config, base_dir)

@@ -11,15 +11,15 @@ from pathlib import Path
 import click
 
 from fsdpspec.cli.options import emit, exit_on_errors, load_spec, resolve_format, set_option
-from fsdpspec.preflight import PreflightError, check_before_start
-from fsdpspec.resolved import absolute_inputs, resolved_document
-from fsdpspec.rundir import RunDirError, join_run_dir, prepare_run_dir
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.validate import FileReport
+from fsdpspec_runners.local.preflight import PreflightError, check_before_start
+from fsdpspec_runners.local.resolved import absolute_inputs, resolved_document
+from fsdpspec_runners.local.rundir import RunDirError, join_run_dir, prepare_run_dir
 
 # torchrun from this Python's torch (whatever `torchrun` on PATH is), minus the
 # traceback it ends a failed run with (fsdpspec/quiet_torchrun.py).
-LAUNCHER = (sys.executable, "-m", "fsdpspec.quiet_torchrun")
+LAUNCHER = (sys.executable, "-m", "fsdpspec_runners.local.quiet_torchrun")
 
 
 def _node_overrides(nnodes: int | None, rdzv_endpoint: str | None) -> list[str]:
@@ -71,8 +71,8 @@ def _dry_run(argv: list[str], env_added: dict[str, str], spec: JobSpec, run_dir:
 
 def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
            node_rank: int | None) -> int:
-    from fsdpspec.runlock import RunLockError, run_lock
-    from fsdpspec.supervise import run_supervised
+    from fsdpspec_runners.local.runlock import RunLockError, run_lock
+    from fsdpspec_runners.local.supervise import run_supervised
 
     try:
         with run_lock(spec, run_dir):  # held until torchrun ends
@@ -112,7 +112,7 @@ def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint) -> None:
     resolved-spec.json, metrics.jsonl, checkpoints/ and final/. Ctrl-C checkpoints and
     stops; running again resumes.
     """
-    from runners.torchrun import build_torchrun_argv, launch_env
+    from fsdpspec_runners.torchrun import build_torchrun_argv, launch_env
 
     report, spec = _valid_spec(file, [*overrides, *_node_overrides(nnodes, rdzv_endpoint)])
     if node_rank is not None and node_rank >= spec.resources.nodes:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from fsdpspec import schema as published
-from fsdpspec.spec import LATEST
+from fsdpspec.spec import LATEST, generated
+from fsdpspec.spec.schema import render
 
 
 @click.command("schema")
@@ -17,12 +17,12 @@ def command(check: bool, write: bool) -> None:
     if check and write:
         raise click.UsageError("--check and --write exclude each other")
     if write:
-        for path in published.write():
+        for path in generated.write():
             click.echo(f"wrote {path}")
         return
     if check:
-        stale = published.drifted()
+        stale = generated.drifted()
         for path in stale:
             click.echo(f"{path}: out of date; run `fsdpspec schema --write`", err=True)
         raise SystemExit(1 if stale else 0)
-    click.echo(published.render(LATEST), nl=False)
+    click.echo(render(LATEST), nl=False)

@@ -9,8 +9,8 @@ import click
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from fsdpspec.cli.options import exit_on_errors, load_spec, set_option
-from fsdpspec.load import SourceMap, join, parent
-from fsdpspec.yamltext import COMMENT_COLUMN, dump_yaml
+from fsdpspec.spec.load import SourceMap, join, parent
+from fsdpspec.spec.yamltext import COMMENT_COLUMN, dump_yaml
 
 
 def origin(source_map: SourceMap, pointer: str) -> str:

@@ -9,8 +9,8 @@ import click
 from fsdpspec.cli.options import emit, format_option, resolve_format, set_option
 from fsdpspec.lint import RULES
 from fsdpspec.lint.selection import matches_any
-from fsdpspec.overrides import OverrideError
 from fsdpspec.report import RENDERERS
+from fsdpspec.spec.overrides import OverrideError
 from fsdpspec.validate import check_file
 
 

@@ -12,9 +12,9 @@ import importlib
 import pkgutil
 from collections.abc import Sequence
 
-from fsdpspec.diagnostics import Diagnostic
 from fsdpspec.lint.registry import RULES, LintContext
 from fsdpspec.lint.selection import is_selected
+from fsdpspec.spec.diagnostics import Diagnostic
 
 _INFRASTRUCTURE = {"registry", "selection", "docs"}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterator
 
-from fsdpspec.diagnostics import Diagnostic, Severity
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
+from fsdpspec.spec.diagnostics import Diagnostic, Severity
 
 
 @rule("FS401", "interval-longer-than-run", Severity.WARNING,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fsdpspec.bytetokens import BYTE_VOCAB
-from fsdpspec.diagnostics import Diagnostic, Severity
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
+from fsdpspec.semantics import BYTE_VOCAB
+from fsdpspec.spec.diagnostics import Diagnostic, Severity
 
 # Deliberately wide bounds on the peak learning rate: AdamW recipes sit within 1e-6…3e-3
 # and SGD within 1e-4…1, so a value outside these is almost always a misplaced exponent.

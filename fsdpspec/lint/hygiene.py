@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from fsdpspec.diagnostics import Diagnostic, Severity
 from fsdpspec.lint.registry import RULES, LintContext, diagnostic, rule
 from fsdpspec.lint.selection import matches_any
+from fsdpspec.spec.diagnostics import Diagnostic, Severity
 
 # Kubernetes object names are RFC 1123 labels; Slurm job names also end up in file names.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fsdpspec.diagnostics import Diagnostic, Severity
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
 from fsdpspec.plan.geometry import GeometryError
 from fsdpspec.plan.memory import GIB
 from fsdpspec.plan.planner import Plan, plan_job
+from fsdpspec.spec.diagnostics import Diagnostic, Severity
 
 
 def _plan(ctx: LintContext) -> Plan | GeometryError | None:

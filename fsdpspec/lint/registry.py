@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.diagnostics import Diagnostic, Severity
 from fsdpspec.plan.geometry import Geometry, GeometryError, geometry_from_config
+from fsdpspec.spec.diagnostics import Diagnostic, Severity
 from fsdpspec.spec.v1 import JobSpec
 
 

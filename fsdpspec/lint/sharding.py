@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fsdpspec.diagnostics import Diagnostic, Severity
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
+from fsdpspec.spec.diagnostics import Diagnostic, Severity
 
 _PREFETCHING = (True, "BACKWARD_PRE", "BACKWARD_POST")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from fsdpspec.diagnostics import Diagnostic, Severity
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
+from fsdpspec.spec.diagnostics import Diagnostic, Severity
 from fsdpspec.spec.v1 import Fsdp
 
 

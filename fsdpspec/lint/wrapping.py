@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fsdpspec.diagnostics import Diagnostic, Severity
+from fsdpspec.catalog.modelconfig import DECODER_LAYERS
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
-from fsdpspec.modelconfig import DECODER_LAYERS
+from fsdpspec.spec.diagnostics import Diagnostic, Severity
 
 
 def _architecture(ctx: LintContext) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fsdpspec.accelerators import Accelerator
+from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.plan.memory import model_sharding
 from fsdpspec.plan.workload import Workload
 

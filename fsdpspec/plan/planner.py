@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fsdpspec.accelerators import CATALOG, Accelerator, resolve_accelerator
+from fsdpspec.catalog.accelerators import CATALOG, Accelerator, resolve_accelerator
 from fsdpspec.plan.compute import Compute, step_compute
 from fsdpspec.plan.geometry import Geometry, geometry_from_config
 from fsdpspec.plan.host import HostMemory, host_memory

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fsdpspec.accelerators import Accelerator
+from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.plan.geometry import Geometry
 from fsdpspec.plan.memory import DeviceMemory, device_memory
 from fsdpspec.plan.workload import Workload, workload

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fsdpspec.diagnostics import Diagnostic
+from fsdpspec.spec.diagnostics import Diagnostic
 from fsdpspec.validate import FileReport
 
 

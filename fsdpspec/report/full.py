@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fsdpspec.diagnostics import Diagnostic, Severity
+from fsdpspec.spec.diagnostics import Diagnostic, Severity
 from fsdpspec.validate import FileReport
 
 

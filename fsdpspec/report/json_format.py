@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from fsdpspec.diagnostics import Diagnostic, Severity
+from fsdpspec.spec.diagnostics import Diagnostic, Severity
 from fsdpspec.validate import FileReport
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec import __version__
-from fsdpspec.diagnostics import Diagnostic, Severity
 from fsdpspec.lint import RULES
 from fsdpspec.lint.docs import parse_doc
 from fsdpspec.lint.registry import Rule
+from fsdpspec.spec.diagnostics import Diagnostic, Severity
 from fsdpspec.validate import FileReport
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from fsdpspec.accelerators import Accelerator, accelerator_names, resolve_accelerator
-from fsdpspec.presets import preset_names
+from fsdpspec.catalog.accelerators import Accelerator, accelerator_names, resolve_accelerator
+from fsdpspec.catalog.presets import preset_names
 
 API_VERSION = "fsdpspec/v1"
 

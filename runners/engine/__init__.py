@@ -1,4 +1,5 @@
-"""The shared FSDP engine: ``torchrun … -m runners.engine --spec RUN_DIR/resolved-spec.json``.
+"""The shared FSDP engine:
+``torchrun … -m fsdpspec_runners.engine --spec RUN_DIR/resolved-spec.json``.
 
 One module per concept: ``dist`` (process group and device), ``model`` (build and
 materialise), ``wrap`` (activation checkpointing, FSDP2 / FSDP1), ``data`` (tokens and

@@ -1,9 +1,9 @@
-"""``python -m runners.engine --spec RUN_DIR/resolved-spec.json``."""
+"""``python -m fsdpspec_runners.engine --spec RUN_DIR/resolved-spec.json``."""
 
 import os
 import sys
 
-from runners.engine.train import main
+from fsdpspec_runners.engine.train import main
 
 status = main()
 # Leave without C++ static destructors: once the process group is destroyed, a gloo

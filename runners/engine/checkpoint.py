@@ -34,8 +34,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from runners.engine.dist import Runtime
-from runners.engine.errors import EngineError
+from fsdpspec_runners.engine.dist import Runtime
+from fsdpspec_runners.engine.errors import EngineError
 
 PAUSE_ENV = "FSDPSPEC_TEST_PAUSE_IN_SAVE"
 _PREFIX = "step-"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from fsdpspec.bytetokens import BYTE_EOS, BYTE_VOCAB
+from fsdpspec.semantics import BYTE_EOS, BYTE_VOCAB
 from fsdpspec.spec.v1 import Data
-from runners.engine.errors import EngineError, first_line
+from fsdpspec_runners.engine.errors import EngineError, first_line
 
 
 class Tokenizer:

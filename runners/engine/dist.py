@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from fsdpspec.spec.v1 import HYBRID_STRATEGIES, JobSpec
-from runners.engine.errors import EngineError
+from fsdpspec_runners.engine.errors import EngineError
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def choose_backend(requested: str) -> str:
 
 
 def _default_single_process_env() -> None:
-    """Let ``python -m runners.engine`` run as one process without torchrun."""
+    """Let ``python -m fsdpspec_runners.engine`` run as one process without torchrun."""
     if "RANK" in os.environ:
         return
     with socket.socket() as sock:

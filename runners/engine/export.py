@@ -13,9 +13,9 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from fsdpspec.spec.v1 import JobSpec
-from runners.engine.dist import Runtime
-from runners.engine.model import tied_weight_keys
-from runners.engine.wrap import DTYPES
+from fsdpspec_runners.engine.dist import Runtime
+from fsdpspec_runners.engine.model import tied_weight_keys
+from fsdpspec_runners.engine.wrap import DTYPES
 
 FINAL_DIR = "final"
 WEIGHTS_FILE = "model.safetensors"

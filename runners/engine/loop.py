@@ -14,20 +14,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from fsdpspec.spec.v1 import JobSpec
-from runners.engine.checkpoint import TrainState, save_checkpoint
-from runners.engine.dist import Runtime, all_reduce_max, all_reduce_sum, console
-from runners.engine.errors import EngineError
-from runners.engine.export import export_final
-from runners.engine.metrics import MetricsSink, peak_memory_gib
-from runners.engine.optim import clip_to_norm, fsdp1_clip, local_square_norm
-from runners.engine.signals import StopRequest
+from fsdpspec_runners.engine.checkpoint import TrainState, save_checkpoint
+from fsdpspec_runners.engine.dist import Runtime, all_reduce_max, all_reduce_sum, console
+from fsdpspec_runners.engine.errors import EngineError
+from fsdpspec_runners.engine.export import export_final
+from fsdpspec_runners.engine.metrics import MetricsSink, peak_memory_gib
+from fsdpspec_runners.engine.optim import clip_to_norm, fsdp1_clip, local_square_norm
+from fsdpspec_runners.engine.signals import StopRequest
 
 _IGNORE = -100  # label of the last position, which has no next token
 
 
 @dataclass
 class Trainer:
-    """Everything the loop needs, built once by ``runners.engine.train``."""
+    """Everything the loop needs, built once by ``fsdpspec_runners.engine.train``."""
 
     spec: JobSpec
     runtime: Runtime

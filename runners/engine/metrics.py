@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from fsdpspec.accelerators import CATALOG
+from fsdpspec.catalog.accelerators import CATALOG
 from fsdpspec.plan.geometry import GeometryError, geometry_from_config
 from fsdpspec.spec.v1 import JobSpec
-from runners.engine.errors import EngineError
+from fsdpspec_runners.engine.errors import EngineError
 
 _GIB = 1 << 30
 

@@ -1,7 +1,7 @@
 """Build the model from the spec and materialise it.
 
 Transformers models are built from the same config dict the planner reads
-(``fsdpspec.modelconfig.model_config``), on the meta device, so nothing is allocated
+(``fsdpspec.catalog.modelconfig.model_config``), on the meta device, so nothing is allocated
 before sharding. Nothing is ever downloaded: configs and weights are local.
 """
 
@@ -16,10 +16,10 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from fsdpspec.modelconfig import ModelConfigError, model_config
+from fsdpspec.catalog.modelconfig import ModelConfigError, model_config
 from fsdpspec.spec.v1 import JobSpec
-from runners.engine.dist import Runtime, all_reduce_max
-from runners.engine.errors import EngineError, first_line
+from fsdpspec_runners.engine.dist import Runtime, all_reduce_max
+from fsdpspec_runners.engine.errors import EngineError, first_line
 
 _ROOT = Path("/")  # input paths in a resolved spec are already absolute
 

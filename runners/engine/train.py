@@ -14,18 +14,22 @@ from pathlib import Path
 import torch
 from pydantic import ValidationError
 
-from fsdpspec.resolved import read_resolved_spec
 from fsdpspec.spec.v1 import JobSpec
-from runners.engine.checkpoint import TrainState, find_resume_checkpoint, load_checkpoint
-from runners.engine.data import Batches, SequenceSource
-from runners.engine.dist import Runtime, build_mesh, console, init_runtime, teardown
-from runners.engine.errors import EngineError, first_line
-from runners.engine.loop import Trainer, train
-from runners.engine.metrics import MetricsSink, count_parameters, flops_per_token, peak_tflops
-from runners.engine.model import build_model, load_weights, materialise, model_geometry
-from runners.engine.optim import build_grad_scaler, build_optimizer, build_scheduler
-from runners.engine.signals import StopRequest
-from runners.engine.wrap import (
+from fsdpspec_runners.engine.checkpoint import TrainState, find_resume_checkpoint, load_checkpoint
+from fsdpspec_runners.engine.data import Batches, SequenceSource
+from fsdpspec_runners.engine.dist import Runtime, build_mesh, console, init_runtime, teardown
+from fsdpspec_runners.engine.errors import EngineError, first_line
+from fsdpspec_runners.engine.loop import Trainer, train
+from fsdpspec_runners.engine.metrics import (
+    MetricsSink,
+    count_parameters,
+    flops_per_token,
+    peak_tflops,
+)
+from fsdpspec_runners.engine.model import build_model, load_weights, materialise, model_geometry
+from fsdpspec_runners.engine.optim import build_grad_scaler, build_optimizer, build_scheduler
+from fsdpspec_runners.engine.signals import StopRequest
+from fsdpspec_runners.engine.wrap import (
     apply_activation_checkpointing,
     choose_units,
     compile_layers,
@@ -34,6 +38,7 @@ from runners.engine.wrap import (
     shard_fsdp2,
     wrap_fsdp1,
 )
+from fsdpspec_runners.local.resolved import read_resolved_spec
 
 
 def build_fsdp_model(spec: JobSpec, runtime: Runtime) -> torch.nn.Module:
@@ -116,7 +121,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m runners.engine", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m fsdpspec_runners.engine", description=__doc__)
     parser.add_argument("--spec", required=True, type=Path, help="RUN_DIR/resolved-spec.json")
     return parser.parse_args(argv)
 

@@ -17,9 +17,9 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 )
 from torch.distributed.device_mesh import DeviceMesh
 
-from fsdpspec.modelconfig import layer_classes
+from fsdpspec.catalog.modelconfig import layer_classes
 from fsdpspec.spec.v1 import Fsdp, JobSpec, MixedPrecision
-from runners.engine.errors import EngineError
+from fsdpspec_runners.engine.errors import EngineError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _RESHARD_AFTER_FORWARD = {

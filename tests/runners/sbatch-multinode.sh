@@ -153,5 +153,5 @@ srun --nodes=4 --ntasks-per-node=1 --kill-on-bad-exit=1 \
     --rdzv-id llama-sft \
     --nproc-per-node 8 \
     --max-restarts 2 \
-    -m runners.engine \
+    -m fsdpspec_runners.engine \
     --spec /scratch/runs/llama-sft/resolved-spec.json

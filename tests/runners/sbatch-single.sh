@@ -143,5 +143,5 @@ srun --nodes=1 --ntasks-per-node=1 --kill-on-bad-exit=1 \
     --nnodes 1 \
     --nproc-per-node 8 \
     --max-restarts 0 \
-    -m runners.engine \
+    -m fsdpspec_runners.engine \
     --spec /scratch/runs/llama-sft/resolved-spec.json

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsdpspec.diagnostics import Position
-from fsdpspec.load import SourceMap, join, parse_text
+from fsdpspec.spec.diagnostics import Position
+from fsdpspec.spec.load import SourceMap, join, parse_text
 
 
 class OverrideError(ValueError):

@@ -1,4 +1,4 @@
-"""The published JSON Schema (and the field reference), generated from the models.
+"""The published JSON Schema, generated from the models.
 
 ``schema/fsdpspec-<version>.json`` is committed so editors can complete and check specs;
 ``fsdpspec schema --check`` fails when it drifts from the models.
@@ -14,9 +14,8 @@ from typing import Any
 
 from fsdpspec.spec import SUPPORTED
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = ROOT / "schema"
-FIELD_REFERENCE = ROOT / "docs" / "spec.md"
 _DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
@@ -59,30 +58,3 @@ def published(version: str) -> dict[str, Any]:
 
 def render(version: str) -> str:
     return json.dumps(generate(version), indent=2, ensure_ascii=False) + "\n"
-
-
-def derived_files(directory: Path = SCHEMA_DIR) -> dict[Path, str]:
-    """Every committed file generated from the models → its current text."""
-    from fsdpspec import fieldref
-
-    files = {directory / schema_filename(v): render(v) for v in SUPPORTED}
-    files[FIELD_REFERENCE] = fieldref.render()
-    return files
-
-
-def drifted(directory: Path = SCHEMA_DIR) -> list[str]:
-    """Generated files whose committed text differs from what the models generate."""
-    return [
-        str(path) for path, text in derived_files(directory).items()
-        if not path.is_file() or path.read_text(encoding="utf-8") != text
-    ]
-
-
-def write(directory: Path = SCHEMA_DIR) -> list[Path]:
-    """Regenerate the schema files and the field reference."""
-    written = []
-    for path, text in derived_files(directory).items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return written

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.resolved import FILENAME, write_resolved_spec
-from fsdpspec.runlock import is_lock_file
 from fsdpspec.spec.v1 import JobSpec
+from fsdpspec_runners.local.resolved import FILENAME, write_resolved_spec
+from fsdpspec_runners.local.runlock import is_lock_file
 
 # Fields that may differ between a run and its resumption (dotted prefixes).
 RESUMABLE_CHANGES = (

@@ -15,11 +15,11 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap
 
-from fsdpspec import accelerate_vocab as vocab
-from fsdpspec.load import Loaded, join
+from fsdpspec.convert import accelerate_vocab as vocab
+from fsdpspec.spec.load import Loaded, join
+from fsdpspec.spec.suggest import closest
 from fsdpspec.spec.v1 import JobSpec, MixedPrecision
-from fsdpspec.suggest import closest
-from fsdpspec.yamltext import COMMENT_COLUMN, dump_yaml
+from fsdpspec.spec.yamltext import COMMENT_COLUMN, dump_yaml
 
 _FSDP_CONFIG = "fsdp_config"
 # Host RAM is in no accelerate config; GPU servers carry about this much per GPU.
@@ -267,7 +267,7 @@ def _header(source: str, name: str) -> CommentedMap:
 def import_config(loaded: Loaded, *, name: str, model: dict[str, str],
                   accelerator: str) -> Imported:
     """A commented v1 spec equivalent to an accelerate config (already parsed with its
-    positions by fsdpspec.load); ``model`` and ``accelerator`` fill what accelerate
+    positions by fsdpspec.spec.load); ``model`` and ``accelerator`` fill what accelerate
     configs do not say."""
     reading = _read(loaded)
     draft = _Draft()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec import __version__
-from fsdpspec.modelconfig import resolve_input_path
+from fsdpspec.catalog.modelconfig import resolve_input_path
 from fsdpspec.spec.v1 import JobSpec
 
 FILENAME = "resolved-spec.json"

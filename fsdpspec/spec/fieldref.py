@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fsdpspec.schema import generate
 from fsdpspec.spec import LATEST
+from fsdpspec.spec.schema import generate
 
 
 def _ref_name(node: dict[str, Any]) -> str | None:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.presets import preset_config
+from fsdpspec.catalog.presets import preset_config
 from fsdpspec.spec.v1 import Model
 
 # model_type → the repeated decoder layer class transformers builds for it.

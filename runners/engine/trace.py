@@ -1,7 +1,7 @@
 """`plan --trace`: the real model on fake tensors, measured by FSDPMemTracker.
 
 This is the one plan path that imports torch and transformers. It builds the model the
-engine builds (same code: ``runners.engine``), wraps it the way the engine wraps it, and
+engine builds (same code: ``fsdpspec_runners.engine``), wraps it the way the engine wraps it, and
 runs two optimizer steps at the spec's shapes on FakeTensorMode with a fake process group
 of the shard-group size: every tensor one rank would allocate is accounted, none is
 backed by memory, and the collectives are no-ops. The tracker's peak is what one rank
@@ -19,8 +19,8 @@ from typing import Any
 from unittest import mock
 
 from fsdpspec.plan.workload import accumulation_steps, shard_group_size
-from fsdpspec.resolved import absolute_inputs
 from fsdpspec.spec.v1 import JobSpec
+from fsdpspec_runners.local.resolved import absolute_inputs
 
 TRACED_STEPS = 2
 
@@ -72,7 +72,7 @@ def trace_job(spec: JobSpec, config: dict[str, Any], base_dir: Path) -> TraceRes
         # The mesh must exist before FakeTensorMode (it is real process-group state), and
         # so must the meta model: some modules create meta buffers FakeTensorMode rejects.
         mesh = init_device_mesh("cpu", (shard,))
-        from runners.engine.model import build_model
+        from fsdpspec_runners.engine.model import build_model
 
         model = build_model(spec, on_meta=True)
         with FakeTensorMode(allow_non_fake_inputs=True), _unpacked_sequences():
@@ -106,8 +106,8 @@ def shard_job(spec: JobSpec, config: dict[str, Any], model: Any, mesh: Any,
               device: Any) -> Any:
     """Checkpoint, shard and materialise ``model`` as the engine does; return its
     optimizer (shared with benchmarks/plan_gpu_check.py, which runs it on a real GPU)."""
-    from runners.engine.optim import build_optimizer
-    from runners.engine.wrap import (
+    from fsdpspec_runners.engine.optim import build_optimizer
+    from fsdpspec_runners.engine.wrap import (
         apply_activation_checkpointing,
         choose_units,
         find_layers,
@@ -132,7 +132,7 @@ def train_step(spec: JobSpec, model: Any, optimizer: Any, device: Any,
     synchronised as the engine does); returns the micro-batches run."""
     import torch
 
-    from runners.engine.loop import _gradient_sync, causal_lm_loss
+    from fsdpspec_runners.engine.loop import _gradient_sync, causal_lm_loss
 
     micro = min(2, accumulation_steps(spec))
     shape = (spec.data.micro_batch_size, spec.data.seq_len)

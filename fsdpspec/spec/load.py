@@ -19,7 +19,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
-from fsdpspec.diagnostics import Diagnostic, Position, error
+from fsdpspec.spec.diagnostics import Diagnostic, Position, error
 
 MAX_BYTES = 1 << 20
 MAX_NODES = 20_000

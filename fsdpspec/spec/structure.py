@@ -12,11 +12,11 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 from pydantic import ValidationError
 
-from fsdpspec.accelerate_vocab import KEY_TO_FIELD, value_alias
-from fsdpspec.diagnostics import Diagnostic, error
-from fsdpspec.load import join
+from fsdpspec.convert.accelerate_vocab import KEY_TO_FIELD, value_alias
+from fsdpspec.spec.diagnostics import Diagnostic, error
+from fsdpspec.spec.load import join
+from fsdpspec.spec.suggest import closest
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec.suggest import closest
 
 _JSON_TYPES = {
     bool: "boolean", int: "integer", float: "number", str: "string",

@@ -1,0 +1,1 @@
+"""Model and hardware catalogue: accelerators, presets, model families."""

@@ -1,0 +1,1 @@
+"""Converters between fsdpspec and other tools' config files."""

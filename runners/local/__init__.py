@@ -1,0 +1,1 @@
+"""Local execution of a run: run directory, lock, pre-flight checks, supervision."""
