@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 from fuzz_specs import check_text, dump, mutated_data, mutated_text  # noqa: E402
 
 

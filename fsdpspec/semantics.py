@@ -1,6 +1,127 @@
-"""The byte-level tokenizer's vocabulary (used when `data.tokenizer` is null): ids
-0–255 are the UTF-8 bytes, 256 ends a document. The engine encodes with it; the lint
-rules check that the model's vocabulary holds it."""
+"""What the engine does, written down once as torch-free data and functions.
 
+The engine (``fsdpspec_runners.engine``), the planner (``fsdpspec.plan``) and the lint
+rules all call these instead of keeping copies: copies drift (the first release reported
+an MFU that disagreed with its own plan for every Gemma 2 preset). A device's peak
+TFLOP/s is ``Accelerator.peak_tflops`` in the catalogue; model families are
+``fsdpspec.catalog``'s.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fsdpspec.spec.v1 import Fsdp, JobSpec
+
+# The byte-level tokenizer (used when `data.tokenizer` is null): ids 0–255 are the UTF-8
+# bytes, 256 ends a document.
 BYTE_EOS = 256
 BYTE_VOCAB = BYTE_EOS + 1
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# The engine builds every model in fp32: FSDP's sharded (master) parameters are fp32.
+MASTER_DTYPE = "float32"
+MASTER_BYTES = DTYPE_BYTES[MASTER_DTYPE]
+# Optimizer states per parameter, each in the master dtype.
+OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}
+
+HYBRID_STRATEGIES = ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
+# Strategies that free a unit's gathered parameters after its forward (ZeRO-3 style);
+# the others keep them gathered until backward.
+_RESHARDS_AFTER_FORWARD = {"FULL_SHARD", "HYBRID_SHARD"}
+
+# torchrun's rendezvous port when an endpoint names none.
+DEFAULT_RDZV_PORT = 29500
+
+# What FSDP1 does with an option the spec leaves null.
+FSDP1_DEFAULTS = {"limit_all_gathers": True, "use_orig_params": True}
+
+
+def reshards_after_forward(strategy: str) -> bool:
+    """Whether units free their gathered parameters after forward under ``strategy``."""
+    return strategy in _RESHARDS_AFTER_FORWARD
+
+
+def fsdp1_option(fsdp: Fsdp, name: str) -> bool:
+    """An FSDP1-only option (`limit_all_gathers`, `use_orig_params`), FSDP1's default when null."""
+    value = getattr(fsdp, name)
+    return FSDP1_DEFAULTS[name] if value is None else value
+
+
+def requested_shard_group(spec: JobSpec) -> int:
+    """The shard group a hybrid strategy asks for: the written size, else one node."""
+    return spec.fsdp.shard_group_size or spec.resources.gpus_per_node
+
+
+def shard_group_size(spec: JobSpec, world_size: int | None = None) -> int:
+    """Ranks one parameter is sharded over: all, a group (hybrid) or one (NO_SHARD)."""
+    world = world_size or spec.world_size
+    strategy = spec.fsdp.sharding_strategy
+    if strategy == "NO_SHARD":
+        return 1
+    if strategy in HYBRID_STRATEGIES:
+        return min(world, requested_shard_group(spec))
+    return world
+
+
+def mesh_shape(spec: JobSpec, world_size: int | None = None) -> tuple[int, ...]:
+    """The device mesh: ``(world,)`` for the sharded strategies, ``(replicas, group)`` for
+    hybrid ones and NO_SHARD (a group of one)."""
+    world = world_size or spec.world_size
+    if spec.fsdp.sharding_strategy in (*HYBRID_STRATEGIES, "NO_SHARD"):
+        group = shard_group_size(spec, world)
+        return (world // group, group)
+    return (world,)
+
+
+def accumulation_steps(spec: JobSpec, world_size: int | None = None) -> int:
+    """Micro-batches per optimizer step (at least 1)."""
+    per_step = spec.data.micro_batch_size * (world_size or spec.world_size)
+    return max(1, spec.data.global_batch_size // per_step)
+
+
+def is_checkpointed(mode: str, ac_every: int, index: int) -> bool:
+    """Whether layer ``index`` is wrapped in activation checkpointing: every layer (full),
+    one in ``ac_every`` from the first (selective) or none."""
+    if mode == "none":
+        return False
+    return index % (1 if mode == "full" else ac_every) == 0
+
+
+def checkpointed_count(mode: str, ac_every: int, num_layers: int) -> int:
+    """How many of layers 0..num_layers-1 are checkpointed (closed form, any depth)."""
+    if mode == "none" or num_layers <= 0:
+        return 0
+    every = 1 if mode == "full" else ac_every
+    return (num_layers + every - 1) // every
+
+
+def syncs_gradients(strategy: str, last_micro_batch: bool) -> bool:
+    """Whether a micro-batch's backward reduces gradients. Sharded strategies reduce every
+    micro-batch, so accumulated gradients stay sharded (deferring would keep every
+    unsharded gradient: 30 GiB per rank for an 8B model); NO_SHARD reduces the last only."""
+    return last_micro_batch or strategy != "NO_SHARD"
+
+
+def synced_micro_batches(strategy: str, accumulation: int) -> int:
+    """How many of a step's micro-batches reduce gradients (see `syncs_gradients`)."""
+    return accumulation if syncs_gradients(strategy, last_micro_batch=False) else 1
+
+
+def model_flops_per_token(*, parameters: int, num_layers: int, q_width: int,
+                          seq_len: int) -> float:
+    """Training FLOPs per token without recomputation, as MFU counts them (PaLM, appendix
+    B): 6·N for the matrix multiplies plus 12·L·q·S for attention scores and values, with
+    q the query width (heads × head_dim, which differs from hidden_size in Gemma)."""
+    return 6.0 * parameters + 12.0 * num_layers * q_width * seq_len
+
+
+def recompute_flops_per_token(*, parameters: int, num_layers: int, q_width: int, seq_len: int,
+                              mode: str, ac_every: int) -> float:
+    """FLOPs activation checkpointing adds per token: the checkpointed share of the layers
+    runs its forward (a third of the training FLOPs) again."""
+    if mode == "none":
+        return 0.0
+    share = 1.0 if mode == "full" else 1 / ac_every
+    return share * (2.0 * parameters + 4.0 * num_layers * q_width * seq_len)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -23,6 +22,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from fsdpspec import __version__
+from fsdpspec.spec.names import kubernetes_name
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.errors import LaunchError
 from fsdpspec_runners.local.resolved import FILENAME, resolved_document
@@ -35,15 +35,6 @@ _VOLUME = "fsdpspec-spec"
 # Containers get 64 MiB of /dev/shm; NCCL's intra-node transport needs far more.
 _SHM = "dshm"
 _OPERATOR_ENDPOINT = "$(MASTER_ADDR):$(MASTER_PORT)"
-
-
-def dns1035_name(name: str) -> str:
-    """metadata.name as a Kubernetes object name: lower case, [a-z0-9-], starting with a
-    letter, at most 63 characters."""
-    label = re.sub(r"[^a-z0-9-]", "-", name.lower())
-    if not label[0].isalpha():
-        label = "job-" + label
-    return label[:63].rstrip("-")
 
 
 def _no_expansion(value: str) -> str:
@@ -110,7 +101,7 @@ def manifest_documents(spec: JobSpec) -> list[dict[str, Any]]:
     if not image:
         raise LaunchError("launch.kubernetes.image is required for a PyTorchJob "
                           "(an image with fsdpspec[train] installed)")
-    name = dns1035_name(spec.metadata.name)
+    name = kubernetes_name(spec.metadata.name)
     config_map = f"{name}-spec"
     document = resolved_document(spec, Path(container_run_dir(spec)))
     document["run_dir"] = str(container_run_dir(spec))  # a container path, not this host's

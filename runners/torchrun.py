@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 
+from fsdpspec.semantics import DEFAULT_RDZV_PORT
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.local.resolved import FILENAME
 
 ENGINE_MODULE = "fsdpspec_runners.engine"
 TORCHRUN: tuple[str, ...] = ("torchrun",)
-DEFAULT_RDZV_PORT = 29500
 
 
 def rdzv_port(spec: JobSpec) -> int:

@@ -27,9 +27,11 @@ class Accelerator:
     inter_node_gbps: float = 12.5
 
     def peak_tflops(self, dtype: str) -> float:
-        """Dense peak for a compute dtype ("bfloat16", "float16", "float32")."""
-        return {"bfloat16": self.bf16_tflops, "float16": self.fp16_tflops}.get(
+        """Dense peak for a compute dtype ("bfloat16", "float16", "float32"); the fp32 peak
+        where the device has none for the dtype (V100's bfloat16 is emulated). 0: unknown."""
+        peak = {"bfloat16": self.bf16_tflops, "float16": self.fp16_tflops}.get(
             dtype, self.fp32_tflops)
+        return peak or self.fp32_tflops
 
 
 CATALOG: dict[str, Accelerator] = {

@@ -13,7 +13,7 @@ from fsdpspec.catalog.presets import preset_names
 from fsdpspec.cli.init import check_name
 from fsdpspec.cli.output import deliver, output_option
 from fsdpspec.spec.load import load_file
-from fsdpspec_runners.kubernetes import dns1035_name
+from fsdpspec.spec.names import kubernetes_name
 
 # accelerate configs name a layer class, not a model: the preset standing for a family.
 _FAMILY_PRESET = {"llama": "llama3-8b", "mistral": "mistral-7b", "qwen2": "qwen2.5-7b",
@@ -65,7 +65,7 @@ def command(kind, config, output, name, preset, hf_config, accelerator) -> None:
         raise click.ClickException(f"{config}: an accelerate config is a mapping")
     model = {"hf_config": hf_config} if hf_config else {
         "preset": preset or _preset_for(loaded.data)}
-    imported = import_config(loaded, name=name or dns1035_name(Path(config).stem), model=model,
+    imported = import_config(loaded, name=name or kubernetes_name(Path(config).stem), model=model,
                              accelerator=accelerator)
     for note in imported.notes:
         line = f":{note.line}" if note.line else ""

@@ -14,10 +14,14 @@ from fsdpspec.catalog.presets import preset_config, preset_names
 from fsdpspec.cli.output import deliver, output_option
 from fsdpspec.convert.accelerate import HOST_GIB_PER_GPU
 from fsdpspec.report import RENDERERS
-from fsdpspec.spec.v1 import Metadata
+from fsdpspec.semantics import DEFAULT_RDZV_PORT
+from fsdpspec.spec.names import kubernetes_name
+from fsdpspec.spec.v1 import Metadata, Resources
 from fsdpspec.spec.yamltext import COMMENT_COLUMN
 from fsdpspec.validate import check_file
-from fsdpspec_runners.kubernetes import dns1035_name
+
+# A CPU job's host memory: the spec's own default.
+_DEFAULT_HOST_GIB = Resources.model_fields["host_memory_gib"].default
 
 _TEMPLATE = """\
 # Starter spec written by `fsdpspec init`. Check it with `fsdpspec validate`, see the
@@ -55,9 +59,9 @@ checkpoint:
   interval_steps: 500
 {launch}"""
 
-_MULTINODE_LAUNCH = """\
+_MULTINODE_LAUNCH = f"""\
 launch:
-  rdzv_endpoint: node-0:29500      # host:port of the first node (set yours)
+  rdzv_endpoint: node-0:{DEFAULT_RDZV_PORT}      # host:port of the first node (set yours)
 """
 
 
@@ -86,7 +90,7 @@ def render(*, name: str, preset: str, gpus: int, nodes: int, accelerator: str) -
         checkpointing="none" if tiny else "full",
         seq_len=128 if tiny else min(2048, context),
         global_batch=gpus * nodes,
-        host_gib=HOST_GIB_PER_GPU * gpus if device.is_gpu else 64,
+        host_gib=HOST_GIB_PER_GPU * gpus if device.is_gpu else _DEFAULT_HOST_GIB,
         launch=_MULTINODE_LAUNCH if nodes > 1 else "",
     ))
 
@@ -128,7 +132,7 @@ def command(preset, gpus, nodes, accelerator, name, output) -> None:
     """Write a commented starter spec. It is validated first: a combination that
     would not validate (a model too big for the GPUs) is reported and not written."""
     gpus = gpus or (8 if CATALOG[accelerator].is_gpu else 2)
-    text = render(name=name or dns1035_name(preset), preset=preset, gpus=gpus,
+    text = render(name=name or kubernetes_name(preset), preset=preset, gpus=gpus,
                   nodes=nodes, accelerator=accelerator)
     problems = _problems(text)
     if problems:

@@ -12,7 +12,7 @@ import click
 from fsdpspec.catalog.accelerators import accelerator_names
 from fsdpspec.cli.options import exit_on_errors, set_option
 from fsdpspec.plan.planner import Plan, plan_job
-from fsdpspec.plan.report import plan_text
+from fsdpspec.plan.report import plan_json, plan_text
 from fsdpspec.spec.overrides import OverrideError
 from fsdpspec.validate import check_file
 
@@ -80,7 +80,7 @@ def command(file, gpus, accelerator, overrides, output_format, trace) -> None:
     plan = plan_job(report.spec, report.model_config, world_size=gpus, accelerator=accelerator)
     traced = _trace(plan, report.model_config, report.base_dir) if trace else None
     if output_format == "json":
-        data = plan.to_json() | ({"trace": traced} if traced else {})
+        data = plan_json(plan) | ({"trace": traced} if traced else {})
         click.echo(json.dumps(data, indent=2))
     else:
         click.echo(plan_text(plan) + (_trace_text(traced) if traced else ""), nl=False)

@@ -16,6 +16,7 @@ from typing import Any
 from ruamel.yaml.comments import CommentedMap
 
 from fsdpspec.convert import accelerate_vocab as vocab
+from fsdpspec.semantics import DEFAULT_RDZV_PORT, fsdp1_option
 from fsdpspec.spec.load import Loaded, join
 from fsdpspec.spec.suggest import closest
 from fsdpspec.spec.v1 import JobSpec, MixedPrecision
@@ -218,7 +219,7 @@ def _apply_topology(reading: _Reading, draft: _Draft) -> list[Note]:
             notes.append(Note(reading.lines["num_processes"], f"num_processes {total} is not "
                               f"a multiple of num_machines {machines}: not imported"))
     if "main_process_ip" in values:
-        port = values.get("main_process_port", 29500)
+        port = values.get("main_process_port", DEFAULT_RDZV_PORT)
         draft.put("launch.rdzv_endpoint", f"{values['main_process_ip']}:{port}",
                   _origin(reading, "main_process_ip", "main_process_port"))
     return notes
@@ -335,7 +336,7 @@ def _fsdp1(spec: JobSpec) -> dict[str, Any]:
         "fsdp_backward_prefetch": _reverse(vocab.BACKWARD_PREFETCH)[fsdp.backward_prefetch],
         "fsdp_forward_prefetch": fsdp.forward_prefetch,
         "fsdp_sync_module_states": fsdp.sync_module_states,
-        "fsdp_use_orig_params": True if fsdp.use_orig_params is None else fsdp.use_orig_params,
+        "fsdp_use_orig_params": fsdp1_option(fsdp, "use_orig_params"),
     }
 
 

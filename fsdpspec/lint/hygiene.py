@@ -8,24 +8,20 @@ from collections.abc import Iterator
 from fsdpspec.lint.registry import RULES, LintContext, diagnostic, rule
 from fsdpspec.lint.selection import matches_any
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
+from fsdpspec.spec.names import kubernetes_name
 
-# Kubernetes object names are RFC 1123 labels; Slurm job names also end up in file names.
-_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 _SECRET_KEY = re.compile(r"(_TOKEN|_KEY)$|PASSWORD|PASSWD|SECRET", re.IGNORECASE)
-
-
-def _dns_label(name: str) -> str:
-    """The nearest RFC 1123 label to ``name``."""
-    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-") or "job"
 
 
 @rule("FS150", "name-not-dns-label", Severity.WARNING,
       "metadata.name is not usable as a Kubernetes name",
-      "use lowercase letters, digits and '-', starting and ending with a letter or digit")
+      "use lowercase letters, digits and '-', starting with a letter, ending with a letter "
+      "or digit")
 def name_not_dns_label(ctx: LintContext) -> Iterator[Diagnostic]:
     """The job name names the Slurm job and the Kubernetes PyTorchJob. Kubernetes only
-    accepts RFC 1123 labels — lowercase letters, digits and `-` — so `Llama_SFT.v2` is
-    rejected by `kubectl apply` after the spec has validated.
+    accepts RFC 1035 labels — lowercase letters, digits and `-`, starting with a letter —
+    for the services a PyTorchJob creates, so `Llama_SFT.v2` would be renamed by
+    `fsdpspec export kubernetes`, or rejected by `kubectl apply` if written by hand.
 
     FAIL:
 
@@ -36,9 +32,9 @@ def name_not_dns_label(ctx: LintContext) -> Iterator[Diagnostic]:
         metadata: {name: llama-sft-v2}
     """
     name = ctx.spec.metadata.name
-    if not _DNS_LABEL.match(name):
+    if kubernetes_name(name) != name:
         yield diagnostic("FS150", f"metadata.name {name!r} is not a Kubernetes name",
-                         "/metadata/name", f"e.g. {_dns_label(name)!r}")
+                         "/metadata/name", f"e.g. {kubernetes_name(name)!r}")
 
 
 @rule("FS151", "secret-in-env", Severity.WARNING,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
+from fsdpspec.semantics import DTYPE_BYTES
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
 from fsdpspec.spec.v1 import JobSpec
 
-_BITS = {"float32": 32, "bfloat16": 16, "float16": 16}
 _PRECISION = "/fsdp/mixed_precision"
 
 
@@ -39,7 +39,7 @@ def reduce_narrower_than_param(ctx: LintContext) -> Iterator[Diagnostic]:
           mixed_precision: {param_dtype: bfloat16, reduce_dtype: float32}
     """
     precision = ctx.spec.fsdp.mixed_precision
-    if _BITS[precision.reduce_dtype] < _BITS[precision.param_dtype]:
+    if DTYPE_BYTES[precision.reduce_dtype] < DTYPE_BYTES[precision.param_dtype]:
         yield diagnostic("FS301", f"reduce_dtype {precision.reduce_dtype} is narrower than "
                          f"param_dtype {precision.param_dtype}", f"{_PRECISION}/reduce_dtype")
 

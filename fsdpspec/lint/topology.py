@@ -5,18 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
+from fsdpspec.semantics import HYBRID_STRATEGIES, requested_shard_group
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
-from fsdpspec.spec.v1 import HYBRID_STRATEGIES, JobSpec
+from fsdpspec.spec.v1 import JobSpec
 
 # What each hybrid strategy is once there is a single shard group.
 _FLAT_EQUIVALENT = {"HYBRID_SHARD": "FULL_SHARD", "HYBRID_SHARD_ZERO2": "SHARD_GRAD_OP"}
 # Variables torchrun sets in every worker; values in launch.env are replaced.
 _TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT")
-
-
-def shard_group_size(spec: JobSpec) -> int:
-    """Ranks per shard group of a hybrid strategy (the engine's default: one node)."""
-    return spec.fsdp.shard_group_size or spec.resources.gpus_per_node
 
 
 def _world_sizes(spec: JobSpec) -> dict[str, int]:
@@ -96,7 +92,7 @@ def hybrid_single_group(ctx: LintContext) -> Iterator[Diagnostic]:
     """
     spec = ctx.spec
     strategy = spec.fsdp.sharding_strategy
-    if strategy in HYBRID_STRATEGIES and shard_group_size(spec) == spec.world_size:
+    if strategy in HYBRID_STRATEGIES and requested_shard_group(spec) == spec.world_size:
         yield diagnostic("FS103", f"{strategy} with one shard group of {spec.world_size} "
                          f"ranks is {_FLAT_EQUIVALENT[strategy]}", "/fsdp/sharding_strategy",
                          f"use {_FLAT_EQUIVALENT[strategy]}, or a shard_group_size that "
@@ -122,7 +118,7 @@ def hybrid_degree(ctx: LintContext) -> Iterator[Diagnostic]:
         fsdp: {sharding_strategy: HYBRID_SHARD, shard_group_size: 2}
     """
     spec = ctx.spec
-    group, world = shard_group_size(spec), spec.world_size
+    group, world = requested_shard_group(spec), spec.world_size
     if spec.fsdp.sharding_strategy in HYBRID_STRATEGIES and world % group:
         divisors = [d for d in range(1, world + 1) if world % d == 0]
         # The default group (one node) always divides: only a written size can fail.

@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.plan.memory import model_sharding
 from fsdpspec.plan.workload import Workload
+from fsdpspec.semantics import (
+    model_flops_per_token,
+    recompute_flops_per_token,
+    synced_micro_batches,
+)
 
 
 @dataclass(frozen=True)
@@ -40,13 +45,11 @@ class Compute:
 
 def step_flops(w: Workload, parameters: int) -> float:
     """FLOPs of one rank's optimizer step (all its micro-batches)."""
-    g = w.geometry
-    tokens = w.tokens * w.accumulation_steps
-    per_token = 6 * parameters + 12 * g.num_layers * g.q_width * w.seq_len
-    if w.activation_checkpointing != "none":
-        share = 1.0 if w.activation_checkpointing == "full" else 1 / w.ac_every
-        per_token += share * (2 * parameters + 4 * g.num_layers * g.q_width * w.seq_len)
-    return float(per_token * tokens)
+    shape = dict(parameters=parameters, num_layers=w.geometry.num_layers,
+                 q_width=w.geometry.q_width, seq_len=w.seq_len)
+    per_token = model_flops_per_token(**shape) + recompute_flops_per_token(
+        **shape, mode=w.activation_checkpointing, ac_every=w.ac_every)
+    return float(per_token * w.tokens * w.accumulation_steps)
 
 
 def step_compute(w: Workload, parameters: int, device: Accelerator, compute_dtype: str) -> Compute:
@@ -58,15 +61,14 @@ def step_compute(w: Workload, parameters: int, device: Accelerator, compute_dtyp
     root = sh.gathered_numel(sh.root)
     regathered = 0 if w.keeps_params_gathered else units
     micro = w.accumulation_steps
-    # The engine reduces every micro-batch, except under NO_SHARD (the last one only).
-    synced = 1 if w.strategy == "NO_SHARD" else micro
+    synced = synced_micro_batches(w.strategy, micro)
     all_gather = int(b * ring * (units + root + regathered) * micro)
     reduce_scatter = int(r * ring * (units + root) * synced)
     replicas = w.world_size // s
     all_reduce = (int(2 * r * (units + root) / s * (replicas - 1) / replicas * synced)
                   if replicas > 1 else 0)
     flops = step_flops(w, parameters)
-    peak = device.peak_tflops(compute_dtype) or device.fp32_tflops
+    peak = device.peak_tflops(compute_dtype)
     intra = all_gather + reduce_scatter if s <= w.gpus_per_node else 0
     inter = all_reduce + (0 if intra else all_gather + reduce_scatter)
     seconds = intra / (device.intra_node_gbps * 1e9) + inter / (device.inter_node_gbps * 1e9)

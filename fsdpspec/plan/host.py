@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdpspec.plan.memory import GIB, model_sharding
-from fsdpspec.plan.workload import MASTER_BYTES, Workload
+from fsdpspec.plan.workload import Workload
+from fsdpspec.semantics import MASTER_BYTES
 
 # Resident memory of one training process besides its tensors: the interpreter, torch,
 # transformers and the CUDA runtime's host side.

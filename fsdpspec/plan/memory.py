@@ -15,7 +15,13 @@ from dataclasses import dataclass
 
 from fsdpspec.plan import activations as act
 from fsdpspec.plan.units import Sharding, Unit, sharding
-from fsdpspec.plan.workload import MASTER_BYTES, Workload
+from fsdpspec.plan.workload import Workload
+from fsdpspec.semantics import (
+    MASTER_BYTES,
+    checkpointed_count,
+    is_checkpointed,
+    syncs_gradients,
+)
 
 GIB = 1 << 30
 # Outside the caching allocator: the CUDA context with cuBLAS/cuDNN handles, and NCCL's
@@ -123,7 +129,7 @@ def _carried_gradients(w: Workload, sh: Sharding, sharded: int) -> tuple[int, bo
     (FSDP2) or kept in the parameters' dtype (FSDP1)."""
     if w.accumulation_steps == 1:
         return 0, False
-    if w.strategy != "NO_SHARD":
+    if syncs_gradients(w.strategy, last_micro_batch=False):
         return sharded, False
     per_param = w.reduce_bytes if w.fsdp_version == 2 else MASTER_BYTES
     return per_param * (sh.layer_numel + sh.root.numel), True
@@ -178,18 +184,11 @@ def _full_layer(w: Workload) -> int:
                                       w.seq_len, w.attention)
 
 
-def _checkpointed(w: Workload, index: int) -> bool:
-    """Whether the engine wraps layer ``index`` in activation checkpointing."""
-    if w.activation_checkpointing == "none":
-        return False
-    return index % (1 if w.activation_checkpointing == "full" else w.ac_every) == 0
-
-
 def _saved_through(w: Workload, index: int, full: int) -> int:
     """Bytes layers 0..index hold for backward (a checkpointed layer: its input)."""
     kept = act.checkpointed_layer_bytes(w.geometry, w.compute_bytes, w.micro_batch_size,
                                         w.seq_len)
-    checkpointed = sum(1 for i in range(index + 1) if _checkpointed(w, i))
+    checkpointed = checkpointed_count(w.activation_checkpointing, w.ac_every, index + 1)
     return checkpointed * kept + (index + 1 - checkpointed) * full
 
 
@@ -217,7 +216,7 @@ def _layer_point(w: Workload, p: _Parts, index: int) -> Point:
     below is being prefetched."""
     g, b, layers = w.geometry, w.compute_bytes, w.geometry.num_layers
     activations = _saved_through(w, index, p.layer)
-    if _checkpointed(w, index):
+    if is_checkpointed(w.activation_checkpointing, w.ac_every, index):
         activations += p.layer
     gathered = p.root + (index + 1) * p.unit if w.keeps_params_gathered else p.root + p.unit
     temporaries = act.backward_temporaries(g, b, w.micro_batch_size, w.seq_len, w.attention)

@@ -57,12 +57,6 @@ class Plan:
         """Fraction of device memory left free at the peak (negative: over)."""
         return 1.0 - self.device.total / self.capacity if self.capacity > 0 else -1.0
 
-    def to_json(self) -> dict[str, Any]:
-        """Stable keys (documented in docs/memory.md)."""
-        from fsdpspec.plan.report import plan_json
-
-        return plan_json(self)
-
 
 def device_capacity(accelerator: Accelerator, spec: JobSpec, host: HostMemory) -> int:
     """Bytes one rank may use: the device's memory, or on a CPU its share of the host

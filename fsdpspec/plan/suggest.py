@@ -13,6 +13,9 @@ from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.plan.geometry import Geometry
 from fsdpspec.plan.memory import DeviceMemory, device_memory
 from fsdpspec.plan.workload import Workload, workload
+from fsdpspec.semantics import reshards_after_forward, syncs_gradients
+from fsdpspec.spec.load import SourceMap
+from fsdpspec.spec.overrides import apply_overrides
 from fsdpspec.spec.v1 import JobSpec
 
 
@@ -32,7 +35,7 @@ def _candidates(spec: JobSpec, w: Workload, device: Accelerator) -> list[tuple[s
     if fsdp.activation_checkpointing != "full":
         out.append(("fsdp.activation_checkpointing=full",
                     "recompute each layer in backward instead of keeping its activations"))
-    if fsdp.sharding_strategy in ("SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD_ZERO2"):
+    if not reshards_after_forward(fsdp.sharding_strategy):
         out.append(("fsdp.sharding_strategy=FULL_SHARD",
                     "shard parameters too and free them after forward"))
     if fsdp.sharding_strategy == "HYBRID_SHARD" and w.shard_size < w.world_size:
@@ -41,8 +44,9 @@ def _candidates(spec: JobSpec, w: Workload, device: Accelerator) -> list[tuple[s
         out.append((f"data.micro_batch_size={data.micro_batch_size // 2}",
                     "halve the micro-batch (more accumulation steps, same global batch)"))
     if w.accumulation_steps > 1:
-        carried = ("every unsharded gradient" if fsdp.sharding_strategy == "NO_SHARD"
-                   else "the sharded gradients")
+        carried = ("the sharded gradients"
+                   if syncs_gradients(fsdp.sharding_strategy, last_micro_batch=False)
+                   else "every unsharded gradient")
         out.append((f"data.global_batch_size={data.micro_batch_size * w.world_size}",
                     f"no accumulation, so no {carried} carried between micro-batches "
                     "(changes the effective batch size)"))
@@ -57,13 +61,9 @@ def _candidates(spec: JobSpec, w: Workload, device: Accelerator) -> list[tuple[s
 
 
 def _apply(spec: JobSpec, override: str) -> JobSpec:
-    key, _, value = override.partition("=")
+    """``spec`` with one ``--set``-style override applied (the flag's own code)."""
     data = spec.as_json_data()
-    node = data
-    *parents, leaf = key.split(".")
-    for part in parents:
-        node = node[part]
-    node[leaf] = {"true": True, "false": False}.get(value, int(value) if value.isdigit() else value)
+    apply_overrides(data, [override], SourceMap(file="suggestion"))
     return JobSpec.model_validate(data)
 
 

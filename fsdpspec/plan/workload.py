@@ -5,33 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdpspec.plan.geometry import Geometry
-from fsdpspec.spec.v1 import HYBRID_STRATEGIES, JobSpec
-
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-# The engine builds every model in fp32: FSDP's sharded (master) parameters are fp32.
-MASTER_BYTES = 4
-# Optimizer states per parameter, each in the master dtype.
-_OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}
-# FSDP shards over the whole group, over a sub-group (hybrid), or not at all.
-# Strategies that keep every unit's parameters gathered from forward to backward.
-KEEPS_PARAMS_GATHERED = ("SHARD_GRAD_OP", "HYBRID_SHARD_ZERO2", "NO_SHARD")
-
-
-def shard_group_size(spec: JobSpec, world_size: int | None = None) -> int:
-    """Ranks one parameter is sharded over."""
-    world = world_size or spec.world_size
-    strategy = spec.fsdp.sharding_strategy
-    if strategy == "NO_SHARD":
-        return 1
-    if strategy in HYBRID_STRATEGIES:
-        return min(world, spec.fsdp.shard_group_size or spec.resources.gpus_per_node)
-    return world
-
-
-def accumulation_steps(spec: JobSpec, world_size: int | None = None) -> int:
-    """Micro-batches per optimizer step (as the engine derives them; at least 1)."""
-    per_step = spec.data.micro_batch_size * (world_size or spec.world_size)
-    return max(1, spec.data.global_batch_size // per_step)
+from fsdpspec.semantics import (
+    DTYPE_BYTES,
+    OPTIMIZER_STATES,
+    accumulation_steps,
+    reshards_after_forward,
+    shard_group_size,
+)
+from fsdpspec.spec.v1 import JobSpec
 
 
 @dataclass(frozen=True)
@@ -69,7 +50,7 @@ class Workload:
 
     @property
     def keeps_params_gathered(self) -> bool:
-        return self.strategy in KEEPS_PARAMS_GATHERED
+        return not reshards_after_forward(self.strategy)
 
 
 def workload(spec: JobSpec, geometry: Geometry, *, world_size: int | None = None) -> Workload:
@@ -87,7 +68,7 @@ def workload(spec: JobSpec, geometry: Geometry, *, world_size: int | None = None
         strategy=fsdp.sharding_strategy,
         compute_bytes=DTYPE_BYTES[precision.param_dtype],
         reduce_bytes=DTYPE_BYTES[precision.reduce_dtype],
-        optimizer_states=0 if sgd_without_momentum else _OPTIMIZER_STATES[spec.optimizer.name],
+        optimizer_states=0 if sgd_without_momentum else OPTIMIZER_STATES[spec.optimizer.name],
         activation_checkpointing=fsdp.activation_checkpointing,
         ac_every=fsdp.ac_every,
         attention=spec.model.attention,

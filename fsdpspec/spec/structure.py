@@ -13,6 +13,7 @@ from jsonschema.exceptions import ValidationError as SchemaError
 from pydantic import ValidationError
 
 from fsdpspec.convert.accelerate_vocab import KEY_TO_FIELD, value_alias
+from fsdpspec.semantics import DEFAULT_RDZV_PORT
 from fsdpspec.spec.diagnostics import Diagnostic, error
 from fsdpspec.spec.load import join
 from fsdpspec.spec.suggest import closest
@@ -242,7 +243,8 @@ def invariants(spec: JobSpec) -> Iterator[Diagnostic]:
                     "carry their own", "/model/geometry", "remove model.geometry")
     if spec.resources.nodes > 1 and spec.launch.rdzv_endpoint is None:
         yield error("FS025", f"nodes: {spec.resources.nodes} needs launch.rdzv_endpoint",
-                    "/resources/nodes", "set launch.rdzv_endpoint: <head-node>:29500")
+                    "/resources/nodes",
+                    f"set launch.rdzv_endpoint: <head-node>:{DEFAULT_RDZV_PORT}")
     if spec.data.source in ("text", "jsonl") and spec.data.path is None:
         yield error("FS025", f"data.source {spec.data.source} needs data.path", "/data/source",
                     "set data.path to a local file or directory")

@@ -21,7 +21,6 @@ Dtype = Literal["bfloat16", "float16", "float32"]
 ShardingStrategy = Literal[
     "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"
 ]
-HYBRID_STRATEGIES = ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 PresetName = Literal[tuple(preset_names())]  # type: ignore[valid-type]
 AcceleratorName = Literal[tuple(accelerator_names())]  # type: ignore[valid-type]
 # Counts are capped at int32: larger values are typos, and torch would overflow on them.

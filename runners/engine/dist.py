@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from fsdpspec.spec.v1 import HYBRID_STRATEGIES, JobSpec
+from fsdpspec.semantics import mesh_shape, requested_shard_group
+from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.errors import EngineError
 
 
@@ -93,17 +94,13 @@ def teardown(*, clean: bool) -> None:
 
 def build_mesh(spec: JobSpec, runtime: Runtime) -> DeviceMesh:
     """1-D mesh for the sharded strategies; 2-D (replicate, shard) for hybrid and NO_SHARD."""
-    strategy = spec.fsdp.sharding_strategy
     world = runtime.world_size
-    if strategy == "NO_SHARD":
-        shape = (world, 1)
-    elif strategy in HYBRID_STRATEGIES:
-        group = spec.fsdp.shard_group_size or spec.resources.gpus_per_node
-        if world % group:
-            raise EngineError(f"fsdp.shard_group_size {group} does not divide {world} processes")
-        shape = (world // group, group)
-    else:
-        return init_device_mesh(runtime.device.type, (world,), mesh_dim_names=("shard",))
+    shape = mesh_shape(spec, world)
+    if len(shape) == 1:
+        return init_device_mesh(runtime.device.type, shape, mesh_dim_names=("shard",))
+    if world % shape[1]:
+        group = requested_shard_group(spec)
+        raise EngineError(f"fsdp.shard_group_size {group} does not divide {world} processes")
     return init_device_mesh(runtime.device.type, shape, mesh_dim_names=("replicate", "shard"))
 
 

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fsdpspec.semantics import syncs_gradients
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.checkpoint import TrainState, save_checkpoint
 from fsdpspec_runners.engine.dist import Runtime, all_reduce_max, all_reduce_sum, console
@@ -73,11 +74,8 @@ def forward_backward(
 
 
 def _gradient_sync(model: nn.Module, sync: bool, strategy: str) -> AbstractContextManager[None]:
-    """Under NO_SHARD, reduce gradients only on the last micro-batch of a step: they are
-    whole on every rank anyway. The sharded strategies reduce every micro-batch, so the
-    accumulated gradients stay sharded: skipping the reduction would keep every unsharded
-    gradient alive until the last micro-batch (30 GiB per rank for an 8B model)."""
-    sync = sync or strategy != "NO_SHARD"
+    """Reduce this micro-batch's gradients or not (`fsdpspec.semantics.syncs_gradients`)."""
+    sync = syncs_gradients(strategy, last_micro_batch=sync)
     if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
         model.set_requires_gradient_sync(sync)
         return nullcontext()

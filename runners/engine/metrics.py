@@ -15,43 +15,33 @@ from typing import Any
 import torch
 from torch import nn
 
-from fsdpspec.catalog.accelerators import CATALOG
 from fsdpspec.plan.geometry import GeometryError, geometry_from_config
+from fsdpspec.semantics import model_flops_per_token
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.errors import EngineError
 
 _GIB = 1 << 30
 
 
-def count_parameters(model: nn.Module, config: dict[str, Any] | None) -> int:
-    """Unsharded parameter count: the planner's exact count from the model's config when
-    there is one (FSDP1's flat shards report only their local size), else the model's
-    own parameters (FSDP2's DTensors report their global shape)."""
-    if config is not None:
-        try:
-            return geometry_from_config(config).total_params
-        except GeometryError:
-            pass
-    return sum(p.numel() for p in model.parameters())
-
-
-def flops_per_token(num_params: int, config: dict[str, Any] | None, seq_len: int) -> float:
-    """Training FLOPs per token: 6·N for the matmuls plus attention scores and values
-    (12·layers·width·seq_len), as in the PaLM paper's MFU."""
-    flops = 6.0 * num_params
-    if config is not None:
-        flops += 12.0 * config["num_hidden_layers"] * config["hidden_size"] * seq_len
-    return flops
+def flops_per_token(model: nn.Module, config: dict[str, Any] | None, seq_len: int) -> float:
+    """MFU's FLOPs per token (`fsdpspec.semantics.model_flops_per_token`) from the
+    planner's geometry of the model's config, so MFU and plan agree. A model without a
+    countable config (a factory) counts its own parameters (FSDP2's DTensors report
+    their global shape) and no attention term."""
+    try:
+        g = geometry_from_config(config) if config is not None else None
+    except GeometryError:
+        g = None
+    if g is None:
+        return model_flops_per_token(parameters=sum(p.numel() for p in model.parameters()),
+                                     num_layers=0, q_width=0, seq_len=seq_len)
+    return model_flops_per_token(parameters=g.total_params, num_layers=g.num_layers,
+                                 q_width=g.q_width, seq_len=seq_len)
 
 
 def peak_tflops(spec: JobSpec) -> float:
     """The device's dense peak for the compute dtype (0 when unknown)."""
-    accel = spec.resources.accelerator
-    entry = CATALOG[accel] if isinstance(accel, str) else accel
-    dtype = spec.fsdp.mixed_precision.param_dtype
-    return {"bfloat16": entry.bf16_tflops, "float16": entry.fp16_tflops}.get(
-        dtype, entry.fp32_tflops
-    )
+    return spec.device().peak_tflops(spec.fsdp.mixed_precision.param_dtype)
 
 
 def peak_memory_gib(device: torch.device) -> dict[str, float]:

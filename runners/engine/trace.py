@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from fsdpspec.plan.workload import accumulation_steps, shard_group_size
+from fsdpspec.semantics import accumulation_steps, shard_group_size
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.local.resolved import absolute_inputs
 

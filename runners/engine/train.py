@@ -22,7 +22,6 @@ from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.loop import Trainer, train
 from fsdpspec_runners.engine.metrics import (
     MetricsSink,
-    count_parameters,
     flops_per_token,
     peak_tflops,
 )
@@ -114,8 +113,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
         scaler=build_grad_scaler(spec, runtime.device),
         stop=StopRequest().install(),
         sink=MetricsSink(spec, run_dir, runtime.is_main, resumed_step=state.step),
-        flops_per_token=flops_per_token(
-            count_parameters(model, geometry), geometry, spec.data.seq_len),
+        flops_per_token=flops_per_token(model, geometry, spec.data.seq_len),
         peak_flops=peak_tflops(spec) * 1e12,
     )
 

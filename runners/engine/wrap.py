@@ -18,17 +18,17 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 from torch.distributed.device_mesh import DeviceMesh
 
 from fsdpspec.catalog.modelconfig import layer_classes
+from fsdpspec.semantics import (
+    DTYPE_BYTES,
+    HYBRID_STRATEGIES,
+    fsdp1_option,
+    is_checkpointed,
+    reshards_after_forward,
+)
 from fsdpspec.spec.v1 import Fsdp, JobSpec, MixedPrecision
 from fsdpspec_runners.engine.errors import EngineError
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_RESHARD_AFTER_FORWARD = {
-    "FULL_SHARD": True,
-    "SHARD_GRAD_OP": False,
-    "NO_SHARD": False,
-    "HYBRID_SHARD": True,
-    "HYBRID_SHARD_ZERO2": False,
-}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_BYTES}
 
 
 def find_layers(model: nn.Module, spec: JobSpec, config: dict[str, Any] | None) -> list[nn.Module]:
@@ -46,7 +46,6 @@ def apply_activation_checkpointing(
     """Wrap every layer (full) or one in ``ac_every`` (selective); return the new layers."""
     if fsdp.activation_checkpointing == "none":
         return layers
-    every = 1 if fsdp.activation_checkpointing == "full" else fsdp.ac_every
     parents = {
         id(child): (parent, name)
         for parent in model.modules()
@@ -54,7 +53,7 @@ def apply_activation_checkpointing(
     }
     wrapped = []
     for index, layer in enumerate(layers):
-        if index % every == 0:
+        if is_checkpointed(fsdp.activation_checkpointing, fsdp.ac_every, index):
             parent, name = parents[id(layer)]
             layer = checkpoint_wrapper(layer, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
             setattr(parent, name, layer)
@@ -102,7 +101,7 @@ def shard_fsdp2(
     options = dict(
         mesh=mesh, mp_policy=_fsdp2_precision(fsdp.mixed_precision), offload_policy=offload
     )
-    reshard = _RESHARD_AFTER_FORWARD[fsdp.sharding_strategy]
+    reshard = reshards_after_forward(fsdp.sharding_strategy)
     for index, unit in enumerate(units):
         # The last unit's parameters are needed again at once by backward: keep them.
         fully_shard(unit, reshard_after_forward=reshard and index < len(units) - 1, **options)
@@ -133,7 +132,7 @@ def wrap_fsdp1(
     prefetch = (
         None if fsdp.backward_prefetch == "NONE" else BackwardPrefetch[fsdp.backward_prefetch]
     )
-    hybrid = fsdp.sharding_strategy.startswith("HYBRID")
+    hybrid = fsdp.sharding_strategy in HYBRID_STRATEGIES
     on_meta = any(p.is_meta for p in model.parameters())
     return FSDP(
         model,
@@ -145,8 +144,8 @@ def wrap_fsdp1(
         cpu_offload=CPUOffload(offload_params=fsdp.cpu_offload),
         backward_prefetch=prefetch,
         forward_prefetch=fsdp.forward_prefetch,
-        limit_all_gathers=True if fsdp.limit_all_gathers is None else fsdp.limit_all_gathers,
-        use_orig_params=True if fsdp.use_orig_params is None else fsdp.use_orig_params,
+        limit_all_gathers=fsdp1_option(fsdp, "limit_all_gathers"),
+        use_orig_params=fsdp1_option(fsdp, "use_orig_params"),
         sync_module_states=fsdp1_syncs_states(fsdp, device),
         param_init_fn=(lambda m: m.to_empty(device=device, recurse=False)) if on_meta else None,
         device_id=device,

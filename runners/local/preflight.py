@@ -113,7 +113,8 @@ def checkpoint_bytes(spec: JobSpec, model_config: dict | None) -> int | None:
     """Bytes of one sharded checkpoint, summed over ranks: fp32 parameters plus the
     optimizer's fp32 states (the planner's counts). None when the model has no geometry."""
     from fsdpspec.plan.geometry import GeometryError, geometry_from_config
-    from fsdpspec.plan.workload import MASTER_BYTES, workload
+    from fsdpspec.plan.workload import workload
+    from fsdpspec.semantics import MASTER_BYTES
 
     if model_config is None:
         return None

@@ -1,4 +1,4 @@
-"""A user's own model for tests/test_engine.py: ``model.factory: engine_factory:build``.
+"""A user's own model for tests/engine/test_engine.py: ``model.factory: engine_factory:build``.
 
 Deliberately not a transformers model: the engine must shard, initialise, train and
 export any ``nn.Module`` that maps token ids to logits.

@@ -20,6 +20,7 @@ from fsdpspec.plan.geometry import geometry_from_config
 from fsdpspec.plan.host import PROCESS_OVERHEAD_BYTES, host_memory
 from fsdpspec.plan.memory import device_memory
 from fsdpspec.plan.planner import plan_job
+from fsdpspec.plan.report import plan_json
 from fsdpspec.plan.workload import workload
 from fsdpspec.spec.v1 import JobSpec
 
@@ -228,7 +229,7 @@ def test_flops_follow_6n_plus_attention() -> None:
 
 
 def test_plan_json_has_the_stable_keys() -> None:
-    data = plan_job(make_spec(), CONFIG).to_json()
+    data = plan_json(plan_job(make_spec(), CONFIG))
     assert data["parameters"]["total"] == TOTAL
     assert data["world_size"] == 4
     device = data["memory"]["device"]

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_jobs import final_weights, metrics
 from fault_jobs import ROOT, fsdpspec_run, job_file, run_argv, run_dir, run_env
-from test_engine import final_weights, metrics
 
 torch = pytest.importorskip("torch")
 

@@ -1,5 +1,5 @@
-"""A user's model that goes non-finite on purpose, for tests/test_nonfinite.py:
-``model.factory: nonfinite_model:build`` (with tests/ on PYTHONPATH).
+"""A user's model that goes non-finite on purpose, for tests/engine/test_nonfinite.py:
+``model.factory: nonfinite_model:build`` (with tests/support/ on PYTHONPATH).
 
 It is engine_factory's TinyLM, except on the rank named by ``FSDPSPEC_TEST_NONFINITE_RANK``
 (default 1) during the steps listed (comma-separated) in

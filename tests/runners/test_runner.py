@@ -15,16 +15,18 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 from ruamel.yaml import YAML
+from sbatch_stub import recorded, run_sbatch
 
 from conftest import ROOT
+from fsdpspec.spec.names import kubernetes_name
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.errors import LaunchError
-from fsdpspec_runners.kubernetes import dns1035_name, manifest, manifest_documents
+from fsdpspec_runners.kubernetes import manifest, manifest_documents
 from fsdpspec_runners.local.resolved import resolved_document
 from fsdpspec_runners.slurm import sbatch_script
 from fsdpspec_runners.torchrun import build_torchrun_argv, launch_env
 
-GOLDEN = ROOT / "tests" / "runners"
+GOLDEN = ROOT / "tests" / "runners" / "golden"
 RUN_DIR = Path("/scratch/runs/llama-sft")
 
 
@@ -107,33 +109,6 @@ def test_sbatch_passes_bash_n(spec: JobSpec, tmp_path: Path) -> None:
     script.write_text(sbatch_script(spec, RUN_DIR))
     result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-
-
-def stub_bin(tmp_path: Path) -> Path:
-    """`srun` and `scontrol` that record their argv (NUL-separated) and do nothing else."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "srun").write_text(
-        f'#!/bin/bash\nprintf "%s\\0" "$@" > {tmp_path}/srun.argv\n')
-    (bin_dir / "scontrol").write_text(
-        f'#!/bin/bash\nprintf "%s\\0" "$@" > {tmp_path}/scontrol.argv\n'
-        'printf "gpu-node-07\\ngpu-node-08\\ngpu-node-09\\ngpu-node-10\\n"\n')
-    for stub in bin_dir.iterdir():
-        stub.chmod(0o755)
-    return bin_dir
-
-
-def run_sbatch(script_text: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    script = tmp_path / "job.sbatch"
-    script.write_text(script_text)
-    env = {**os.environ, "PATH": f"{stub_bin(tmp_path)}:{os.environ['PATH']}",
-           "SLURM_JOB_NODELIST": "gpu-node-[07-10]"}
-    return subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=30)
-
-
-def recorded(path: Path) -> list[str]:
-    return path.read_text().split("\0")[:-1]
 
 
 def test_sbatch_runs_one_torchrun_per_node_on_the_head_node(tmp_path: Path) -> None:
@@ -223,7 +198,7 @@ def test_manifest_needs_an_image() -> None:
 @pytest.mark.parametrize(("name", "expected"), [
     ("llama-sft", "llama-sft"), ("Qwen2.5_7B", "qwen2-5-7b"), ("7b-run", "job-7b-run")])
 def test_kubernetes_names(name: str, expected: str) -> None:
-    assert dns1035_name(name) == expected
+    assert kubernetes_name(name) == expected
 
 
 def test_bash_is_available() -> None:

@@ -1,4 +1,4 @@
-"""What the fault-injection tests share: a job file built from tests/test_engine.py's
+"""What the fault-injection tests share: a job file built from tests/engine/test_engine.py's
 small spec, started with `fsdpspec run` exactly as a user starts it (real torchrun,
 2 processes on gloo)."""
 
@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from test_engine import BASE, ROOT, merged
+from engine_jobs import BASE, ROOT, SUPPORT, merged
 
 NAME = BASE["metadata"]["name"]
 # One thread per process, so every run does the same floating-point work (bitwise
 # comparisons), and tests/ for the factory models.
-ENV = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+ENV = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(SUPPORT)])}
 
 
 def job_file(directory: Path, override: dict[str, Any]) -> Path:

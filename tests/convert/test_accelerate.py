@@ -17,7 +17,7 @@ from fsdpspec.convert import accelerate_vocab as vocab
 from fsdpspec.convert.accelerate import export_config
 from fsdpspec.validate import check_file
 
-CONFIGS = sorted((ROOT / "tests" / "accelerate").glob("*.yaml"))
+CONFIGS = sorted((ROOT / "tests" / "convert" / "configs").glob("*.yaml"))
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def test_import_validates_and_exports_back(config: Path, tmp_path: Path) -> None
 
 
 def test_legacy_prefetch_key_is_called_a_no_op(tmp_path: Path) -> None:
-    config = ROOT / "tests" / "accelerate" / "legacy-size-wrap-fp16.yaml"
+    config = ROOT / "tests" / "convert" / "configs" / "legacy-size-wrap-fp16.yaml"
     spec_file, stderr = import_to(config, tmp_path)
     line = next(i for i, text in enumerate(config.read_text().splitlines(), 1)
                 if "fsdp_backward_prefetch_policy" in text)
@@ -92,7 +92,7 @@ def test_legacy_prefetch_key_is_called_a_no_op(tmp_path: Path) -> None:
 
 
 def test_unknown_keys_are_reported_with_their_lines(tmp_path: Path) -> None:
-    config = ROOT / "tests" / "accelerate" / "unknown-keys-no-prefetch.yaml"
+    config = ROOT / "tests" / "convert" / "configs" / "unknown-keys-no-prefetch.yaml"
     _, stderr = import_to(config, tmp_path)
     assert (f"{config}:7: unknown key fsdp_offload_param (did you mean "
             "fsdp_offload_params?): not imported") in stderr
@@ -100,7 +100,7 @@ def test_unknown_keys_are_reported_with_their_lines(tmp_path: Path) -> None:
 
 
 def test_imported_spec_says_where_values_came_from(tmp_path: Path) -> None:
-    config = ROOT / "tests" / "accelerate" / "seed-numeric-strategy.yaml"
+    config = ROOT / "tests" / "convert" / "configs" / "seed-numeric-strategy.yaml"
     text = import_to(config, tmp_path)[0].read_text()
     assert re.search(r"sharding_strategy: FULL_SHARD +# from fsdp_sharding_strategy "
                      r"\(line 8\)", text)

@@ -1,5 +1,5 @@
 """Training faults, caused for real: one rank of two (torchrun, gloo) produces a NaN loss
-or a NaN gradient (tests/nonfinite_model.py) and the engine stops, or skips the step,
+or a NaN gradient (tests/support/nonfinite_model.py) and the engine stops, or skips the step,
 as ``train.on_nonfinite`` says — on every rank at the same step."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 
 import pytest
+from engine_jobs import final_weights, metrics
 from fault_jobs import fsdpspec_run, job_file, run_dir
-from test_engine import final_weights, metrics
 
 torch = pytest.importorskip("torch")
 

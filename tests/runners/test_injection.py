@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
-from test_runner import recorded, run_sbatch
+from sbatch_stub import recorded, run_sbatch
 
 from conftest import run_cli
 from fsdpspec.catalog.presets import preset_config

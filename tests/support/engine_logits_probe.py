@@ -1,4 +1,4 @@
-"""Run under torchrun by tests/test_engine.py: logits of the engine's sharded model.
+"""Run under torchrun by tests/engine/test_engine.py: logits of the engine's sharded model.
 
 argv: TRAINED_SPEC WEIGHTS_SPEC OUT. Builds the trained run exactly as the engine does
 (resuming its newest checkpoint), then a model loaded from ``model.weights``, and saves

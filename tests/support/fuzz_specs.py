@@ -1,4 +1,4 @@
-"""Mutations of valid specs for property-based fuzzing (tests/test_fuzz.py and
+"""Mutations of valid specs for property-based fuzzing (tests/spec/test_fuzz.py and
 benchmarks/fuzz.py): delete, duplicate, retype, rename keys, swap values, inject unicode."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ruamel.yaml import YAML
 from fsdpspec.spec.load import load_file
 from fsdpspec.validate import check_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEEDS = sorted((ROOT / "examples").glob("*.yaml")) + sorted(
     (ROOT / "tests" / "cases" / "valid").glob("*.yaml"))
 SEED_TEXTS = [p.read_text(encoding="utf-8") for p in SEEDS]
