@@ -22,6 +22,8 @@ import pytest
 from engine_jobs import final_weights, metrics
 from fault_jobs import ROOT, fsdpspec_run, job_file, run_argv, run_dir, run_env
 
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 
 JOB = {"train": {"max_steps": 6}, "checkpoint": {"interval_steps": 2}}

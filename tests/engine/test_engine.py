@@ -32,6 +32,8 @@ from engine_jobs import (  # noqa: E402
 from fsdpspec.spec.v1 import JobSpec  # noqa: E402
 from fsdpspec_runners.local.resolved import write_resolved_spec  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 # Each run covers one sharding strategy and folds in the orthogonal choices (precision,
 # offload, activation checkpointing); FULL_SHARD fp32 is the 10-step run further down.
 CONFIGS = {

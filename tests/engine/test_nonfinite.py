@@ -11,6 +11,8 @@ import pytest
 from engine_jobs import final_weights, metrics
 from fault_jobs import fsdpspec_run, job_file, run_dir
 
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 
 # One micro-batch per rank per step, so the model counts steps by its forward calls.

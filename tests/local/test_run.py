@@ -11,7 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.slow
 
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
 QUICKSTART_BUDGET_S = 180  # the README's promise on a 2-core machine

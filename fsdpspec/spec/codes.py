@@ -1,0 +1,85 @@
+"""The FS0xx codes: problems found while reading a spec (file, YAML, schema, models),
+before any lint rule runs. `fsdpspec explain FS0xx` reads them from here, as it reads
+the lint rules' codes from their registry; a test keeps every code the loader, schema
+check and validator emit listed here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LoadCode:
+    code: str
+    name: str
+    summary: str
+    doc: str
+
+
+def _codes(*rows: tuple[str, str, str, str]) -> dict[str, LoadCode]:
+    return {code: LoadCode(code, name, summary, doc) for code, name, summary, doc in rows}
+
+
+LOAD_CODES = _codes(
+    ("FS001", "unreadable-file", "the spec cannot be read",
+     "No such file, a directory, a FIFO or device, or an OS error while reading. Specs are "
+     "read only from regular files."),
+    ("FS002", "file-too-large", "the spec is larger than 1 MiB",
+     "A job spec is a page of YAML; the limit keeps a wrong path (a dataset, a checkpoint) "
+     "from being parsed."),
+    ("FS003", "not-utf8", "the spec is not UTF-8 text",
+     "Binary content (NUL bytes), another encoding (UTF-16/32, Latin-1) or an invalid byte. "
+     "Save the file as UTF-8."),
+    ("FS004", "yaml-syntax", "the YAML does not parse",
+     "A syntax error at the position shown: an unclosed bracket or quote, a bad indent, a "
+     "stray character."),
+    ("FS005", "empty-file", "the spec is empty",
+     "The file holds no document. `fsdpspec init` writes a starting spec."),
+    ("FS006", "several-documents", "the file holds more than one YAML document",
+     "A spec is one document; `---` separates several. Keep one spec per file."),
+    ("FS007", "not-a-mapping", "the document is not a mapping of fields",
+     "The top level must be a mapping (apiVersion, kind, metadata, …), not a list or a "
+     "scalar."),
+    ("FS008", "duplicate-key", "a key appears twice in one mapping",
+     "YAML would silently keep the last value; fsdpspec refuses the ambiguity and shows "
+     "where the key was first defined."),
+    ("FS009", "alias-bomb", "aliases expand the document beyond the node limit",
+     "Anchors and aliases that expand exponentially (a 'billion laughs' document), or an "
+     "alias that contains itself."),
+    ("FS010", "tag-not-allowed", "a YAML tag or merge key is not allowed",
+     "Tags (`!!python/object`, custom `!tags`) and merge keys (`<<`) are refused: a spec is "
+     "plain data."),
+    ("FS011", "key-not-string", "a mapping key is not a string",
+     "Keys such as `1`, `true` or `null` parse as numbers, booleans or null. Quote the key."),
+    ("FS012", "tab-indent", "a tab is used for indentation",
+     "YAML indents with spaces only; replace the tab."),
+    ("FS013", "api-version", "apiVersion is missing or unsupported",
+     "Every spec starts with `apiVersion: fsdpspec/v1`; the message lists the supported "
+     "versions."),
+    ("FS014", "kind", "kind is not TrainingJob",
+     "Write `kind: TrainingJob`."),
+    ("FS015", "too-deep", "nesting deeper than the limit",
+     "Mappings and lists nested deeper than any spec needs."),
+    ("FS020", "unknown-field", "a field that the schema does not define",
+     "Usually a typo: the hint names the closest field. Sections forbid unknown keys so "
+     "that a misspelt option is never silently ignored."),
+    ("FS021", "missing-field", "a required field is missing",
+     "The position is the section that should hold the field."),
+    ("FS022", "wrong-type", "a value has the wrong type",
+     "Types are strict: `\"2048\"` is not a number and `yes` is not a boolean."),
+    ("FS023", "not-in-enum", "a value is not one of the allowed choices",
+     "The hint names the closest allowed value."),
+    ("FS024", "constraint", "a value breaks a constraint of its field",
+     "Out of range, too long, or not matching the field's pattern."),
+    ("FS025", "invariant", "fields that are valid alone contradict each other",
+     "Exactly one model source; multi-node needs `launch.rdzv_endpoint`; text and jsonl "
+     "sources need `data.path`; `geometry` only describes a factory model."),
+    ("FS030", "model-config", "the model's config cannot be used",
+     "`model.hf_config` is unreadable, or its config.json lacks or mistypes a field the "
+     "planner needs."),
+)
+
+
+def explain_load_code(code: LoadCode) -> str:
+    """Plain text for `fsdpspec explain FS0xx`."""
+    return f"{code.code} {code.name} (error): {code.summary}\n\n{code.doc}\n"
