@@ -45,7 +45,7 @@ def measure(row: tuple, torch) -> tuple[int, int, int, int]:
         cuda = torch.device("cuda")
         mesh = init_device_mesh("cuda", (shard,))
         model = build_model(spec, on_meta=True)
-        optimizer = shard_job(spec, config, model, mesh, cuda)
+        optimizer = shard_job(spec, model, mesh, cuda)
         train_step(spec, model, optimizer, cuda)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()

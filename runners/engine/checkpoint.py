@@ -10,16 +10,12 @@ A save writes into ``.tmp-step-N``, renames it to ``step-N`` once every rank's s
 the metadata are on disk, then updates ``latest``; a kill at any moment leaves the
 previous checkpoint intact. Resume only considers ``step-N`` directories holding DCP's
 ``.metadata``, so a half-written save is never chosen.
-
-Test hook: ``FSDPSPEC_TEST_PAUSE_IN_SAVE=<seconds>`` sleeps after the shards are written
-and before the rename, so a test can kill a rank mid-save.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,10 +30,10 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from fsdpspec_runners.engine import faults
 from fsdpspec_runners.engine.dist import Runtime
 from fsdpspec_runners.engine.errors import EngineError
 
-PAUSE_ENV = "FSDPSPEC_TEST_PAUSE_IN_SAVE"
 _PREFIX = "step-"
 
 
@@ -135,9 +131,7 @@ def save_checkpoint(
     dist.barrier()
     dcp.save(_checkpoint_state(state, runtime, full_state_dict), checkpoint_id=str(tmp))
     dist.barrier()  # every rank's shards and rank 0's metadata are written
-    pause = float(os.environ.get(PAUSE_ENV, "0") or 0)
-    if pause > 0:
-        time.sleep(pause)
+    faults.in_save()
     if runtime.is_main:
         _publish(tmp, final)
         _rotate(run_dir, keep_last)

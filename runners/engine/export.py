@@ -13,17 +13,13 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from fsdpspec.spec.v1 import JobSpec
+from fsdpspec_runners.engine.adapter import fsdp_adapter
 from fsdpspec_runners.engine.dist import Runtime
 from fsdpspec_runners.engine.model import tied_weight_keys
 from fsdpspec_runners.engine.wrap import DTYPES
 
 FINAL_DIR = "final"
 WEIGHTS_FILE = "model.safetensors"
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The user's module under an FSDP1 wrapper (FSDP2 keeps the module itself)."""
-    return getattr(model, "module", model)
 
 
 def export_final(model: nn.Module, spec: JobSpec, run_dir: Path, runtime: Runtime) -> Path:
@@ -37,7 +33,8 @@ def export_final(model: nn.Module, spec: JobSpec, run_dir: Path, runtime: Runtim
     )
     target = run_dir / FINAL_DIR
     if runtime.is_main:
-        _write(unwrap(model), full, DTYPES[spec.checkpoint.final.dtype], target)
+        module = fsdp_adapter(spec.fsdp.version).unwrap(model)
+        _write(module, full, DTYPES[spec.checkpoint.final.dtype], target)
     return target
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,14 +12,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fsdpspec.semantics import syncs_gradients
 from fsdpspec.spec.v1 import JobSpec
+from fsdpspec_runners.engine import faults
+from fsdpspec_runners.engine.adapter import fsdp_adapter
 from fsdpspec_runners.engine.checkpoint import TrainState, save_checkpoint
 from fsdpspec_runners.engine.dist import Runtime, all_reduce_max, all_reduce_sum, console
 from fsdpspec_runners.engine.errors import EngineError
 from fsdpspec_runners.engine.export import export_final
 from fsdpspec_runners.engine.metrics import MetricsSink, peak_memory_gib
-from fsdpspec_runners.engine.optim import clip_to_norm, fsdp1_clip, local_square_norm
 from fsdpspec_runners.engine.signals import StopRequest
 
 _IGNORE = -100  # label of the last position, which has no next token
@@ -73,39 +72,27 @@ def forward_backward(
     return loss.detach()
 
 
-def _gradient_sync(model: nn.Module, sync: bool, strategy: str) -> AbstractContextManager[None]:
-    """Reduce this micro-batch's gradients or not (`fsdpspec.semantics.syncs_gradients`)."""
-    sync = syncs_gradients(strategy, last_micro_batch=sync)
-    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
-        model.set_requires_gradient_sync(sync)
-        return nullcontext()
-    return nullcontext() if sync else model.no_sync()  # FSDP1
-
-
 def train_step(trainer: Trainer) -> StepResult:
     """Accumulate gradients over the step's micro-batches, clip, check, update."""
     state, runtime = trainer.state, trainer.runtime
-    trainer.stop.at_step_start(state.step + 1)
+    faults.at_step_start(state.step + 1)
     micro_batches = state.batches.next_step()
+    adapter = fsdp_adapter(trainer.spec.fsdp.version)
     losses = []
     for index, batch in enumerate(micro_batches):
         last = index == len(micro_batches) - 1
-        with _gradient_sync(state.model, last, trainer.spec.fsdp.sharding_strategy):
+        with adapter.gradient_sync(state.model, trainer.spec.fsdp.sharding_strategy, last):
             losses.append(forward_backward(trainer, batch, len(micro_batches)))
     loss_sum = torch.stack(losses).double().sum().item()
     if trainer.scaler:
         trainer.scaler.unscale_(state.optimizer)
     max_norm = trainer.spec.optimizer.grad_clip_norm
-    square = local_square_norm(state.model)
     # One collective agrees on the loss, the stop request and (FSDP2) the gradient norm.
     total, stops, squares = all_reduce_sum(
-        [loss_sum, float(trainer.stop.requested), square or 0.0], runtime.device
+        [loss_sum, float(trainer.stop.requested), adapter.local_square_norm(state.model)],
+        runtime.device,
     )
-    if square is None:
-        grad_norm = fsdp1_clip(state.model, max_norm)
-    else:
-        grad_norm = math.sqrt(squares)
-        clip_to_norm(state.model, grad_norm, max_norm)
+    grad_norm = adapter.clip(state.model, squares, max_norm)
     loss = total / (len(micro_batches) * runtime.world_size)
     lr = state.scheduler.get_last_lr()[0]
     skipped = _apply_update(trainer, loss, grad_norm)

@@ -76,7 +76,7 @@ def trace_job(spec: JobSpec, config: dict[str, Any], base_dir: Path) -> TraceRes
 
         model = build_model(spec, on_meta=True)
         with FakeTensorMode(allow_non_fake_inputs=True), _unpacked_sequences():
-            return _run(spec, config, model, mesh, shard, torch)
+            return _run(spec, model, mesh, shard, torch)
     finally:
         dist.destroy_process_group()
 
@@ -102,21 +102,15 @@ def _unpacked_sequences() -> Iterator[None]:
         yield
 
 
-def shard_job(spec: JobSpec, config: dict[str, Any], model: Any, mesh: Any,
-              device: Any) -> Any:
+def shard_job(spec: JobSpec, model: Any, mesh: Any, device: Any) -> Any:
     """Checkpoint, shard and materialise ``model`` as the engine does; return its
     optimizer (shared with benchmarks/plan_gpu_check.py, which runs it on a real GPU)."""
     from fsdpspec_runners.engine.optim import build_optimizer
-    from fsdpspec_runners.engine.wrap import (
-        apply_activation_checkpointing,
-        choose_units,
-        find_layers,
-        shard_fsdp2,
-    )
+    from fsdpspec_runners.engine.wrap import parallelize
 
-    layers = apply_activation_checkpointing(model, find_layers(model, spec, config),
-                                            spec.fsdp)
-    shard_fsdp2(model, choose_units(model, layers, spec.fsdp), spec.fsdp, mesh, device)
+    # Fake tensors are not compiled: the trace measures what eager FSDP2 allocates.
+    uncompiled = spec.model_copy(update={"train": spec.train.model_copy(update={"compile": False})})
+    parallelize(model, uncompiled, mesh, device)
     model.to_empty(device=device)
     optimizer = build_optimizer(model.parameters(), spec.optimizer)
     # On a GPU the optimizers default to the multi-tensor (foreach) kernels; the CPU
@@ -132,7 +126,8 @@ def train_step(spec: JobSpec, model: Any, optimizer: Any, device: Any,
     synchronised as the engine does); returns the micro-batches run."""
     import torch
 
-    from fsdpspec_runners.engine.loop import _gradient_sync, causal_lm_loss
+    from fsdpspec_runners.engine.adapter import Fsdp2
+    from fsdpspec_runners.engine.loop import causal_lm_loss
 
     micro = min(2, accumulation_steps(spec))
     shape = (spec.data.micro_batch_size, spec.data.seq_len)
@@ -140,7 +135,7 @@ def train_step(spec: JobSpec, model: Any, optimizer: Any, device: Any,
         if index and between_micro_batches is not None:
             between_micro_batches()
         batch = torch.randint(0, model.config.vocab_size, shape, device=device)
-        with _gradient_sync(model, index == micro - 1, spec.fsdp.sharding_strategy):
+        with Fsdp2().gradient_sync(model, spec.fsdp.sharding_strategy, index == micro - 1):
             loss = causal_lm_loss(model, batch)
             (loss / micro).backward()
         del loss
@@ -149,12 +144,12 @@ def train_step(spec: JobSpec, model: Any, optimizer: Any, device: Any,
     return micro
 
 
-def _run(spec: JobSpec, config: dict[str, Any], model: Any, mesh: Any, shard: int,
+def _run(spec: JobSpec, model: Any, mesh: Any, shard: int,
          torch: Any) -> TraceResult:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
     cpu = torch.device("cpu")
-    optimizer = shard_job(spec, config, model, mesh, cpu)
+    optimizer = shard_job(spec, model, mesh, cpu)
     for _ in range(TRACED_STEPS):
         # A fresh tracker per step: the last step is the steady state (optimizer state
         # exists). The first step's lazy state initialisation on DTensors is over-counted

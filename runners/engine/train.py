@@ -28,26 +28,17 @@ from fsdpspec_runners.engine.metrics import (
 from fsdpspec_runners.engine.model import build_model, load_weights, materialise, model_geometry
 from fsdpspec_runners.engine.optim import build_grad_scaler, build_optimizer, build_scheduler
 from fsdpspec_runners.engine.signals import StopRequest
-from fsdpspec_runners.engine.wrap import (
-    apply_activation_checkpointing,
-    choose_units,
-    compile_layers,
-    find_layers,
-    fsdp1_syncs_states,
-    shard_fsdp2,
-    wrap_fsdp1,
-)
+from fsdpspec_runners.engine.wrap import fsdp1_syncs_states, parallelize
 from fsdpspec_runners.local.resolved import read_resolved_spec
 
 
 def build_fsdp_model(spec: JobSpec, runtime: Runtime) -> torch.nn.Module:
     """The model, checkpointed, sharded and initialised (or loaded) as the spec says."""
+    mesh = build_mesh(spec, runtime)
     if spec.fsdp.version == 2:
-        model = build_model(spec, on_meta=True)
-        layers = _prepare_layers(model, spec)
-        units = choose_units(model, layers, spec.fsdp)
-        _describe(spec, runtime, len(units))
-        shard_fsdp2(model, units, spec.fsdp, build_mesh(spec, runtime), runtime.device)
+        model, num_units = parallelize(build_model(spec, on_meta=True), spec, mesh,
+                                       runtime.device)
+        _describe(spec, runtime, num_units)
         materialise(model, runtime.device, spec.train.seed)
         if spec.model.weights:
             load_weights(model, spec, runtime, sharded=True)
@@ -62,10 +53,9 @@ def build_fsdp_model(spec: JobSpec, runtime: Runtime) -> torch.nn.Module:
     model = build_model(spec, on_meta=on_meta)
     if spec.model.weights:
         load_weights(model, spec, runtime, sharded=False)
-    layers = _prepare_layers(model, spec)
-    units = choose_units(model, layers, spec.fsdp)
-    _describe(spec, runtime, len(units))
-    return wrap_fsdp1(model, units, spec.fsdp, build_mesh(spec, runtime), runtime.device)
+    model, num_units = parallelize(model, spec, mesh, runtime.device)
+    _describe(spec, runtime, num_units)
+    return model
 
 
 def _describe(spec: JobSpec, runtime: Runtime, num_units: int) -> None:
@@ -78,15 +68,6 @@ def _describe(spec: JobSpec, runtime: Runtime, num_units: int) -> None:
         f"params {fsdp.mixed_precision.param_dtype}, {runtime.world_size} processes on "
         f"{runtime.device.type}",
     )
-
-
-def _prepare_layers(model: torch.nn.Module, spec: JobSpec) -> list[torch.nn.Module]:
-    """Find the transformer layers, then checkpoint and compile them (before FSDP)."""
-    layers = find_layers(model, spec, model_geometry(spec))
-    layers = apply_activation_checkpointing(model, layers, spec.fsdp)
-    if spec.train.compile:
-        compile_layers(layers)
-    return layers
 
 
 def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:

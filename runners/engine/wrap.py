@@ -27,8 +27,24 @@ from fsdpspec.semantics import (
 )
 from fsdpspec.spec.v1 import Fsdp, JobSpec, MixedPrecision
 from fsdpspec_runners.engine.errors import EngineError
+from fsdpspec_runners.engine.model import model_geometry
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_BYTES}
+
+
+def parallelize(model: nn.Module, spec: JobSpec, mesh: DeviceMesh,
+                device: torch.device) -> tuple[nn.Module, int]:
+    """torchtitan's order: activation checkpointing, then compile, then FSDP2 (each unit,
+    then the root) or FSDP1. Returns the wrapped model and its number of units besides
+    the root."""
+    layers = find_layers(model, spec, model_geometry(spec))
+    layers = apply_activation_checkpointing(model, layers, spec.fsdp)
+    if spec.train.compile:
+        compile_layers(layers)
+    units = choose_units(model, layers, spec.fsdp)
+    if spec.fsdp.version == 2:
+        return shard_fsdp2(model, units, spec.fsdp, mesh, device), len(units)
+    return wrap_fsdp1(model, units, spec.fsdp, mesh, device), len(units)
 
 
 def find_layers(model: nn.Module, spec: JobSpec, config: dict[str, Any] | None) -> list[nn.Module]:

@@ -4,8 +4,8 @@ the middle of a step, and the job still ends with exactly the weights of a run n
 killed (bitwise: fp32 on the CPU, one thread per process).
 
 Every run is the same job: tiny-llama, seq_len 32, constant lr, 6 steps, a checkpoint
-every 2 steps. Killing is done by the engine's test hooks (FSDPSPEC_TEST_PAUSE_IN_SAVE in
-runners/engine/checkpoint.py, FSDPSPEC_TEST_KILL_AT_STEP in runners/engine/signals.py)
+every 2 steps. Killing is done by the engine's fault-injection point (runners/engine/faults.py:
+FSDPSPEC_TEST_PAUSE_IN_SAVE, FSDPSPEC_TEST_KILL_AT_STEP)
 and by this test's own SIGKILL.
 """
 

@@ -242,7 +242,7 @@ def test_rules_and_explain_commands(cli) -> None:
     assert explained.stdout.startswith("FS111 layer-cls-not-in-model (error): ")
     assert "FAIL:" in explained.stdout and "PASS:" in explained.stdout
     unknown = cli("explain", "FS999")
-    assert unknown.returncode == 2 and "no rule 'FS999'" in unknown.stderr
+    assert unknown.returncode == 2 and "no code 'FS999'" in unknown.stderr
 
 
 def test_accepted_classes_cover_what_transformers_builds() -> None:

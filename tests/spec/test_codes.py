@@ -30,8 +30,3 @@ def test_explain_prints_a_load_code(code: str) -> None:
     assert result.stdout.startswith(f"{code.upper()} ")
     assert LOAD_CODES[code.upper()].summary in result.stdout
 
-
-def test_explain_refuses_an_unknown_code() -> None:
-    result = run_cli("explain", "FS099")
-    assert result.returncode == 2
-    assert "no code 'FS099'" in result.stderr
