@@ -355,12 +355,12 @@ def _read(path: Path) -> tuple[bytes | None, Diagnostic | None]:
         return None, error("FS001", f"no such file: {path}")
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
         return None, error("FS001", f"cannot read {path}: {getattr(exc, 'strerror', exc)}")
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory, not a spec file" if stat.S_ISDIR(mode) else "not a regular file"
+        return None, error("FS001", f"{path} is {kind}")
     with os.fdopen(fd, "rb") as fh:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            return None, error("FS001", f"{path} is a directory, not a spec file")
-        if not stat.S_ISREG(mode):
-            return None, error("FS001", f"{path} is not a regular file")
         try:
             raw = fh.read(MAX_BYTES + 1)
         except OSError as exc:
