@@ -34,6 +34,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from fsdpspec.atomicio import publish_dir, write_text
 from fsdpspec_runners.engine.dist import Runtime
 from fsdpspec_runners.engine.errors import EngineError
 
@@ -147,25 +148,8 @@ def save_checkpoint(
 
 def _publish(tmp: Path, final: Path) -> None:
     """Rename the finished save into place, then point ``latest`` at it."""
-    if final.exists():  # a fresh run (resume: never) overwriting an old step of the same number
-        trash = final.with_name(f".trash-{final.name}")
-        os.replace(final, trash)
-        shutil.rmtree(trash)
-    os.replace(tmp, final)
-    _fsync_dir(final.parent)
-    marker = final.parent / "latest"
-    marker_tmp = final.parent / ".latest.tmp"
-    marker_tmp.write_text(final.name + "\n", encoding="utf-8")
-    os.replace(marker_tmp, marker)
-    _fsync_dir(final.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    publish_dir(tmp, final)  # a fresh run (resume: never) may replace an old step-N
+    write_text(final.parent / "latest", final.name + "\n")
 
 
 def _rotate(run_dir: Path, keep_last: int) -> None:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import socket
 from pathlib import Path
 from typing import Any
 
 from fsdpspec import __version__
+from fsdpspec.atomicio import write_text
 from fsdpspec.catalog.modelconfig import resolve_input_path
 from fsdpspec.spec.v1 import JobSpec
 
@@ -49,14 +48,7 @@ def write_resolved_spec(spec: JobSpec, run_dir: Path) -> Path:
     """Write run_dir/resolved-spec.json atomically (temp file, fsync, rename)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     target = run_dir / FILENAME
-    # Named for this process: nodes sharing the directory must not write one temp file.
-    tmp = target.with_name(f".{FILENAME}.{socket.gethostname()}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(resolved_document(spec, run_dir), fh, indent=2)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
+    write_text(target, json.dumps(resolved_document(spec, run_dir), indent=2) + "\n")
     return target
 
 
