@@ -13,7 +13,7 @@ from jsonschema.exceptions import ValidationError as SchemaError
 from pydantic import ValidationError
 
 from fsdpspec.convert.accelerate_vocab import KEY_TO_FIELD, value_alias
-from fsdpspec.spec.diagnostics import Diagnostic, error
+from fsdpspec.spec.diagnostics import Diagnostic, error, normalize_prefix
 from fsdpspec.spec.load import join
 from fsdpspec.spec.suggest import closest
 from fsdpspec.spec.v1 import JobSpec
@@ -243,6 +243,11 @@ def invariants(spec: JobSpec) -> Iterator[Diagnostic]:
     if spec.resources.nodes > 1 and spec.launch.rdzv_endpoint is None:
         yield error("FS025", f"nodes: {spec.resources.nodes} needs launch.rdzv_endpoint",
                     "/resources/nodes", "set launch.rdzv_endpoint: <head-node>:29500")
+    for index, entry in enumerate(spec.lint.ignore):
+        if not normalize_prefix(entry):
+            yield error("FS024", f"lint.ignore entry {entry!r} is not a rule code; an empty "
+                        "code would ignore every rule", f"/lint/ignore/{index}",
+                        "write a code or prefix such as FS503 or FS5, or remove the entry")
     if spec.data.source in ("text", "jsonl") and spec.data.path is None:
         yield error("FS025", f"data.source {spec.data.source} needs data.path", "/data/source",
                     "set data.path to a local file or directory")
