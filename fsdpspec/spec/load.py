@@ -168,6 +168,9 @@ class _Builder:
         except (ValueError, KeyError, TypeError, OverflowError):
             raise _refuse("FS016", f"{node.value[:40]!r} is not a valid {shown}", node,
                           "remove the tag or write a value of that type") from None
+        if isinstance(value, str) and "\x00" in value:
+            raise _refuse("FS016", "value holds a NUL character", node,
+                          "no field holds a NUL; remove the \\0 escape")
         if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
             raise _refuse("FS016", "integer is out of range", node,
                           "no field holds a number this large")
