@@ -185,11 +185,20 @@ def _checkpointed(w: Workload, index: int) -> bool:
     return index % (1 if w.activation_checkpointing == "full" else w.ac_every) == 0
 
 
+def _checkpointed_count(w: Workload, layers: int) -> int:
+    """How many of layers 0..layers-1 are checkpointed (counted, not looped: a config may
+    declare 2**31 layers)."""
+    if w.activation_checkpointing == "none":
+        return 0
+    every = 1 if w.activation_checkpointing == "full" else w.ac_every
+    return -(-layers // every)
+
+
 def _saved_through(w: Workload, index: int, full: int) -> int:
     """Bytes layers 0..index hold for backward (a checkpointed layer: its input)."""
     kept = act.checkpointed_layer_bytes(w.geometry, w.compute_bytes, w.micro_batch_size,
                                         w.seq_len)
-    checkpointed = sum(1 for i in range(index + 1) if _checkpointed(w, i))
+    checkpointed = _checkpointed_count(w, index + 1)
     return checkpointed * kept + (index + 1 - checkpointed) * full
 
 

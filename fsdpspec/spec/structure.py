@@ -4,6 +4,7 @@ the schema cannot express."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -227,6 +228,21 @@ def typed_spec(data: Any, already: list[Diagnostic]) -> tuple[JobSpec | None, li
         return None, extra
 
 
+_PATH_FIELDS = (("checkpoint", "dir"), ("data", "path"), ("data", "tokenizer"),
+                ("model", "weights"), ("model", "hf_config"))
+
+
+def _unexpandable_paths(spec: JobSpec) -> Iterator[Diagnostic]:
+    """A path starting `~user` for a user this machine does not know would become a
+    directory literally named `~user`."""
+    for section, key in _PATH_FIELDS:
+        value = getattr(getattr(spec, section), key)
+        if value and value.startswith("~") and os.path.expanduser(value) == value:
+            user = value.split("/", 1)[0]
+            yield error("FS024", f"{section}.{key}: {user} names no user on this machine",
+                        f"/{section}/{key}", "write the path out in full")
+
+
 def invariants(spec: JobSpec) -> Iterator[Diagnostic]:
     """Structural rules across fields that JSON Schema cannot say."""
     model = spec.model
@@ -243,6 +259,7 @@ def invariants(spec: JobSpec) -> Iterator[Diagnostic]:
     if spec.resources.nodes > 1 and spec.launch.rdzv_endpoint is None:
         yield error("FS025", f"nodes: {spec.resources.nodes} needs launch.rdzv_endpoint",
                     "/resources/nodes", "set launch.rdzv_endpoint: <head-node>:29500")
+    yield from _unexpandable_paths(spec)
     for index, entry in enumerate(spec.lint.ignore):
         if not normalize_prefix(entry):
             yield error("FS024", f"lint.ignore entry {entry!r} is not a rule code; an empty "
