@@ -15,7 +15,11 @@ import torch
 from pydantic import ValidationError
 
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.engine.checkpoint import TrainState, find_resume_checkpoint, load_checkpoint
+from fsdpspec_runners.engine.checkpoint import (
+    TrainState,
+    choose_resume_checkpoint,
+    load_checkpoint,
+)
 from fsdpspec_runners.engine.data import Batches, SequenceSource
 from fsdpspec_runners.engine.dist import Runtime, build_mesh, console, init_runtime, teardown
 from fsdpspec_runners.engine.errors import EngineError, first_line
@@ -101,7 +105,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     )
     batches = Batches(source, spec.data, runtime.rank, runtime.world_size)
     state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches)
-    resume_from = find_resume_checkpoint(spec.checkpoint.resume, run_dir)
+    resume_from = choose_resume_checkpoint(spec.checkpoint.resume, run_dir, runtime)
     if resume_from is not None:
         full = spec.fsdp.state_dict_type == "FULL_STATE_DICT"
         load_checkpoint(state, resume_from, runtime, full_state_dict=full)
