@@ -169,8 +169,9 @@ def _report(runtime: Runtime | None, exc: BaseException) -> None:
         message = (f"out of device memory: {first_line(exc)}; lower data.micro_batch_size, "
                    "or turn on fsdp.activation_checkpointing or fsdp.cpu_offload "
                    "(`fsdpspec plan` shows the terms)")
-    prefix = "" if runtime is None or runtime.is_main else f"rank {runtime.rank}: "
-    print(f"fsdpspec engine: error: {prefix}{message}", file=sys.stderr, flush=True)
+    # No rank in the line: ranks that fail together (a non-finite norm is all-reduced)
+    # race for the store, and the cause reads the same from each.
+    print(f"fsdpspec engine: error: {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
