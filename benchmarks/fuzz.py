@@ -1,9 +1,12 @@
-"""Fuzz the validation pipeline with mutated valid specs and print the crashes found.
+"""Fuzz every input channel and print, per channel, the examples run, the time and the
+crashes found.
 
-    python benchmarks/fuzz.py [--examples 10000] [--seed 0]
+    python benchmarks/fuzz.py [--examples 10000] [--seed 0] [--channel NAME]
 
-A crash is an uncaught exception, or a diagnostic without a code or with a position
-outside the file. Target: 0. Half the examples mutate the document, half the text.
+Channels: the spec as mutated documents, as damaged text and as raw bytes; `--set`
+flags; model config.json files; accelerate configs for `fsdpspec import`. A crash is an
+uncaught exception, a diagnostic without a code or a position, a multi-line --set error,
+or a failed import that wrote its output. Target: 0 crashes in every channel.
 """
 
 from __future__ import annotations
@@ -13,54 +16,88 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from fuzz_specs import check_text, dump, mutated_data, mutated_text  # noqa: E402
+from fuzz_specs import (  # noqa: E402
+    accelerate_configs,
+    check_accelerate,
+    check_model_config,
+    check_set_flag,
+    check_text,
+    dump,
+    model_configs,
+    mutated_data,
+    mutated_text,
+    set_flags,
+)
 
 
-def run(examples: int, seed: int) -> list[str]:
+def _raw_bytes(raw: bytes, tmp: Path) -> None:
+    from fsdpspec.validate import check_file
+
+    path = tmp / "spec.yaml"
+    path.write_bytes(raw)
+    check_file(path)
+
+
+# name → (strategy, check(example, temp dir))
+CHANNELS: dict[str, tuple[Any, Callable[[Any, Path], None]]] = {
+    "spec: mutated documents": (mutated_data(), lambda d, t: check_text(dump(d), t / "s.yaml")),
+    "spec: damaged text": (mutated_text(), lambda x, t: check_text(x, t / "s.yaml")),
+    "spec: raw bytes": (st.binary(max_size=2048), _raw_bytes),
+    "--set flags": (set_flags(), lambda flag, _t: check_set_flag(flag)),
+    "model config.json": (model_configs(), check_model_config),
+    "accelerate configs": (accelerate_configs(), lambda d, t: check_accelerate(dump(d), t)),
+}
+
+
+def fuzz_channel(name: str, examples: int, seed: int) -> tuple[int, list[str]]:
+    """(examples run, crash tracebacks) for one channel."""
+    strategy, check = CHANNELS[name]
     crashes: list[str] = []
-    config = settings(max_examples=examples, deadline=None, database=None,
-                      suppress_health_check=list(HealthCheck))
+    count = 0
 
-    def attempt(text: str) -> None:
+    @settings(max_examples=examples, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def run(example) -> None:
+        nonlocal count
+        count += 1
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                check_text(text, Path(tmp) / "spec.yaml")
+                check(example, Path(tmp))
             except Exception:  # a crash is a finding, not a stop
-                crashes.append(traceback.format_exc(limit=3))
+                crashes.append(traceback.format_exc(limit=4))
 
-    @config
-    @given(mutated_data())
-    def documents(data) -> None:
-        attempt(dump(data))
-
-    @config
-    @given(mutated_text())
-    def texts(text) -> None:
-        attempt(text)
-
-    for fuzz in (documents, texts):
-        fuzz._hypothesis_internal_use_seed = seed
-        fuzz()
-    return crashes
+    run._hypothesis_internal_use_seed = seed
+    run()
+    return count, crashes
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--examples", type=int, default=10_000)
+    parser.add_argument("--examples", type=int, default=10_000, help="per channel")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--channel", choices=list(CHANNELS), action="append")
     args = parser.parse_args()
-    start = time.perf_counter()
-    crashes = run(args.examples // 2, args.seed)
-    elapsed = time.perf_counter() - start
-    for crash in crashes[:5]:
-        print(crash)
-    print(f"examples: {args.examples}  crashes: {len(crashes)}  time: {elapsed:.1f} s")
-    raise SystemExit(1 if crashes else 0)
+    total = 0
+    for name in args.channel or CHANNELS:
+        start = time.perf_counter()
+        count, crashes = fuzz_channel(name, args.examples, args.seed)
+        elapsed = time.perf_counter() - start
+        for crash in crashes[:3]:
+            print(crash)
+        print(f"{name:<26} examples: {count:6d}  crashes: {len(crashes)}  "
+              f"time: {elapsed:6.1f} s", flush=True)
+        total += len(crashes)
+    print(f"crashes in all channels: {total}")
+    raise SystemExit(1 if total else 0)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ diagnostic; only a malformed --set raises (OverrideError, a usage error)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,8 +107,9 @@ def check_file(
 ) -> FileReport:
     """Validate one spec file. Raises only OverrideError (a usage error)."""
     loaded = load_file(path)
-    report = FileReport(loaded.file, loaded.text, path.resolve().parent, loaded.source_map,
-                        loaded.diagnostics)
+    # realpath, unlike Path.resolve, never raises (a symlink loop is reported by the load).
+    report = FileReport(loaded.file, loaded.text, Path(os.path.realpath(path)).parent,
+                        loaded.source_map, loaded.diagnostics)
     if loaded.data is None:
         return report
     apply_overrides(loaded.data, list(overrides), loaded.source_map)

@@ -6,10 +6,11 @@ geometry that is planned is the geometry that is trained.
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 from typing import Any
 
+from fsdpspec.catalog.configjson import ConfigJsonError, check_types, load_object
 from fsdpspec.catalog.presets import preset_config
 from fsdpspec.spec.v1 import Model
 
@@ -24,36 +25,31 @@ DECODER_LAYERS: dict[str, str] = {
     "phi3": "Phi3DecoderLayer",
 }
 
-MAX_CONFIG_BYTES = 1 << 20
-
 
 class ModelConfigError(ValueError):
     """A model source that cannot be read; the message is one line for the user."""
 
 
 def resolve_input_path(value: str, base_dir: Path) -> Path:
-    """Input paths in a spec are relative to the spec file's directory."""
-    path = Path(value).expanduser()
+    """Input paths in a spec are relative to the spec file's directory. A `~user` that
+    names nobody stays as written (the file is then missing, and reported so)."""
+    path = Path(os.path.expanduser(value))
     return path if path.is_absolute() else base_dir / path
 
 
 def read_hf_config(value: str, base_dir: Path) -> dict[str, Any]:
-    """Read a local config.json (or a directory holding one) as a dict."""
-    path = resolve_input_path(value, base_dir)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise ModelConfigError(f"no config.json at {path}")
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ModelConfigError(f"{path} is larger than 1 MiB; not a model config")
+    """Read a local config.json (or a directory holding one) as a dict, its types checked
+    for every key the planner and the engine read."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ModelConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelConfigError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ModelConfigError(f"{path} does not hold a JSON object")
+        path = resolve_input_path(value, base_dir)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.exists():
+            raise ModelConfigError(f"no config.json at {path}")
+        data = load_object(path)
+        check_types(data, str(path))
+    except ConfigJsonError as exc:
+        raise ModelConfigError(str(exc)) from None
     model_type = data.get("model_type")
     if model_type not in DECODER_LAYERS:
         known = ", ".join(DECODER_LAYERS)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from fsdpspec.catalog.modelconfig import layer_classes
@@ -16,11 +14,12 @@ from fsdpspec_runners.local.resolved import absolute_inputs
 
 
 def _slurm(report: FileReport) -> str:
+    from fsdpspec_runners.local.rundir import run_dir_path
     from fsdpspec_runners.slurm import sbatch_script
 
     assert report.spec is not None
     spec = absolute_inputs(report.spec, report.base_dir)
-    return sbatch_script(spec, Path(spec.run_dir()).absolute())
+    return sbatch_script(spec, run_dir_path(spec))
 
 
 def _kubernetes(report: FileReport) -> str:

@@ -63,6 +63,11 @@ def command(kind, config, output, name, preset, hf_config, accelerator) -> None:
         raise click.ClickException(f"{where}: {first.message}")
     if not isinstance(loaded.data, dict):
         raise click.ClickException(f"{config}: an accelerate config is a mapping")
+    fsdp = loaded.data.get("fsdp_config")
+    if fsdp is not None and not isinstance(fsdp, dict):
+        line = loaded.source_map.values["/fsdp_config"].line
+        raise click.ClickException(f"{config}:{line}: fsdp_config is not a mapping of "
+                                   "fsdp_* keys; nothing imported")
     model = {"hf_config": hf_config} if hf_config else {
         "preset": preset or _preset_for(loaded.data)}
     imported = import_config(loaded, name=name or kubernetes_name(Path(config).stem), model=model,

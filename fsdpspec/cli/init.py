@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
+from fsdpspec.atomicio import write_text
 from fsdpspec.catalog.accelerators import CATALOG, accelerator_names
 from fsdpspec.catalog.presets import preset_config, preset_names
 from fsdpspec.cli.output import deliver, output_option
@@ -99,7 +100,7 @@ def _problems(text: str) -> str:
     """What `validate` would say about the text (concise lines; empty when clean)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "job.yaml"
-        path.write_text(text, encoding="utf-8")
+        write_text(path, text)
         report = check_file(path)
     if not report.diagnostics:
         return ""

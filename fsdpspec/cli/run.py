@@ -15,7 +15,12 @@ from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.validate import FileReport
 from fsdpspec_runners.local.preflight import PreflightError, check_before_start
 from fsdpspec_runners.local.resolved import absolute_inputs, resolved_document
-from fsdpspec_runners.local.rundir import RunDirError, join_run_dir, prepare_run_dir
+from fsdpspec_runners.local.rundir import (
+    RunDirError,
+    join_run_dir,
+    prepare_run_dir,
+    run_dir_path,
+)
 
 # torchrun from this Python's torch (whatever `torchrun` on PATH is), minus the
 # traceback it ends a failed run with (fsdpspec/quiet_torchrun.py).
@@ -119,7 +124,7 @@ def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint) -> None:
         raise click.UsageError(f"--node-rank {node_rank} is not below the node count "
                                f"{spec.resources.nodes}")
     click.echo(_plan_line(report), err=True)
-    run_dir = Path(spec.run_dir()).absolute()
+    run_dir = run_dir_path(spec)
     argv = build_torchrun_argv(spec, run_dir, node_rank=node_rank, launcher=LAUNCHER)
     env = launch_env(spec, os.environ, os.cpu_count())
     if dry_run:

@@ -52,7 +52,8 @@ def _boolean(value: Any) -> bool:
 def _lookup(table: dict, value: Any, what: str) -> Any:
     # accelerate upper-cases enum names it reads; its mixed_precision words are lower case.
     for key in (value, value.upper() if isinstance(value, str) else value):
-        if not isinstance(key, bool) and key in table:
+        # Only a string or an int can name an entry (a list or a dict is unhashable).
+        if isinstance(key, (str, int)) and not isinstance(key, bool) and key in table:
             return table[key]
     known = ", ".join(map(str, table))
     raise _NotCarried(f"{value!r} is not a {what} fsdpspec knows ({known})")
@@ -60,7 +61,7 @@ def _lookup(table: dict, value: Any, what: str) -> Any:
 
 def _strategy(value: Any) -> str:
     by_name = {name: name for name in vocab.SHARDING_STRATEGY_BY_NUMBER.values()}
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isascii() and value.isdigit():
         value = int(value)
     return _lookup({**vocab.SHARDING_STRATEGY_BY_NUMBER, **by_name}, value, "sharding strategy")
 
@@ -81,7 +82,7 @@ def _layer_classes(value: Any) -> list[str]:
 
 
 def _count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
         raise _NotCarried(f"{value!r} is not a count")
     return value
 

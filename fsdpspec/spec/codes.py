@@ -60,6 +60,9 @@ LOAD_CODES = _codes(
      "Write `kind: TrainingJob`."),
     ("FS015", "too-deep", "nesting deeper than the limit",
      "Mappings and lists nested deeper than any spec needs."),
+    ("FS016", "bad-scalar", "a number or tagged scalar cannot be read",
+     "An integer beyond Python's digit limit (decimal or hex), a float that overflows, or a "
+     "tag that contradicts its value (`!!int abc`, `!!bool x`, `!!float x`)."),
     ("FS020", "unknown-field", "a field that the schema does not define",
      "Usually a typo: the hint names the closest field. Sections forbid unknown keys so "
      "that a misspelt option is never silently ignored."),

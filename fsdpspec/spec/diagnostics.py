@@ -52,6 +52,12 @@ def error(code: str, message: str, path: str = "", hint: str | None = None) -> D
     return Diagnostic(code, Severity.ERROR, message, path, hint)
 
 
+def normalize_prefix(prefix: str) -> str:
+    """`FS1xx` and `fs1` both mean the code prefix `FS1`; "" and "x" mean nothing, not
+    every code."""
+    return prefix.strip().upper().rstrip("X")
+
+
 def sort_key(d: Diagnostic) -> tuple:
     pos = d.position or Position(0, 0, 0, 0)
     return (d.file or "", pos.line, pos.col, d.code)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fsdpspec.atomicio import write_text
 from fsdpspec.spec import SUPPORTED, fieldref
 from fsdpspec.spec.schema import ROOT, SCHEMA_DIR, render, schema_filename
 
@@ -31,6 +32,6 @@ def write(directory: Path = SCHEMA_DIR) -> list[Path]:
     written = []
     for path, text in derived_files(directory).items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_text(path, text)
         written.append(path)
     return written

@@ -4,27 +4,43 @@ The YAML is composed (ruamel.yaml, YAML 1.2) into a node graph, never constructe
 Python objects, and plain data is built from the nodes here. That keeps every position,
 lets duplicate keys name both lines, and bounds alias expansion: a billion-laughs file
 is refused after ``MAX_NODES`` nodes instead of being expanded.
+
+The limits on nodes and depth also hold *while* the text is parsed: the composer counts
+as it goes and stops at the first node past a limit, so a 1 MiB flat list or 1,000-deep
+flow nesting is refused after reading only as much as the limit allows.
 """
 
 from __future__ import annotations
 
 import codecs
+import math
+import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.composer import Composer
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
+from ruamel.yaml.scanner import RoundTripScanner
 
 from fsdpspec.spec.diagnostics import Diagnostic, Position, error
 
 MAX_BYTES = 1 << 20
 MAX_NODES = 20_000
 MAX_DEPTH = 64
+# Nodes as written (aliases not expanded): parsing is the slow part, so it is bounded
+# well below MAX_NODES; a job spec holds a few hundred.
+MAX_PARSED_NODES = 5_000
+# Python refuses to print an int of more decimal digits than this (CVE-2020-10735).
+MAX_INT_DIGITS = 4_300
+_YAML_DIRECTIVE = re.compile(r"^%YAML[ \t]+(\S*)", re.MULTILINE)
 
+_MAX_INT_BITS = int(MAX_INT_DIGITS * math.log2(10))
 _STD = "tag:yaml.org,2002:"
 _PLAIN_TAGS = {_STD + t for t in ("str", "int", "float", "bool", "null", "seq", "map")}
 _TIMESTAMP = _STD + "timestamp"
@@ -121,7 +137,7 @@ class _Builder:
                           "(an alias expansion bomb?)", node, "write the values out; "
                           "a job spec needs a few hundred nodes")
         if depth > MAX_DEPTH:
-            raise _refuse("FS015", f"nesting deeper than {MAX_DEPTH} levels", node)
+            raise _Refused(_too_deep().at("", _span(node)))
         if id(node) in active:
             raise _refuse("FS009", "recursive alias: a node contains itself", node)
         self.source_map.values.setdefault(pointer, _span(node))
@@ -140,9 +156,28 @@ class _Builder:
         return self.mapping(node, pointer, depth, inner)
 
     def scalar(self, node: ScalarNode) -> Any:
-        if str(node.tag) == _TIMESTAMP:
+        tag = str(node.tag)
+        if tag == _TIMESTAMP:
             return node.value  # dates are kept as written: no field holds a datetime
-        return self.constructor.construct_object(node, deep=True)
+        shown = tag.replace(_STD, "!!")
+        if tag == _STD + "int" and len(node.value) > MAX_INT_DIGITS:
+            raise _refuse("FS016", f"integer of {len(node.value)} digits is out of range",
+                          node, "no field holds a number this large")
+        try:
+            value = self.constructor.construct_object(node, deep=True)
+        except (ValueError, KeyError, TypeError, OverflowError):
+            raise _refuse("FS016", f"{node.value[:40]!r} is not a valid {shown}", node,
+                          "remove the tag or write a value of that type") from None
+        if isinstance(value, str) and "\x00" in value:
+            raise _refuse("FS016", "value holds a NUL character", node,
+                          "no field holds a NUL; remove the \\0 escape")
+        if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
+            raise _refuse("FS016", "integer is out of range", node,
+                          "no field holds a number this large")
+        if isinstance(value, float) and math.isinf(value) and "inf" not in node.value.lower():
+            raise _refuse("FS016", f"{node.value[:40]!r} overflows a float", node,
+                          "no field holds a number this large")
+        return value
 
     def mapping(self, node: MappingNode, pointer: str, depth: int, active: frozenset[int]):
         result: dict[str, Any] = {}
@@ -201,21 +236,73 @@ def _yaml_error(exc: YAMLError, text: str) -> Diagnostic:
         return error(code, problem).at("", _offset_position(text, exc.position))
     diag = error(code, f"YAML syntax error: {problem}", hint=hint)
     if isinstance(exc, MarkedYAMLError) and mark is not None:
-        return diag.at("", Position(mark.line + 1, mark.column + 1, mark.line + 1,
-                                    mark.column + 2))
+        return _at_mark(diag, mark)
     return diag
+
+
+class _BoundedComposer(Composer):
+    """ruamel's composer, stopped at the first node past MAX_PARSED_NODES or MAX_DEPTH,
+    before the rest of the text is scanned."""
+
+    nodes = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        mark = self.parser.peek_event().start_mark
+        self.nodes += 1
+        if self.nodes > MAX_PARSED_NODES:
+            raise _Refused(_at_mark(error(
+                "FS009", f"document holds more than {MAX_PARSED_NODES} nodes",
+                hint="a job spec needs a few hundred nodes"), mark))
+        if self.depth > MAX_DEPTH:
+            raise _Refused(_at_mark(_too_deep(), mark))
+        return super().compose_node(parent, index)
+
+
+class _BoundedScanner(RoundTripScanner):
+    """Refuses flow nesting past MAX_DEPTH as the bracket is read: the scanner looks up to
+    1,024 characters ahead inside flow brackets, at a cost that grows with their depth."""
+
+    def fetch_flow_collection_start(self, TokenClass: Any, to_push: str) -> None:
+        if self.flow_level >= MAX_DEPTH:
+            raise _Refused(_at_mark(_too_deep(), self.reader.get_mark()))
+        super().fetch_flow_collection_start(TokenClass, to_push)
+
+
+def _too_deep() -> Diagnostic:
+    return error("FS015", f"nesting deeper than {MAX_DEPTH} levels")
+
+
+def _at_mark(diag: Diagnostic, mark: Any) -> Diagnostic:
+    return diag.at("", Position(mark.line + 1, mark.column + 1, mark.line + 1,
+                                mark.column + 2))
+
+
+def _directive_problem(text: str) -> Diagnostic | None:
+    """A %YAML directive naming a version ruamel cannot read (it would assert)."""
+    for match in _YAML_DIRECTIVE.finditer(text):
+        if match.group(1) not in ("1.1", "1.2"):
+            diag = error("FS004", f"unsupported YAML version {match.group(1)[:20]!r}",
+                         hint="remove the %YAML line; specs are YAML 1.2")
+            return diag.at("", _offset_position(text, match.start()))
+    return None
 
 
 def _compose(text: str) -> tuple[Node | None, Diagnostic | None]:
     """The first document's node graph; several documents are refused."""
-    documents = YAML(typ="rt").compose_all(text)
+    problem = _directive_problem(text)
+    if problem is not None:
+        return None, problem
+    yaml = YAML(typ="rt")
+    yaml.Composer = _BoundedComposer
+    yaml.Scanner = _BoundedScanner
+    documents = yaml.compose_all(text)
     try:
         root = next(documents, None)
         extra = next(documents, None)
     except YAMLError as exc:
         return None, _yaml_error(exc, text)
-    except RecursionError:
-        return None, error("FS015", f"nesting deeper than {MAX_DEPTH} levels")
+    except _Refused as refused:
+        return None, refused.diagnostic
     if extra is not None:
         line = extra.start_mark.line + 1
         return None, error("FS006", "file holds several YAML documents; a spec is one",
@@ -262,21 +349,25 @@ def load_file(path: Path, display: str | None = None) -> Loaded:
 
 
 def _read(path: Path) -> tuple[bytes | None, Diagnostic | None]:
-    """The file's bytes, or why they cannot be had. Only regular files are read: a FIFO
-    or a device would block or never end."""
+    """The file's bytes, or why they cannot be had. Only regular files are read (a FIFO
+    or a device would block or never end), and never more than MAX_BYTES + 1 bytes."""
     try:
-        info = path.stat()
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
         return None, error("FS001", f"no such file: {path}")
-    except OSError as exc:
-        return None, error("FS001", f"cannot read {path}: {exc.strerror}")
-    if stat.S_ISDIR(info.st_mode):
-        return None, error("FS001", f"{path} is a directory, not a spec file")
-    if not stat.S_ISREG(info.st_mode):
-        return None, error("FS001", f"{path} is not a regular file")
-    if info.st_size > MAX_BYTES:
-        return None, error("FS002", f"file is {info.st_size} bytes; specs are limited to 1 MiB")
-    try:
-        return path.read_bytes(), None
-    except OSError as exc:
-        return None, error("FS001", f"cannot read {path}: {exc.strerror}")
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        return None, error("FS001", f"cannot read {path}: {getattr(exc, 'strerror', exc)}")
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory, not a spec file" if stat.S_ISDIR(mode) else "not a regular file"
+        return None, error("FS001", f"{path} is {kind}")
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            raw = fh.read(MAX_BYTES + 1)
+        except OSError as exc:
+            return None, error("FS001", f"cannot read {path}: {exc.strerror}")
+    if len(raw) > MAX_BYTES:
+        return None, error("FS002", "file is larger than 1 MiB; specs are limited to 1 MiB")
+    return raw, None

@@ -17,12 +17,21 @@ class OverrideError(ValueError):
     """A --set that cannot be applied: a usage error (exit 2)."""
 
 
+def _is_index(token: str) -> bool:
+    """A list index is ASCII digits: str.isdigit also takes '٣' and '²'."""
+    return token.isascii() and token.isdigit()
+
+
 def _parse(text: str) -> tuple[list[str], Any, int]:
     key, sep, raw = text.partition("=")
     tokens = key.strip().split(".")
-    if not sep or not all(t.strip() for t in tokens):
+    if not sep:
         raise OverrideError(f"--set {text!r}: expected KEY=VALUE, e.g. "
                             "fsdp.sharding_strategy=SHARD_GRAD_OP")
+    if not all(t.strip() for t in tokens):
+        what = "an empty key" if not key.strip() else f"key {key.strip()!r} has an empty part"
+        raise OverrideError(f"--set {text!r}: {what}; write dotted names such as "
+                            "fsdp.sharding_strategy")
     parsed = parse_text(raw, "--set") if raw.strip() else None
     if parsed is not None and parsed.diagnostics:
         raise OverrideError(f"--set {text!r}: {parsed.diagnostics[0].message}")
@@ -33,12 +42,12 @@ def _parse(text: str) -> tuple[list[str], Any, int]:
 def _descend(node: Any, token: str, following: str | None, text: str) -> tuple[Any, bool]:
     """The child at ``token`` and whether it had to be created (as a mapping)."""
     if isinstance(node, list):
-        if not token.isdigit() or int(token) >= len(node):
+        if not _is_index(token) or int(token) >= len(node):
             raise OverrideError(f"--set {text!r}: {token!r} is not an index of that list")
         return node[int(token)], False
     if token in node:
         return node[token], False
-    if following is not None and following.isdigit():
+    if following is not None and _is_index(following):
         raise OverrideError(f"--set {text!r}: {token} is not in the file; set the whole "
                             f"list, e.g. --set {text.split('=', 1)[0].rsplit('.', 1)[0]}=[…]")
     node[token] = {}

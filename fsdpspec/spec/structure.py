@@ -4,6 +4,7 @@ the schema cannot express."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -14,7 +15,7 @@ from pydantic import ValidationError
 
 from fsdpspec.convert.accelerate_vocab import KEY_TO_FIELD, value_alias
 from fsdpspec.semantics import DEFAULT_RDZV_PORT
-from fsdpspec.spec.diagnostics import Diagnostic, error
+from fsdpspec.spec.diagnostics import Diagnostic, error, normalize_prefix
 from fsdpspec.spec.load import join
 from fsdpspec.spec.suggest import closest
 from fsdpspec.spec.v1 import JobSpec
@@ -228,6 +229,21 @@ def typed_spec(data: Any, already: list[Diagnostic]) -> tuple[JobSpec | None, li
         return None, extra
 
 
+_PATH_FIELDS = (("checkpoint", "dir"), ("data", "path"), ("data", "tokenizer"),
+                ("model", "weights"), ("model", "hf_config"))
+
+
+def _unexpandable_paths(spec: JobSpec) -> Iterator[Diagnostic]:
+    """A path starting `~user` for a user this machine does not know would become a
+    directory literally named `~user`."""
+    for section, key in _PATH_FIELDS:
+        value = getattr(getattr(spec, section), key)
+        if value and value.startswith("~") and os.path.expanduser(value) == value:
+            user = value.split("/", 1)[0]
+            yield error("FS024", f"{section}.{key}: {user} names no user on this machine",
+                        f"/{section}/{key}", "write the path out in full")
+
+
 def invariants(spec: JobSpec) -> Iterator[Diagnostic]:
     """Structural rules across fields that JSON Schema cannot say."""
     model = spec.model
@@ -245,6 +261,12 @@ def invariants(spec: JobSpec) -> Iterator[Diagnostic]:
         yield error("FS025", f"nodes: {spec.resources.nodes} needs launch.rdzv_endpoint",
                     "/resources/nodes",
                     f"set launch.rdzv_endpoint: <head-node>:{DEFAULT_RDZV_PORT}")
+    yield from _unexpandable_paths(spec)
+    for index, entry in enumerate(spec.lint.ignore):
+        if not normalize_prefix(entry):
+            yield error("FS024", f"lint.ignore entry {entry!r} is not a rule code; an empty "
+                        "code would ignore every rule", f"/lint/ignore/{index}",
+                        "write a code or prefix such as FS503 or FS5, or remove the entry")
     if spec.data.source in ("text", "jsonl") and spec.data.path is None:
         yield error("FS025", f"data.source {spec.data.source} needs data.path", "/data/source",
                     "set data.path to a local file or directory")

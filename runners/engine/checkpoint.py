@@ -6,10 +6,13 @@ Layout under the run directory::
     checkpoints/latest           "step-00000500", rewritten after the rename
     checkpoints/.tmp-step-…      a save in progress (never resumed from)
 
-A save writes into ``.tmp-step-N``, renames it to ``step-N`` once every rank's shards and
-the metadata are on disk, then updates ``latest``; a kill at any moment leaves the
-previous checkpoint intact. Resume only considers ``step-N`` directories holding DCP's
-``.metadata``, so a half-written save is never chosen.
+A save writes into ``.tmp-step-N``; once every rank's shards and the metadata are on
+disk, rank 0 writes ``manifest.json`` (each file's size and sha256), renames the
+directory to ``step-N`` and updates ``latest``; a kill at any moment leaves the previous
+checkpoint intact. Resume only considers ``step-N`` directories holding DCP's
+``.metadata``, and loads one only after its manifest verifies: a truncated, flipped or
+missing file makes it fall back to the newest checkpoint that verifies, saying so.
+
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from fsdpspec.atomicio import publish_dir, write_text
 from fsdpspec_runners.engine import faults
-from fsdpspec_runners.engine.dist import Runtime
+from fsdpspec_runners.engine.dist import Runtime, console
 from fsdpspec_runners.engine.errors import EngineError
+from fsdpspec_runners.engine.manifest import verification_problem, write_manifest
 
 _PREFIX = "step-"
 
@@ -69,20 +74,53 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and is_complete(p))
 
 
-def find_resume_checkpoint(resume: str, run_dir: Path) -> Path | None:
+def find_resume_checkpoint(resume: str, run_dir: Path, say=print) -> Path | None:
     """The checkpoint to continue from: ``never`` → None; ``auto`` → the newest complete
-    one in the run directory (None on a fresh run); otherwise the given path."""
+    one in the run directory that verifies (None on a fresh run; one line through
+    ``say`` when newer ones do not verify); otherwise the given path, verified."""
     if resume == "never":
         return None
     if resume == "auto":
-        found = complete_checkpoints(run_dir)
-        return found[-1] if found else None
+        return _newest_verifying(complete_checkpoints(run_dir), say)
     path = Path(resume)
     if not is_complete(path):
         raise EngineError(
             f"checkpoint.resume: {path} is not a complete checkpoint (step-N with .metadata)"
         )
+    problem = verification_problem(path)
+    if problem:
+        raise EngineError(f"checkpoint.resume: {path} does not verify: {problem}")
     return path
+
+
+def _newest_verifying(candidates: list[Path], say) -> Path | None:
+    rejected: list[str] = []
+    for path in reversed(candidates):
+        problem = verification_problem(path)
+        if problem is None:
+            if rejected:
+                say(f"checkpoint {'; '.join(rejected)}: resuming from {path.name} instead")
+            return path
+        rejected.append(f"{path.name} does not verify ({problem})")
+    if rejected:
+        raise EngineError(f"no checkpoint verifies: {'; '.join(rejected)}; remove "
+                          f"{candidates[0].parent} or set checkpoint.resume: never")
+    return None
+
+
+def choose_resume_checkpoint(resume: str, run_dir: Path, runtime: Runtime) -> Path | None:
+    """find_resume_checkpoint on rank 0 (one reader of every byte, one message), its
+    answer broadcast to every rank."""
+    answer: list = [None, None]
+    if runtime.is_main:
+        try:
+            answer[0] = find_resume_checkpoint(resume, run_dir, lambda m: console(runtime, m))
+        except EngineError as exc:
+            answer[1] = str(exc)
+    dist.broadcast_object_list(answer, src=0)
+    if answer[1] is not None:
+        raise EngineError(answer[1])
+    return answer[0]
 
 
 def _rng_key(rank: int) -> str:
@@ -131,6 +169,8 @@ def save_checkpoint(
     dist.barrier()
     dcp.save(_checkpoint_state(state, runtime, full_state_dict), checkpoint_id=str(tmp))
     dist.barrier()  # every rank's shards and rank 0's metadata are written
+    if runtime.is_main:
+        write_manifest(tmp)
     faults.in_save()
     if runtime.is_main:
         _publish(tmp, final)
@@ -141,25 +181,8 @@ def save_checkpoint(
 
 def _publish(tmp: Path, final: Path) -> None:
     """Rename the finished save into place, then point ``latest`` at it."""
-    if final.exists():  # a fresh run (resume: never) overwriting an old step of the same number
-        trash = final.with_name(f".trash-{final.name}")
-        os.replace(final, trash)
-        shutil.rmtree(trash)
-    os.replace(tmp, final)
-    _fsync_dir(final.parent)
-    marker = final.parent / "latest"
-    marker_tmp = final.parent / ".latest.tmp"
-    marker_tmp.write_text(final.name + "\n", encoding="utf-8")
-    os.replace(marker_tmp, marker)
-    _fsync_dir(final.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    publish_dir(tmp, final)  # a fresh run (resume: never) may replace an old step-N
+    write_text(final.parent / "latest", final.name + "\n")
 
 
 def _rotate(run_dir: Path, keep_last: int) -> None:

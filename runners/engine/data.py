@@ -18,6 +18,7 @@ import torch
 from fsdpspec.semantics import BYTE_EOS, BYTE_VOCAB
 from fsdpspec.spec.v1 import Data
 from fsdpspec_runners.engine.errors import EngineError, first_line
+from fsdpspec_runners.local.datafiles import DataFilesError, data_files
 
 
 class Tokenizer:
@@ -60,10 +61,10 @@ def read_documents(data: Data) -> Iterator[str]:
             resources.files("fsdpspec").joinpath("data/corpus.txt").read_text("utf-8")
         )
     elif data.source == "text":
-        for file in _files(data.path, "*.txt"):
+        for file in _files(data):
             yield _read(file)
     else:
-        for file in _files(data.path, "*.jsonl"):
+        for file in _files(data):
             yield from _jsonl_texts(file, data.text_field)
 
 
@@ -79,14 +80,13 @@ def _paragraphs(text: str) -> list[str]:
     return [p.strip() for p in text.split("\n\n") if p.strip()]
 
 
-def _files(path: str | None, pattern: str) -> list[Path]:
-    if path is None:
+def _files(data: Data) -> list[Path]:
+    if data.path is None:
         raise EngineError("data.path is required for text and jsonl sources")
-    root = Path(path)
-    files = sorted(root.rglob(pattern)) if root.is_dir() else [root]
-    if not files or not files[0].is_file():
-        raise EngineError(f"data.path: no {pattern} file at {root}")
-    return files
+    try:
+        return data_files(Path(data.path), data.source)
+    except DataFilesError as exc:
+        raise EngineError(f"data.path: {exc}") from None
 
 
 def _jsonl_texts(file: Path, field: str) -> Iterator[str]:

@@ -82,6 +82,23 @@ def init_runtime(spec: JobSpec) -> Runtime:
     return runtime
 
 
+_FIRST_FAILURE_KEY = "fsdpspec/failures"
+
+
+def first_to_fail() -> bool:
+    """Whether this rank is the job's first to fail, and so the one that says why. Counted
+    in the process group's store, which every rank reaches: the reason is printed before
+    torchrun kills the others, whichever rank saw it. Without a store, every rank says."""
+    if not dist.is_initialized():
+        return True
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        store.set_timeout(timedelta(seconds=10))
+        return store.add(_FIRST_FAILURE_KEY, 1) == 1
+    except Exception:  # the store went with its host: better twice than never
+        return True
+
+
 def teardown(*, clean: bool) -> None:
     """Leave the process group; safe to call on every exit path. After a clean finish
     the ranks first meet, so none tears down a connection a peer is still using."""

@@ -4,7 +4,6 @@ safetensors in the spec's dtype, with ``config.json``, so that
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+from fsdpspec.atomicio import publish_dir
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.adapter import fsdp_adapter
 from fsdpspec_runners.engine.dist import Runtime
@@ -55,10 +55,4 @@ def _write(
         config.dtype = dtype
         config.use_cache = True  # off only for training; generation wants it
         config.save_pretrained(tmp)
-    # The old export is moved aside, not deleted, until the new one is in place.
-    trash = target.with_name(f".trash-{target.name}")
-    shutil.rmtree(trash, ignore_errors=True)
-    if target.exists():
-        os.replace(target, trash)
-    os.replace(tmp, target)
-    shutil.rmtree(trash, ignore_errors=True)
+    publish_dir(tmp, target)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import resource
 import sys
 import time
@@ -15,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fsdpspec.atomicio import write_text
 from fsdpspec.plan.geometry import GeometryError, geometry_from_config
 from fsdpspec.semantics import model_flops_per_token
 from fsdpspec.spec.v1 import JobSpec
@@ -63,9 +63,7 @@ def _forget_steps_after(path: Path, step: int) -> None:
     kept = [line for line in lines if _logged_step(line) <= step]
     if len(kept) == len(lines):
         return
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(kept), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(path, "".join(kept))
 
 
 def _logged_step(line: str) -> float:

@@ -13,11 +13,23 @@ from pathlib import Path
 
 import torch
 from pydantic import ValidationError
+from torch.distributed.checkpoint.api import CheckpointException
 
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.engine.checkpoint import TrainState, find_resume_checkpoint, load_checkpoint
+from fsdpspec_runners.engine.checkpoint import (
+    TrainState,
+    choose_resume_checkpoint,
+    load_checkpoint,
+)
 from fsdpspec_runners.engine.data import Batches, SequenceSource
-from fsdpspec_runners.engine.dist import Runtime, build_mesh, console, init_runtime, teardown
+from fsdpspec_runners.engine.dist import (
+    Runtime,
+    build_mesh,
+    console,
+    first_to_fail,
+    init_runtime,
+    teardown,
+)
 from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.loop import Trainer, train
 from fsdpspec_runners.engine.metrics import (
@@ -81,7 +93,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     )
     batches = Batches(source, spec.data, runtime.rank, runtime.world_size)
     state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches)
-    resume_from = find_resume_checkpoint(spec.checkpoint.resume, run_dir)
+    resume_from = choose_resume_checkpoint(spec.checkpoint.resume, run_dir, runtime)
     if resume_from is not None:
         full = spec.fsdp.state_dict_type == "FULL_STATE_DICT"
         load_checkpoint(state, resume_from, runtime, full_state_dict=full)
@@ -115,18 +127,30 @@ def _read_spec(path: Path) -> tuple[JobSpec, Path]:
     return spec, run_dir
 
 
+def _cause(exc: BaseException) -> str:
+    """One line naming the cause of a failure a user can provoke."""
+    if isinstance(exc, CheckpointException) and exc.failures:
+        rank, (inner, _trace) = next(iter(exc.failures.items()))
+        return f"checkpoint on rank {rank}: {_cause(inner)}"
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return first_line(exc)
+
+
 def _report(runtime: Runtime | None, exc: BaseException) -> None:
-    """One line per failure: from rank 0, and from the first rank of every other node (a
-    node-local path missing on node 2 must not fail in silence)."""
-    if runtime is not None and runtime.local_rank != 0:
+    """One line for the job's failure, from the first rank that saw it (see
+    first_to_fail): the others are mostly waiting in a collective, or already killed."""
+    if runtime is not None and not first_to_fail():
         return
-    message = str(exc)
+    message = str(exc) if isinstance(exc, EngineError) else _cause(exc)
     if isinstance(exc, torch.OutOfMemoryError):
         message = (f"out of device memory: {first_line(exc)}; lower data.micro_batch_size, "
                    "or turn on fsdp.activation_checkpointing or fsdp.cpu_offload "
                    "(`fsdpspec plan` shows the terms)")
-    prefix = "" if runtime is None or runtime.is_main else f"rank {runtime.rank}: "
-    print(f"fsdpspec engine: error: {prefix}{message}", file=sys.stderr, flush=True)
+    # No rank in the line: ranks that fail together (a non-finite norm is all-reduced)
+    # race for the store, and the cause reads the same from each.
+    print(f"fsdpspec engine: error: {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             trainer.sink.close()
         clean = True
         return 0
-    except (EngineError, torch.OutOfMemoryError) as exc:
-        _report(runtime, exc)
+    except (EngineError, torch.OutOfMemoryError, OSError, CheckpointException) as exc:
+        _report(runtime, exc)  # OSError: a full disk, an unreadable file…
         return 1
     except KeyboardInterrupt:  # Ctrl-C before the stop handler is installed: nothing to save
         if runtime is None or runtime.is_main:

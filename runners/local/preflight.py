@@ -12,11 +12,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.validate import FileReport
+from fsdpspec_runners.local.datafiles import DataFilesError, data_files
 
 
 class PreflightError(ValueError):
@@ -29,6 +31,8 @@ def check_before_start(report: FileReport, spec: JobSpec, run_dir: Path) -> None
     locates them in the file."""
     for pointer, path, want_dir in _inputs(spec):
         problem = _unreadable(Path(path), want_dir)
+        if problem is None and pointer == "/data/path":
+            problem = _unusable_data(Path(path), spec.data.source)
         if problem:
             raise PreflightError(f"{_where(report, pointer)}: {path} {problem}")
     for pointer, package in _packages(spec):
@@ -70,13 +74,28 @@ def _inputs(spec: JobSpec) -> list[tuple[str, str, bool]]:
     return inputs
 
 
+def _unusable_data(path: Path, source: str) -> str | None:
+    """Why the data files under ``path`` cannot be read (a FIFO, a loop…), or None."""
+    try:
+        data_files(path, source)
+    except DataFilesError as exc:
+        return f"holds no usable data: {exc}"
+    return None
+
+
 def _unreadable(path: Path, want_dir: bool) -> str | None:
     """Why ``path`` cannot be read (None when it can): opened for real, since
     permission bits say nothing about root or network mounts."""
-    if not path.exists():
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
         return "does not exist"
-    if want_dir and not path.is_dir():
+    except OSError as exc:  # a symlink loop, a component that is a file…
+        return f"cannot be read ({exc.strerror})"
+    if want_dir and not stat.S_ISDIR(mode):
         return "is not a directory"
+    if not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
+        return "is a FIFO, device or socket, not a regular file"
     try:
         if path.is_dir():
             with os.scandir(path) as entries:

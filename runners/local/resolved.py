@@ -6,15 +6,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
 from fsdpspec import __version__
+from fsdpspec.atomicio import write_text
+from fsdpspec.catalog.configjson import ConfigJsonError, read_bytes
 from fsdpspec.catalog.modelconfig import resolve_input_path
 from fsdpspec.spec.v1 import JobSpec
 
 FILENAME = "resolved-spec.json"
+MODEL_CONFIG_DIGEST = "model_config_sha256"
 _INPUT_PATHS = (
     ("model", "hf_config"), ("model", "weights"), ("data", "path"), ("data", "tokenizer"),
 )
@@ -27,7 +29,9 @@ def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:
     for section, key in _INPUT_PATHS:
         value = data[section][key]
         if value is not None:
-            data[section][key] = str(resolve_input_path(value, base_dir).resolve())
+            # realpath, unlike Path.resolve, never raises: a symlink loop is left for
+            # the pre-flight check to report with the field's position.
+            data[section][key] = os.path.realpath(resolve_input_path(value, base_dir))
     return JobSpec.model_validate(data)
 
 
@@ -36,10 +40,25 @@ def content_hash(spec: JobSpec) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def model_config_digest(spec: JobSpec) -> str | None:
+    """sha256 of the model's config.json (None without one, or where it cannot be read,
+    as on the machine that exports a Slurm job): the same path with another content,
+    say another rope_theta, is another model."""
+    if spec.model.hf_config is None:
+        return None
+    path = Path(spec.model.hf_config)
+    try:
+        raw = read_bytes(path / "config.json" if path.is_dir() else path)
+    except ConfigJsonError:
+        return None
+    return hashlib.sha256(raw).hexdigest()
+
+
 def resolved_document(spec: JobSpec, run_dir: Path) -> dict[str, Any]:
     return {
         "fsdpspec_version": __version__,
         "content_hash": content_hash(spec),
+        MODEL_CONFIG_DIGEST: model_config_digest(spec),
         "run_dir": str(run_dir.resolve()),
         "spec": spec.as_json_data(),
     }
@@ -49,14 +68,7 @@ def write_resolved_spec(spec: JobSpec, run_dir: Path) -> Path:
     """Write run_dir/resolved-spec.json atomically (temp file, fsync, rename)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     target = run_dir / FILENAME
-    # Named for this process: nodes sharing the directory must not write one temp file.
-    tmp = target.with_name(f".{FILENAME}.{socket.gethostname()}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(resolved_document(spec, run_dir), fh, indent=2)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
+    write_text(target, json.dumps(resolved_document(spec, run_dir), indent=2) + "\n")
     return target
 
 

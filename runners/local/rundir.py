@@ -9,12 +9,18 @@ optimizer…) makes it another job.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.local.resolved import FILENAME, write_resolved_spec
+from fsdpspec_runners.local.resolved import (
+    FILENAME,
+    MODEL_CONFIG_DIGEST,
+    model_config_digest,
+    write_resolved_spec,
+)
 from fsdpspec_runners.local.runlock import is_lock_file
 
 # Fields that may differ between a run and its resumption (dotted prefixes).
@@ -22,6 +28,9 @@ RESUMABLE_CHANGES = (
     "train.max_steps", "logging.", "checkpoint.interval_steps", "checkpoint.keep_last",
     "checkpoint.final.", "checkpoint.resume", "launch.", "metadata.description",
     "metadata.labels", "lint.",
+    # The directory is the job's identity already: "./runs/x", "runs/x/" and the
+    # absolute path are one directory, however checkpoint.dir spells it.
+    "checkpoint.dir",
 )
 
 
@@ -45,22 +54,30 @@ def job_differences(previous: dict[str, Any], current: dict[str, Any]) -> list[s
     return [k for k in changed if not k.startswith(RESUMABLE_CHANGES)]
 
 
-def _previous_spec(run_dir: Path) -> dict[str, Any] | None:
+def run_dir_path(spec: JobSpec) -> Path:
+    """checkpoint.dir as one absolute path (relative to the working directory, `~`
+    expanded, `.` and `..` folded), so that every spelling names one directory."""
+    return Path(os.path.abspath(os.path.expanduser(spec.run_dir())))
+
+
+def _previous_document(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / FILENAME
     if not path.exists():
         return None
     try:
-        spec = json.loads(path.read_text(encoding="utf-8"))["spec"]
+        document = json.loads(path.read_text(encoding="utf-8"))
+        spec = document["spec"]
     except (OSError, ValueError, KeyError, TypeError):
         raise RunDirError(f"{path} is unreadable: remove {run_dir} or set "
                           "checkpoint.dir to another directory") from None
-    if not isinstance(spec, dict):
+    if not isinstance(spec, dict) or not isinstance(spec.get("metadata"), dict):
         raise RunDirError(f"{path} holds no spec: remove {run_dir} or set checkpoint.dir")
-    return spec
+    return document
 
 
-def _check_same_job(spec: JobSpec, run_dir: Path, previous: dict[str, Any]) -> None:
-    name = previous.get("metadata", {}).get("name")
+def _check_same_job(spec: JobSpec, run_dir: Path, document: dict[str, Any]) -> None:
+    previous = document["spec"]
+    name = previous["metadata"].get("name")
     if name != spec.metadata.name:
         raise RunDirError(f"{run_dir} holds a run of job {name!r}, not "
                           f"{spec.metadata.name!r}: set checkpoint.dir to another directory")
@@ -69,6 +86,10 @@ def _check_same_job(spec: JobSpec, run_dir: Path, previous: dict[str, Any]) -> N
         shown = ", ".join(differences[:3]) + (" …" if len(differences) > 3 else "")
         raise RunDirError(f"{run_dir} holds a run of {name!r} with a different {shown}: "
                           "set checkpoint.dir to a new directory, or remove the old run")
+    if document.get(MODEL_CONFIG_DIGEST) != model_config_digest(spec):
+        raise RunDirError(f"{run_dir} holds a run of {name!r} whose model config.json had "
+                          "other contents: set checkpoint.dir to a new directory, or "
+                          "remove the old run")
 
 
 def prepare_run_dir(spec: JobSpec, run_dir: Path) -> bool:
@@ -78,7 +99,7 @@ def prepare_run_dir(spec: JobSpec, run_dir: Path) -> bool:
     """
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"run directory {run_dir} exists and is not a directory")
-    previous = _previous_spec(run_dir) if run_dir.is_dir() else None
+    previous = _previous_document(run_dir) if run_dir.is_dir() else None
     if previous is not None:
         _check_same_job(spec, run_dir, previous)
         if spec.checkpoint.resume == "never":
@@ -106,6 +127,6 @@ def join_run_dir(spec: JobSpec, run_dir: Path, *, timeout_s: float = 300.0) -> N
             raise RunDirError(f"{path} did not appear in {timeout_s:.0f} s: start node 0 "
                               "first, on a run directory every node shares")
         time.sleep(0.5)
-    previous = _previous_spec(run_dir)
+    previous = _previous_document(run_dir)
     assert previous is not None  # the file exists
     _check_same_job(spec, run_dir, previous)

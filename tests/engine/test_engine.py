@@ -346,6 +346,7 @@ def test_size_policy_skips_containers() -> None:
 def test_resume_picks_newest_complete_checkpoint(tmp_path: Path) -> None:
     from fsdpspec_runners.engine.checkpoint import find_resume_checkpoint
     from fsdpspec_runners.engine.errors import EngineError
+    from fsdpspec_runners.engine.manifest import write_manifest
 
     root = tmp_path / "checkpoints"
     for name, complete in (
@@ -357,6 +358,7 @@ def test_resume_picks_newest_complete_checkpoint(tmp_path: Path) -> None:
         (root / name).mkdir(parents=True)
         if complete:
             (root / name / ".metadata").write_bytes(b"")
+            write_manifest(root / name)
     assert find_resume_checkpoint("auto", tmp_path) == root / "step-00000004"
     assert find_resume_checkpoint("never", tmp_path) is None
     assert find_resume_checkpoint("auto", tmp_path / "fresh") is None

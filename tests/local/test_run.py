@@ -8,7 +8,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from conftest import ROOT, run_cli
 pytestmark = pytest.mark.slow
 
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
-QUICKSTART_BUDGET_S = 180  # the README's promise on a 2-core machine
+HANG_S = 900
 
 
 def fsdpspec(*args: str) -> list[str]:
@@ -26,12 +25,11 @@ def fsdpspec(*args: str) -> list[str]:
 
 
 def test_quickstart_trains_and_leaves_a_run_directory(tmp_path: Path) -> None:
-    start = time.monotonic()
+    # The timeout only stops a hang; the README's 3-minute promise is measured by
+    # benchmarks/time_limits.py.
     result = subprocess.run(fsdpspec("run", str(QUICKSTART)), cwd=tmp_path,
-                            capture_output=True, text=True, timeout=QUICKSTART_BUDGET_S)
-    elapsed = time.monotonic() - start
+                            capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert elapsed < QUICKSTART_BUDGET_S
     output = result.stdout + result.stderr
     assert "step 40/40" in output and "loss" in output
     run_dir = tmp_path / "runs" / "quickstart"
@@ -43,7 +41,6 @@ def test_quickstart_trains_and_leaves_a_run_directory(tmp_path: Path) -> None:
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")) == [
         "step-00000020", "step-00000040"]
     assert (run_dir / "final" / "model.safetensors").is_file()
-    print(f"quickstart: {elapsed:.1f} s")
 
 
 def _run_until_step(cwd: Path, step: int, *overrides: str) -> subprocess.Popen:

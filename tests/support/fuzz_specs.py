@@ -113,3 +113,100 @@ def check_text(text: str, path: Path) -> None:
         assert d.position is not None, d
         assert 1 <= d.position.line <= line_count + 1, (d, line_count)
         assert d.position.col >= 1, d
+
+
+# --- the other input channels (issue 11): raw bytes, --set, config.json, accelerate ----
+
+MINIMAL = ROOT / "tests" / "cases" / "valid" / "every-section.yaml"
+ACCELERATE_SEEDS = [load_file(p).data for p in sorted((ROOT / "tests" / "convert" / "configs").glob(
+    "*.yaml"))]
+GOOD_CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+               "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 512,
+               "max_position_embeddings": 512, "tie_word_embeddings": False}
+ODD_TEXT = st.one_of(st.text(max_size=12), st.sampled_from(
+    ["", ".", "..", "a..b", "٣", "²", "!!int x", "!!bool x", "[1", "{a", "\\0", "%YAML 1.3",
+     "*a", "&a [*a]", "9" * 5000, "0x" + "f" * 4000, "1e999", "- a", ": b", "~nosuchuser"]))
+
+
+@st.composite
+def set_flags(draw) -> str:
+    """A --set flag: a dotted key (from the spec's own fields, or odd) = an odd value."""
+    paths = [".".join(map(str, p)) for p in _paths(load_file(MINIMAL).data) if p]
+    key = draw(st.one_of(st.sampled_from(paths), ODD_TEXT))
+    if draw(st.booleans()):
+        key += "." + draw(ODD_TEXT)
+    return f"{key}={draw(ODD_TEXT)}"
+
+
+def check_set_flag(flag: str) -> None:
+    """--set either applies (coded diagnostics at positions) or is one-line OverrideError."""
+    from fsdpspec.spec.overrides import OverrideError
+
+    try:
+        report = check_file(MINIMAL, [flag])
+    except OverrideError as exc:
+        assert str(exc).startswith("--set ") and "\n" not in str(exc), exc
+        return
+    assert all(CODE.match(d.code) and d.position is not None for d in report.diagnostics)
+
+
+@st.composite
+def model_configs(draw) -> bytes:
+    """config.json bytes: a valid config with keys retyped or dropped, or damaged text."""
+    config = dict(GOOD_CONFIG)
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from([*config, "sliding_window", "head_dim", "rope_theta"]))
+        config[key] = draw(st.one_of(ODD_VALUES, st.integers(-3, 2**31)))
+    text = json_text(config)
+    if draw(st.booleans()):
+        at = draw(st.integers(0, len(text)))
+        text = text[:at] + draw(st.sampled_from(["NaN", "[", "}", "1e999", "9" * 5000, ""]))
+    return text.encode("utf-8", errors="surrogatepass")
+
+
+def json_text(config: dict) -> str:
+    import json
+
+    return json.dumps(config, allow_nan=True)
+
+
+def check_model_config(raw: bytes, directory: Path) -> None:
+    """A spec whose hf_config is ``raw``: validated and planned without a crash."""
+    (directory / "config.json").write_bytes(raw)
+    spec = directory / "job.yaml"
+    spec.write_text("apiVersion: fsdpspec/v1\nkind: TrainingJob\nmetadata: {name: fuzz}\n"
+                    "model: {hf_config: config.json}\ndata: {seq_len: 64}\n")
+    report = check_file(spec)
+    assert all(CODE.match(d.code) and d.position is not None for d in report.diagnostics)
+
+
+@st.composite
+def accelerate_configs(draw) -> Any:
+    """An accelerate config from tests/convert/configs with values retyped, keys renamed or
+    sections replaced by non-mappings."""
+    data = copy.deepcopy(draw(st.sampled_from(ACCELERATE_SEEDS)))
+    for _ in range(draw(st.integers(1, 4))):
+        paths = [p for p in _paths(data) if p]
+        path = draw(st.sampled_from(paths))
+        holder = _parent(data, path)
+        holder[path[-1]] = draw(st.one_of(ODD_VALUES, ODD_TEXT))
+    return data
+
+
+def check_accelerate(text: str, directory: Path) -> None:
+    """`fsdpspec import accelerate` answers with exit 0, 1 or 2 and one line per
+    problem; a failed import writes nothing."""
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
+
+    config = directory / "accelerate.yaml"
+    config.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    out = directory / "out.yaml"
+    result = CliRunner().invoke(cli, ["import", "accelerate", str(config), "-o", str(out)])
+    assert result.exit_code in (0, 1, 2), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        repr(result.exception))
+    assert result.exit_code == 0 or not out.exists()
+    out.unlink(missing_ok=True)

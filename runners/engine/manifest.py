@@ -1,0 +1,66 @@
+"""A checkpoint's manifest: every file with its size and sha256, written last (after
+every rank's shards and DCP's ``.metadata``), and verified before a resume, so that a
+truncated, flipped or missing file is never loaded. Generic over the layout: it lists
+whatever the save wrote. Torch-free."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from fsdpspec.atomicio import write_text
+
+MANIFEST = "manifest.json"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def write_manifest(directory: Path) -> None:
+    """Record every file under ``directory``; the manifest is the checkpoint's last file."""
+    files = {str(p.relative_to(directory)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+             for p in _files(directory)}
+    write_text(directory / MANIFEST, json.dumps({"files": files}, indent=1) + "\n")
+
+
+def _recorded(directory: Path) -> dict[str, dict]:
+    try:
+        files = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))["files"]
+    except FileNotFoundError:
+        raise ValueError("it has no manifest") from None
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"its {MANIFEST} is unreadable") from None
+    if not isinstance(files, dict) or ".metadata" not in files:
+        raise ValueError(f"its {MANIFEST} lists no .metadata")
+    return files
+
+
+def verification_problem(directory: Path) -> str | None:
+    """Why the checkpoint in ``directory`` does not verify (None when every recorded
+    file is there with its size and checksum)."""
+    try:
+        recorded = _recorded(directory)
+    except ValueError as exc:
+        return str(exc)
+    for name, entry in recorded.items():
+        path = directory / name
+        if not path.is_file():
+            return f"{name} is missing"
+        try:
+            if path.stat().st_size != entry["bytes"]:
+                return f"{name} has {path.stat().st_size} bytes, not {entry['bytes']}"
+            if _sha256(path) != entry["sha256"]:
+                return f"{name} does not match its checksum"
+        except (KeyError, TypeError):
+            return f"its {MANIFEST} entry for {name} is malformed"
+    return None

@@ -1,0 +1,52 @@
+"""The files a text or jsonl source reads, found the same way by the pre-flight check
+and by the engine. Only regular files are data: a FIFO would block the reader forever,
+a device would never end, and a symlink loop has no file behind it."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+from pathlib import Path
+
+PATTERNS = {"text": "*.txt", "jsonl": "*.jsonl"}
+
+
+class DataFilesError(ValueError):
+    """data.path cannot be read as data; the message is one line."""
+
+
+def _kind(mode: int) -> str | None:
+    """Why a file of this mode is not data (None for a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "a device or socket"
+
+
+def _regular(path: Path) -> Path:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:  # a dangling link or a symlink loop
+        raise DataFilesError(f"{path} cannot be read ({exc.strerror})") from None
+    kind = _kind(mode)
+    if kind is not None:
+        raise DataFilesError(f"{path} is {kind}, not a regular file")
+    return path
+
+
+def data_files(path: Path, source: str) -> list[Path]:
+    """The source's files under ``path`` (itself, or a directory searched recursively
+    without following symlinked directories), sorted; each one a regular file."""
+    pattern = PATTERNS[source]
+    if not path.is_dir():
+        return [_regular(path)]
+    found = []
+    for folder, _dirs, names in os.walk(path):
+        found += [Path(folder) / n for n in names if fnmatch.fnmatchcase(n, pattern)]
+    if not found:
+        raise DataFilesError(f"no {pattern} file at {path}")
+    return [_regular(p) for p in sorted(found)]

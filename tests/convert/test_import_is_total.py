@@ -1,0 +1,42 @@
+"""`fsdpspec import accelerate` on hostile configs (issue 11, item 4): every value of a
+wrong type is one line naming the key; a non-mapping fsdp_config or a tag stops the
+import with one line and nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+HEAD = "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processes: 2\n"
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    (HEAD + "fsdp_config:\n  fsdp_auto_wrap_policy: [1]\n", "fsdp_auto_wrap_policy"),
+    (HEAD + "fsdp_config:\n  fsdp_sharding_strategy: {a: 1}\n", "fsdp_sharding_strategy"),
+    (HEAD + "fsdp_config:\n  fsdp_sharding_strategy: '٣'\n", "fsdp_sharding_strategy"),
+    (HEAD + "fsdp_config:\n  fsdp_min_num_params: " + "9" * 40 + "\n", "fsdp_min_num_params"),
+    (HEAD + "fsdp_config:\n  fsdp_version: [2]\n", "fsdp_version"),
+])
+def test_a_wrongly_typed_value_is_one_line_naming_the_key(text, key, tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(text)
+    result = run_cli("import", "accelerate", "a.yaml", cwd=tmp_path)
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    notes = [line for line in result.stderr.splitlines() if key in line]
+    assert len(notes) == 1 and notes[0].startswith("a.yaml:5: ") and "not imported" in notes[0]
+
+
+@pytest.mark.parametrize("text", [
+    HEAD + "fsdp_config: [1, 2]\n",
+    HEAD + "fsdp_config: FULL_SHARD\n",
+    HEAD + "fsdp_config:\n  fsdp_version: !!python/object:os.system 2\n",
+    HEAD + "num_processes: " + "9" * 5000 + "\n",
+])
+def test_an_unusable_config_is_one_line_and_writes_nothing(text: str, tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(text)
+    result = run_cli("import", "accelerate", "a.yaml", "-o", "out.yaml", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml"]
