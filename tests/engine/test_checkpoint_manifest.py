@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fault_jobs import fsdpspec_run, job_file, run_dir
 from engine_jobs import metrics
+from fault_jobs import fsdpspec_run, job_file, run_dir
 
 pytest.importorskip("torch")
 
