@@ -206,11 +206,3 @@ def family(model_type: Any) -> Family | None:
     """The registered family of a ``model_type`` (None when it has no analytic family)."""
     return FAMILIES.get(model_type) if isinstance(model_type, str) else None
 
-
-def preset_of(layer_class: str) -> str | None:
-    """The preset an import picks for a model wrapped at ``layer_class``."""
-    for f in FAMILIES.values():
-        if f.layer_class == layer_class and f.presets:
-            return f.presets[0]
-    return None
-

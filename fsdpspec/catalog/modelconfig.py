@@ -10,19 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fsdpspec.catalog.families import family
 from fsdpspec.catalog.presets import preset_config
 from fsdpspec.spec.v1 import Model
-
-# model_type → the repeated decoder layer class transformers builds for it.
-DECODER_LAYERS: dict[str, str] = {
-    "llama": "LlamaDecoderLayer",
-    "mistral": "MistralDecoderLayer",
-    "qwen2": "Qwen2DecoderLayer",
-    "qwen3": "Qwen3DecoderLayer",
-    "gemma": "GemmaDecoderLayer",
-    "gemma2": "Gemma2DecoderLayer",
-    "phi3": "Phi3DecoderLayer",
-}
 
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -54,10 +44,10 @@ def read_hf_config(value: str, base_dir: Path) -> dict[str, Any]:
         raise ModelConfigError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ModelConfigError(f"{path} does not hold a JSON object")
-    model_type = data.get("model_type")
-    if model_type not in DECODER_LAYERS:
-        known = ", ".join(DECODER_LAYERS)
-        raise ModelConfigError(f"{path}: model_type {model_type!r} is not supported ({known})")
+    # Any model_type is accepted: one without an analytic family is planned by building
+    # it on the meta device (fsdpspec.plan.introspect), and trained as transformers builds it.
+    if not isinstance(data.get("model_type"), str) or not data["model_type"]:
+        raise ModelConfigError(f"{path} has no model_type; not a transformers config")
     return data
 
 
@@ -81,6 +71,5 @@ def layer_classes(declared: list[str], config: dict[str, Any] | None) -> list[st
     decoder layer (empty when neither is known)."""
     if declared:
         return list(declared)
-    if config is not None and config.get("model_type") in DECODER_LAYERS:
-        return [DECODER_LAYERS[config["model_type"]]]
-    return []
+    found = family(config.get("model_type")) if config is not None else None
+    return [found.layer_class] if found else []

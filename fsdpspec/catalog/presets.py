@@ -170,7 +170,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 _TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 320,
-         "max_position_embeddings": 512}
+         "max_position_embeddings": 512, "bos_token_id": 256, "eos_token_id": 256}
 _TINY_MOE = {"num_experts_per_tok": 2, "router_aux_loss_coef": 0.01}
 
 
