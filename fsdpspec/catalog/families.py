@@ -39,6 +39,9 @@ class Moe:
     expert_bias: bool = False
     # The router module's attribute name (``mlp.gate`` or ``mlp.router``).
     router: str = "gate"
+    # Expert-width tensors each routed token saves for backward: the gate_up output
+    # (two), the activation and the gated product; gpt-oss's clamped gate saves more.
+    width_saves: int = 4
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,17 @@ class Family:
     fused_qkv: bool = False
     norm: str = "rms"  # or "layernorm" (weight and bias)
     norm_placement: str = "pre"
+    # Attention and MLP read the same input (GPT-NeoX's use_parallel_residual).
+    parallel_residual: Bias = False
+    # Grouped-query attention: False when the family ignores num_key_value_heads.
+    gqa: bool = True
+    # Rotary embedding rebuilds q head-major (concatenating its rotated part), so the
+    # attention output is copied once more for the output projection.
+    head_major_query: bool = False
     # q/k norms: None, "head" (over head_dim) or "width" (over the whole projection).
     qk_norm: str | None = None
-    # Gemma norms compute entirely in fp32 (and scale by 1 + weight).
+    # RMSNorm applies its weight in fp32 (Gemma, OLMo 2, gpt-oss), so it saves fp32
+    # values only.
     fp32_norm: bool = False
     softcap: bool = False
     # How `sliding_window` is honoured: "never", "always", "flag" (use_sliding_window),
@@ -135,14 +146,17 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "num_attention_heads": 32, "num_key_value_heads": None, "vocab_size": 50304,
         "tie_word_embeddings": False, "attention_bias": False,
         "max_position_embeddings": 2048},
-        norm_placement="post", qk_norm="width", presets=("olmo2-7b", "tiny-olmo2"),
+        norm_placement="post", qk_norm="width", fp32_norm=True,
+        presets=("olmo2-7b", "tiny-olmo2"),
         **_LLAMA_BIAS),
     Family("gpt_neox", "GPTNeoX", {
         "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 44,
         "num_attention_heads": 64, "vocab_size": 50432, "tie_word_embeddings": False,
-        "attention_bias": True, "max_position_embeddings": 2048},
+        "attention_bias": True, "use_parallel_residual": True,
+        "max_position_embeddings": 2048},
         decoder_layer="GPTNeoXLayer", fused_qkv=True, mlp="plain", mlp_bias=True,
-        norm="layernorm", presets=("pythia-1.4b", "tiny-gpt-neox"), **_LLAMA_BIAS),
+        norm="layernorm", parallel_residual="use_parallel_residual", gqa=False,
+        head_major_query=True, presets=("pythia-1.4b", "tiny-gpt-neox"), **_LLAMA_BIAS),
     Family("starcoder2", "Starcoder2", {
         "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30,
         "num_attention_heads": 24, "num_key_value_heads": 2, "vocab_size": 49152,
@@ -186,8 +200,9 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "vocab_size": 201088, "tie_word_embeddings": False, "attention_bias": True,
         "sliding_window": 128, "sliding_window_pattern": 2, "num_local_experts": 128, "num_experts_per_tok": 4,
         "router_aux_loss_coef": 0.001, "max_position_embeddings": 131072},
-        window="layer_types", attention_sinks=True,
-        moe=Moe("num_local_experts", router_bias=True, expert_bias=True, router="router"),
+        window="layer_types", attention_sinks=True, fp32_norm=True,
+        moe=Moe("num_local_experts", router_bias=True, expert_bias=True, router="router",
+                width_saves=7),
         presets=("gpt-oss-20b", "tiny-gpt-oss"), **_LLAMA_BIAS),
     Family("phi3", "Phi3", {
         "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,

@@ -35,6 +35,7 @@ class Experts:
     router_bias: bool = False
     expert_bias: bool = False
     router: str = "gate"
+    width_saves: int = 4
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ class Geometry:
     fused_qkv: bool = False
     norm_bias: bool = False
     norm_names: tuple[str, ...] = NORMS["pre"]
+    parallel_residual: bool = False
+    head_major_query: bool = False
     qk_norm: str | None = None
     fp32_norm: bool = False
     attention_sinks: bool = False
@@ -79,18 +82,8 @@ class Geometry:
         return self.num_kv_heads * self.head_dim
 
     @property
-    def gemma_norm(self) -> bool:
-        """Norms that compute entirely in fp32 (Gemma's, which scale by 1 + weight)."""
-        return self.fp32_norm
-
-    @property
     def norms_per_layer(self) -> int:
         return len(self.norm_names)
-
-    @property
-    def fused_projections(self) -> bool:
-        """Phi-3's fused qkv and gate_up projections."""
-        return self.fused_qkv and self.mlp == "gated_fused"
 
     def layer_tensors(self) -> list[tuple[str, Shape]]:
         """The parameters of one decoder layer, as transformers names and shapes them."""
@@ -134,10 +127,11 @@ class Geometry:
         return self.vocab_size * self.hidden_size
 
     @property
-    def mlp_width(self) -> int:
-        """Width of the MLP a token goes through (all its routed experts together)."""
-        return self.experts.width * self.experts.active if self.experts else \
-            self.intermediate_size
+    def down_proj_numel(self) -> int:
+        """The MLP's output projection (every expert's): the first gradient backward
+        makes in a layer."""
+        e = self.experts
+        return self.hidden_size * (e.count * e.width if e else self.intermediate_size)
 
 
 def _norm_tensors(g: Geometry, names: tuple[str, ...]) -> list[tuple[str, Shape]]:
@@ -224,7 +218,7 @@ def geometry_from_config(config: dict[str, Any]) -> Geometry:
         return _positive_int(key, merged.get(key))
 
     hidden, heads = num("hidden_size"), num("num_attention_heads")
-    kv_heads = merged.get("num_key_value_heads") or heads
+    kv_heads = (merged.get("num_key_value_heads") if fam.gqa else None) or heads
     if heads % kv_heads:
         raise GeometryError(f"config num_attention_heads {heads} is not a multiple of "
                             f"num_key_value_heads {kv_heads}")
@@ -250,6 +244,8 @@ def geometry_from_config(config: dict[str, Any]) -> Geometry:
         fused_qkv=fam.fused_qkv,
         norm_bias=fam.norm == "layernorm",
         norm_names=NORMS[fam.norm_placement],
+        parallel_residual=_bias(fam.parallel_residual, merged),
+        head_major_query=fam.head_major_query,
         qk_norm=fam.qk_norm,
         fp32_norm=fam.fp32_norm,
         attention_sinks=fam.attention_sinks,
@@ -278,7 +274,8 @@ def _experts(fam: Family, merged: dict[str, Any]) -> Experts | None:
     return Experts(count=count, active=_positive_int("num_experts_per_tok",
                                                      merged.get("num_experts_per_tok")),
                    width=_positive_int(m.width_key, merged.get(m.width_key)),
-                   router_bias=m.router_bias, expert_bias=m.expert_bias, router=m.router)
+                   router_bias=m.router_bias, expert_bias=m.expert_bias, router=m.router,
+                   width_saves=m.width_saves)
 
 
 def _window(fam: Family, merged: dict[str, Any]) -> int | None:

@@ -24,12 +24,13 @@ _GIB = 1 << 30
 
 
 def count_parameters(model: nn.Module, config: dict[str, Any] | None) -> int:
-    """Unsharded parameter count: the planner's exact count from the model's config when
-    there is one (FSDP1's flat shards report only their local size), else the model's
-    own parameters (FSDP2's DTensors report their global shape)."""
+    """Parameters one token passes through (a Mixture-of-Experts model's active ones):
+    the planner's exact count from the model's config when there is one (FSDP1's flat
+    shards report only their local size), else the model's own parameters (FSDP2's
+    DTensors report their global shape)."""
     if config is not None:
         try:
-            return geometry_from_config(config).total_params
+            return geometry_from_config(config).active_params
         except GeometryError:
             pass
     return sum(p.numel() for p in model.parameters())
