@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.catalog.families import family
+from fsdpspec.catalog.hub import HubError, HubId, parse_hub_id, snapshot
 from fsdpspec.catalog.presets import preset_config
 from fsdpspec.spec.v1 import Model
 
@@ -21,15 +22,39 @@ class ModelConfigError(ValueError):
     """A model source that cannot be read; the message is one line for the user."""
 
 
+# Inputs that may name a Hub model repository instead of a local path, and the files
+# `fsdpspec run` fetches for each.
+HUB_INPUTS: dict[tuple[str, str], list[str]] = {
+    ("model", "hf_config"): ["*.json"],
+    ("model", "weights"): ["*.json", "*.safetensors"],
+    ("data", "tokenizer"): ["*.json", "*.model", "*.txt", "*.tiktoken"],
+}
+
+
 def resolve_input_path(value: str, base_dir: Path) -> Path:
     """Input paths in a spec are relative to the spec file's directory."""
     path = Path(value).expanduser()
     return path if path.is_absolute() else base_dir / path
 
 
+def hub_input(value: str, base_dir: Path) -> HubId | None:
+    """The Hub id a model input names: shaped `org/name[@revision]` with no local path of
+    that name (a local path always wins)."""
+    return None if resolve_input_path(value, base_dir).exists() else parse_hub_id(value)
+
+
+def resolve_model_input(value: str, base_dir: Path) -> Path:
+    """A local path, or the cached snapshot of a Hub id (HubError when not cached)."""
+    hub = hub_input(value, base_dir)
+    return snapshot(hub) if hub else resolve_input_path(value, base_dir)
+
+
 def read_hf_config(value: str, base_dir: Path) -> dict[str, Any]:
-    """Read a local config.json (or a directory holding one) as a dict."""
-    path = resolve_input_path(value, base_dir)
+    """Read a config.json (a file, a directory holding one, or a cached Hub id) as a dict."""
+    try:
+        path = resolve_model_input(value, base_dir)
+    except HubError as exc:
+        raise ModelConfigError(str(exc)) from None
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():

@@ -24,6 +24,10 @@ class GeometryError(ValueError):
     """A config that does not describe a model the planner can count (one line)."""
 
 
+class UnknownFamilyError(GeometryError):
+    """A model_type without an analytic family (the planner may introspect it)."""
+
+
 @dataclass(frozen=True)
 class Experts:
     """The Mixture-of-Experts block of every layer: ``count`` experts of MLP width
@@ -72,6 +76,14 @@ class Geometry:
     attn_softcap: float | None = None
     final_softcap: float | None = None
     max_position_embeddings: int = 4096
+    # Read off a model built on the meta device (no analytic family): one layer's and
+    # the root's parameters, as built.
+    built_layer: tuple[tuple[str, Shape], ...] | None = None
+    built_root: tuple[tuple[str, Shape], ...] | None = None
+
+    @property
+    def introspected(self) -> bool:
+        return self.built_layer is not None
 
     @property
     def q_width(self) -> int:
@@ -87,11 +99,15 @@ class Geometry:
 
     def layer_tensors(self) -> list[tuple[str, Shape]]:
         """The parameters of one decoder layer, as transformers names and shapes them."""
+        if self.built_layer is not None:
+            return list(self.built_layer)
         mlp = _expert_tensors(self) if self.experts else _mlp_tensors(self)
         return _attention_tensors(self) + mlp + _norm_tensors(self, self.norm_names)
 
     def root_tensors(self) -> list[tuple[str, Shape]]:
         """Parameters outside the layers: embeddings, final norm, and an untied lm_head."""
+        if self.built_root is not None:
+            return list(self.built_root)
         out = [("model.embed_tokens.weight", (self.vocab_size, self.hidden_size)),
                *_norm_tensors(self, ("model.norm",))]
         if not self.tie_word_embeddings:
@@ -204,7 +220,7 @@ def analytic_family(config: dict[str, Any]) -> Family:
     model_type = config.get("model_type")
     found = CUSTOM if model_type == "custom" else family(model_type)
     if found is None:
-        raise GeometryError(f"model_type {model_type!r} is not one the planner knows")
+        raise UnknownFamilyError(f"model_type {model_type!r} has no analytic family")
     return found
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec import __version__
-from fsdpspec.catalog.modelconfig import resolve_input_path
+from fsdpspec.catalog.modelconfig import HUB_INPUTS, resolve_input_path, resolve_model_input
 from fsdpspec.spec.v1 import JobSpec
 
 FILENAME = "resolved-spec.json"
@@ -22,12 +22,14 @@ _INPUT_PATHS = (
 
 def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:
     """A copy of the spec whose input paths are absolute (they are relative to the spec
-    file's directory when written)."""
+    file's directory when written) and whose Hub ids are their cached snapshots."""
     data = spec.as_json_data()
     for section, key in _INPUT_PATHS:
         value = data[section][key]
         if value is not None:
-            data[section][key] = str(resolve_input_path(value, base_dir).resolve())
+            resolve = resolve_model_input if (section, key) in HUB_INPUTS else \
+                resolve_input_path
+            data[section][key] = str(resolve(value, base_dir).resolve())
     return JobSpec.model_validate(data)
 
 
