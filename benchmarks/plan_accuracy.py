@@ -5,10 +5,11 @@ with FSDPMemTracker on FakeTensorMode and a fake process group of the shard-grou
 Prints each row's error, then the median and maximum |error|; exits 1 when the median
 exceeds 5% or the maximum 10%.
 
-Gemma 2 runs with eager attention (transformers refuses SDPA for it).
+Gemma 2 and gpt-oss run with eager attention (transformers refuses SDPA for them).
 
     python benchmarks/plan_accuracy.py            # every row (a few minutes on 2 cores)
     python benchmarks/plan_accuracy.py --rows 3   # the first three
+    python benchmarks/plan_accuracy.py --match moe # the rows whose name has "moe"
 """
 
 from __future__ import annotations
@@ -61,6 +62,26 @@ ROWS: list[tuple[Any, ...]] = [
      "sdpa", {}, None),
     ("llama8b-fs-acfull-8k-64", "llama3-8b", (8, 8), "FULL_SHARD", "bf16", "full", 1, 8192,
      "sdpa", {}, None),
+    # Newer dense families.
+    ("gemma3-1b-fs-window-2k", "gemma3-1b", (1, 8), "FULL_SHARD", "bf16", "none", 1, 2048,
+     "sdpa", {}, None),
+    ("olmo2-7b-fs-2k", "olmo2-7b", (1, 8), "FULL_SHARD", "bf16", "none", 1, 2048, "sdpa", {},
+     None),
+    ("pythia1.4b-fs-mb4-2k", "pythia-1.4b", (1, 8), "FULL_SHARD", "bf16", "none", 4, 2048,
+     "sdpa", {}, None),
+    ("starcoder2-3b-sgo-2k", "starcoder2-3b", (1, 8), "SHARD_GRAD_OP", "bf16", "none", 1,
+     2048, "sdpa", {}, None),
+    # Mixture of Experts (bf16: transformers' grouped expert matmul).
+    ("mixtral-8x7b-fs-16", "mixtral-8x7b", (2, 8), "FULL_SHARD", "bf16", "none", 1, 2048,
+     "sdpa", {}, None),
+    ("qwen3-30b-a3b-fs-acfull", "qwen3-30b-a3b", (2, 8), "FULL_SHARD", "bf16", "full", 1,
+     4096, "sdpa", {}, None),
+    ("olmoe-fs-4k", "olmoe-1b-7b", (1, 8), "FULL_SHARD", "bf16", "none", 1, 4096, "sdpa", {},
+     None),
+    ("phi3.5-moe-fs-16", "phi3.5-moe", (2, 8), "FULL_SHARD", "bf16", "none", 1, 2048, "sdpa",
+     {}, None),
+    ("gpt-oss-20b-fs-eager-1k", "gpt-oss-20b", (1, 8), "FULL_SHARD", "bf16", "none", 1, 1024,
+     "eager", {}, None),
 ]
 
 
@@ -96,14 +117,15 @@ def measure(row: tuple[Any, ...]) -> tuple[int, int, int, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=len(ROWS), help="run the first N rows")
+    parser.add_argument("--match", default="", help="only rows whose name contains this")
     args = parser.parse_args()
-    print(f"{'row':<26}{'shard':>6}{'analytic GiB':>14}{'traced GiB':>12}{'error':>8}{'s':>6}")
+    print(f"{'row':<28}{'shard':>6}{'analytic GiB':>14}{'traced GiB':>12}{'error':>8}{'s':>6}")
     errors = []
-    for row in ROWS[: args.rows]:
+    for row in [r for r in ROWS[: args.rows] if args.match in r[0]]:
         shard, analytic, traced, seconds = measure(row)
         error = (analytic - traced) / traced
         errors.append(abs(error))
-        print(f"{row[0]:<26}{shard:>6}{analytic / GIB:>14.2f}{traced / GIB:>12.2f}"
+        print(f"{row[0]:<28}{shard:>6}{analytic / GIB:>14.2f}{traced / GIB:>12.2f}"
               f"{100 * error:>+7.1f}%{seconds:>6.0f}", flush=True)
     median, worst = statistics.median(errors), max(errors)
     print(f"median |error| {100 * median:.2f}%   max |error| {100 * worst:.2f}%"

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.catalog.modelconfig import ModelConfigError, model_config
+from fsdpspec.catalog.hub import HubError, offline, snapshot
+from fsdpspec.catalog.modelconfig import HUB_INPUTS, ModelConfigError, hub_input, model_config
 from fsdpspec.lint import lint_spec
 from fsdpspec.lint.registry import LintContext
 from fsdpspec.spec import LATEST, SUPPORTED
-from fsdpspec.spec.diagnostics import Diagnostic, error, sort_key
+from fsdpspec.spec.diagnostics import Diagnostic, Severity, error, sort_key
 from fsdpspec.spec.load import SourceMap, load_file
 from fsdpspec.spec.overrides import apply_overrides
 from fsdpspec.spec.schema import published
@@ -84,7 +85,26 @@ def _lint(report: FileReport, select: Sequence[str], ignore: Sequence[str]) -> l
         pointer = "/model/hf_config"
         return [error("FS030", str(exc), pointer, "point hf_config at a local config.json")]
     ctx = LintContext(spec, report.base_dir, report.model_config, _explicit(report.source_map))
-    return lint_spec(ctx, select=select, ignore=ignore)
+    return _uncached_hub_inputs(spec, report.base_dir) + lint_spec(ctx, select=select,
+                                                                   ignore=ignore)
+
+
+def _uncached_hub_inputs(spec: JobSpec, base_dir: Path) -> list[Diagnostic]:
+    """FS031 for weights or a tokenizer named by a Hub id that is not cached: an error
+    offline; online a warning, as `fsdpspec run` fetches it (hf_config is FS030: the
+    plan needs it now)."""
+    found = []
+    for section, key in HUB_INPUTS:
+        value = getattr(getattr(spec, section), key)
+        hub = hub_input(value, base_dir) if value and key != "hf_config" else None
+        if hub is None:
+            continue
+        try:
+            snapshot(hub)
+        except HubError as exc:
+            severity = Severity.ERROR if offline() else Severity.WARNING
+            found.append(Diagnostic("FS031", severity, str(exc), f"/{section}/{key}"))
+    return found
 
 
 def _place(report: FileReport, diagnostics: list[Diagnostic]) -> list[Diagnostic]:

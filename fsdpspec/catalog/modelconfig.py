@@ -11,23 +11,23 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.catalog.configjson import ConfigJsonError, check_types, load_object
+from fsdpspec.catalog.families import family
+from fsdpspec.catalog.hub import HubError, HubId, parse_hub_id, snapshot
 from fsdpspec.catalog.presets import preset_config
 from fsdpspec.spec.v1 import Model
-
-# model_type → the repeated decoder layer class transformers builds for it.
-DECODER_LAYERS: dict[str, str] = {
-    "llama": "LlamaDecoderLayer",
-    "mistral": "MistralDecoderLayer",
-    "qwen2": "Qwen2DecoderLayer",
-    "qwen3": "Qwen3DecoderLayer",
-    "gemma": "GemmaDecoderLayer",
-    "gemma2": "Gemma2DecoderLayer",
-    "phi3": "Phi3DecoderLayer",
-}
 
 
 class ModelConfigError(ValueError):
     """A model source that cannot be read; the message is one line for the user."""
+
+
+# Inputs that may name a Hub model repository instead of a local path, and the files
+# `fsdpspec run` fetches for each.
+HUB_INPUTS: dict[tuple[str, str], list[str]] = {
+    ("model", "hf_config"): ["*.json"],
+    ("model", "weights"): ["*.json", "*.safetensors"],
+    ("data", "tokenizer"): ["*.json", "*.model", "*.txt", "*.tiktoken"],
+}
 
 
 def resolve_input_path(value: str, base_dir: Path) -> Path:
@@ -37,23 +37,35 @@ def resolve_input_path(value: str, base_dir: Path) -> Path:
     return path if path.is_absolute() else base_dir / path
 
 
+def hub_input(value: str, base_dir: Path) -> HubId | None:
+    """The Hub id a model input names: shaped `org/name[@revision]` with no local path of
+    that name (a local path always wins)."""
+    return None if resolve_input_path(value, base_dir).exists() else parse_hub_id(value)
+
+
+def resolve_model_input(value: str, base_dir: Path) -> Path:
+    """A local path, or the cached snapshot of a Hub id (HubError when not cached)."""
+    hub = hub_input(value, base_dir)
+    return snapshot(hub) if hub else resolve_input_path(value, base_dir)
+
+
 def read_hf_config(value: str, base_dir: Path) -> dict[str, Any]:
-    """Read a local config.json (or a directory holding one) as a dict, its types checked
-    for every key the planner and the engine read."""
+    """Read a config.json (a file, a directory holding one, or a cached Hub id) as a dict,
+    its types checked for every key the planner and the engine read."""
     try:
-        path = resolve_input_path(value, base_dir)
+        path = resolve_model_input(value, base_dir)
         if path.is_dir():
             path = path / "config.json"
         if not path.exists():
             raise ModelConfigError(f"no config.json at {path}")
         data = load_object(path)
         check_types(data, str(path))
-    except ConfigJsonError as exc:
+    except (HubError, ConfigJsonError) as exc:
         raise ModelConfigError(str(exc)) from None
-    model_type = data.get("model_type")
-    if model_type not in DECODER_LAYERS:
-        known = ", ".join(DECODER_LAYERS)
-        raise ModelConfigError(f"{path}: model_type {model_type!r} is not supported ({known})")
+    # Any model_type is accepted: one without an analytic family is planned by building
+    # it on the meta device (fsdpspec.plan.introspect), and trained as transformers builds it.
+    if not isinstance(data.get("model_type"), str) or not data["model_type"]:
+        raise ModelConfigError(f"{path} has no model_type; not a transformers config")
     return data
 
 
@@ -77,6 +89,5 @@ def layer_classes(declared: list[str], config: dict[str, Any] | None) -> list[st
     decoder layer (empty when neither is known)."""
     if declared:
         return list(declared)
-    if config is not None and config.get("model_type") in DECODER_LAYERS:
-        return [DECODER_LAYERS[config["model_type"]]]
-    return []
+    found = family(config.get("model_type")) if config is not None else None
+    return [found.layer_class] if found else []

@@ -168,6 +168,84 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+_TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 320,
+         "max_position_embeddings": 512, "bos_token_id": 256, "eos_token_id": 256}
+_TINY_MOE = {"num_experts_per_tok": 2, "router_aux_loss_coef": 0.01}
+
+
+def _family(model_type: str, architecture: str, **kw: Any) -> dict[str, Any]:
+    return {"architectures": [architecture], "model_type": model_type} | kw
+
+
+PRESETS.update({
+    # Tiny instances of the newer families (dense and Mixture-of-Experts).
+    "tiny-gemma3": _family("gemma3_text", "Gemma3ForCausalLM", **_TINY, head_dim=16,
+                           sliding_window=8, layer_types=["sliding_attention",
+                                                          "full_attention"]),
+    "tiny-olmo2": _family("olmo2", "Olmo2ForCausalLM", **_TINY),
+    "tiny-gpt-neox": _family("gpt_neox", "GPTNeoXForCausalLM", **_TINY | {
+        "num_key_value_heads": 4}, rotary_pct=0.25),
+    "tiny-starcoder2": _family("starcoder2", "Starcoder2ForCausalLM", **_TINY),
+    "tiny-mixtral": _family("mixtral", "MixtralForCausalLM", **_TINY, **_TINY_MOE,
+                            num_local_experts=4),
+    "tiny-qwen3-moe": _family("qwen3_moe", "Qwen3MoeForCausalLM", **_TINY, **_TINY_MOE,
+                              head_dim=16, num_experts=4, moe_intermediate_size=32),
+    "tiny-olmoe": _family("olmoe", "OlmoeForCausalLM", **_TINY, **_TINY_MOE, num_experts=4),
+    "tiny-phimoe": _family("phimoe", "PhimoeForCausalLM", **_TINY, **_TINY_MOE,
+                           num_local_experts=4),
+    "tiny-gpt-oss": _family("gpt_oss", "GptOssForCausalLM", **_TINY, **_TINY_MOE,
+                            head_dim=16, num_local_experts=4, sliding_window=8,
+                            layer_types=["sliding_attention", "full_attention"]),
+    # Published configs (geometry keys only).
+    "gemma3-1b": _family(
+        "gemma3_text", "Gemma3ForCausalLM", hidden_size=1152, intermediate_size=6912,
+        num_hidden_layers=26, num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+        vocab_size=262144, sliding_window=512, max_position_embeddings=32768,
+        rope_theta=1000000.0, query_pre_attn_scalar=256, tie_word_embeddings=True),
+    "olmo2-7b": _family(
+        "olmo2", "Olmo2ForCausalLM", hidden_size=4096, intermediate_size=11008,
+        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+        vocab_size=100352, max_position_embeddings=4096, rms_norm_eps=1e-6,
+        rope_theta=500000.0),
+    "pythia-1.4b": _family(
+        "gpt_neox", "GPTNeoXForCausalLM", hidden_size=2048, intermediate_size=8192,
+        num_hidden_layers=24, num_attention_heads=16, vocab_size=50304, rotary_pct=0.25,
+        max_position_embeddings=2048, use_parallel_residual=True),
+    "starcoder2-3b": _family(
+        "starcoder2", "Starcoder2ForCausalLM", hidden_size=3072, intermediate_size=12288,
+        num_hidden_layers=30, num_attention_heads=24, num_key_value_heads=2,
+        vocab_size=49152, sliding_window=4096, max_position_embeddings=16384,
+        rope_theta=999999.4420358813, tie_word_embeddings=True),
+    "mixtral-8x7b": _family(
+        "mixtral", "MixtralForCausalLM", hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        vocab_size=32000, num_local_experts=8, num_experts_per_tok=2,
+        max_position_embeddings=32768, rope_theta=1000000.0, router_aux_loss_coef=0.02),
+    "qwen3-30b-a3b": _family(
+        "qwen3_moe", "Qwen3MoeForCausalLM", hidden_size=2048, intermediate_size=6144,
+        moe_intermediate_size=768, num_hidden_layers=48, num_attention_heads=32,
+        num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+        norm_topk_prob=True, vocab_size=151936, max_position_embeddings=40960,
+        rope_theta=1000000.0),
+    "olmoe-1b-7b": _family(
+        "olmoe", "OlmoeForCausalLM", hidden_size=2048, intermediate_size=1024,
+        num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16,
+        num_experts=64, num_experts_per_tok=8, vocab_size=50304,
+        max_position_embeddings=4096),
+    "phi3.5-moe": _family(
+        "phimoe", "PhimoeForCausalLM", hidden_size=4096, intermediate_size=6400,
+        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        num_local_experts=16, num_experts_per_tok=2, vocab_size=32064,
+        max_position_embeddings=131072, attention_bias=True, lm_head_bias=True),
+    "gpt-oss-20b": _family(
+        "gpt_oss", "GptOssForCausalLM", hidden_size=2880, intermediate_size=2880,
+        num_hidden_layers=24, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+        num_local_experts=32, num_experts_per_tok=4, vocab_size=201088,
+        sliding_window=128, max_position_embeddings=131072),
+})
+
+
 def preset_names() -> list[str]:
     """Preset names, in table order."""
     return list(PRESETS)

@@ -8,16 +8,14 @@ from pathlib import Path
 import click
 
 from fsdpspec.catalog.accelerators import accelerator_names
-from fsdpspec.catalog.modelconfig import DECODER_LAYERS
+from fsdpspec.catalog.families import FAMILIES
 from fsdpspec.catalog.presets import preset_names
 from fsdpspec.cli.init import check_name
 from fsdpspec.cli.output import deliver, output_option
 from fsdpspec.spec.load import load_file
 from fsdpspec.spec.names import kubernetes_name
 
-# accelerate configs name a layer class, not a model: the preset standing for a family.
-_FAMILY_PRESET = {"llama": "llama3-8b", "mistral": "mistral-7b", "qwen2": "qwen2.5-7b",
-                  "gemma2": "gemma2-9b", "phi3": "phi3-mini"}
+# accelerate configs name a layer class, not a model: a family's first preset stands for it.
 _DEFAULT_PRESET = "llama3.2-1b"
 
 
@@ -28,13 +26,13 @@ def _preset_for(loaded_data: object) -> str:
     first = layers.split(",")[0].strip() if isinstance(layers, str) else None
     if isinstance(layers, list) and layers:
         first = str(layers[0])
-    family = {cls: family for family, cls in DECODER_LAYERS.items()}.get(first)
+    family = next((f for f in FAMILIES.values() if f.layer_class == first), None)
     if family is None:
         return _DEFAULT_PRESET
-    if family not in _FAMILY_PRESET:
-        raise click.UsageError(f"no preset of the {family} family wraps {first}: name the "
-                               "model with --preset or --hf-config")
-    return _FAMILY_PRESET[family]
+    if not family.presets:
+        raise click.UsageError(f"no preset of the {family.model_type} family wraps {first}: "
+                               "name the model with --preset or --hf-config")
+    return family.presets[0]
 
 
 @click.command("import")

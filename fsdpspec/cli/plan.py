@@ -11,6 +11,8 @@ import click
 
 from fsdpspec.catalog.accelerators import accelerator_names
 from fsdpspec.cli.options import exit_on_errors, set_option
+from fsdpspec.plan.geometry import Geometry, GeometryError
+from fsdpspec.plan.introspect import model_geometry
 from fsdpspec.plan.planner import Plan, plan_job
 from fsdpspec.plan.report import plan_json, plan_text
 from fsdpspec.spec.overrides import OverrideError
@@ -28,6 +30,15 @@ def _load(file: str, overrides: tuple[str, ...]):
     if report.model_config is None:
         raise click.ClickException("a factory model needs `model.geometry` to be planned")
     return report
+
+
+def _geometry(config: dict) -> Geometry:
+    """The model's geometry: from its family, else built on the meta device."""
+    try:
+        return model_geometry(config)
+    except GeometryError as exc:
+        click.echo(f"info: {exc}", err=True)
+        raise SystemExit(1) from None
 
 
 def _trace(plan: Plan, config: dict, base_dir: Path) -> dict:
@@ -77,7 +88,8 @@ def command(file, gpus, accelerator, overrides, output_format, trace) -> None:
     errors. JSON keys are stable: see docs/memory.md.
     """
     report = _load(file, overrides)
-    plan = plan_job(report.spec, report.model_config, world_size=gpus, accelerator=accelerator)
+    plan = plan_job(report.spec, report.model_config, world_size=gpus, accelerator=accelerator,
+                    geometry=_geometry(report.model_config))
     traced = _trace(plan, report.model_config, report.base_dir) if trace else None
     if output_format == "json":
         data = plan_json(plan) | ({"trace": traced} if traced else {})

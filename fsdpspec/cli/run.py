@@ -38,8 +38,32 @@ def _node_overrides(nnodes: int | None, rdzv_endpoint: str | None) -> list[str]:
     return overrides
 
 
+def _fetch_hub_inputs(report: FileReport) -> bool:
+    """Download the spec's Hub ids that are not cached (online only; `fsdpspec run` runs
+    once per node, before torchrun, so each node fetches once); whether any was."""
+    from fsdpspec.catalog.hub import HubError, cached_snapshot, fetch, offline
+    from fsdpspec.catalog.modelconfig import HUB_INPUTS, hub_input
+
+    if report.spec is None or offline():
+        return False
+    fetched = False
+    for (section, key), patterns in HUB_INPUTS.items():
+        value = getattr(getattr(report.spec, section), key)
+        hub = hub_input(value, report.base_dir) if value else None
+        if hub is not None and cached_snapshot(hub) is None:
+            click.echo(f"fetching {hub} from the Hugging Face Hub ({section}.{key})", err=True)
+            try:
+                fetch(hub, patterns)
+            except HubError as exc:
+                raise click.ClickException(f"{section}.{key}: {exc}") from None
+            fetched = True
+    return fetched
+
+
 def _valid_spec(file: str, overrides: list[str]) -> tuple[FileReport, JobSpec]:
     report = load_spec(file, overrides)
+    if _fetch_hub_inputs(report):
+        report = load_spec(file, overrides)
     exit_on_errors(report)
     if report.diagnostics:  # warnings: shown, not fatal
         emit([report], resolve_format(None), err=True)

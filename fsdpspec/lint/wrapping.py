@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fsdpspec.catalog.modelconfig import DECODER_LAYERS
+from fsdpspec.catalog.families import family
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
 
@@ -14,22 +14,6 @@ def _architecture(ctx: LintContext) -> str:
     config = ctx.model_config or {}
     names = config.get("architectures") or [config.get("model_type", "the model")]
     return str(names[0])
-
-
-# The parameter-holding module classes transformers builds for a family, named after its
-# decoder layer (LlamaDecoderLayer → Llama…); any of them may be an FSDP unit.
-_FAMILY_MODULES = ("ForCausalLM", "Model", "DecoderLayer", "Attention", "MLP", "RMSNorm")
-_TORCH_MODULES = ("Embedding", "Linear", "ModuleList")
-# Gemma scales its embeddings in a subclass of Embedding (transformers ≥ 5).
-_EXTRA_MODULES = {"gemma": ("GemmaTextScaledWordEmbedding",),
-                  "gemma2": ("Gemma2TextScaledWordEmbedding",)}
-
-
-def model_classes(model_type: str) -> set[str]:
-    """Module classes with parameters in a model of a known family."""
-    prefix = DECODER_LAYERS[model_type].removesuffix("DecoderLayer")
-    return ({prefix + suffix for suffix in _FAMILY_MODULES} | set(_TORCH_MODULES)
-            | set(_EXTRA_MODULES.get(model_type, ())))
 
 
 def _millions(count: int) -> str:
@@ -57,8 +41,10 @@ def layer_cls_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
     """
     fsdp = ctx.spec.fsdp
     config = ctx.model_config or {}
+    # A transformers model names its blocks itself (`_no_split_modules`); only a
+    # factory model has no class to infer.
     if (fsdp.auto_wrap_policy == "transformer" and not fsdp.transformer_layer_cls
-            and config.get("model_type") not in DECODER_LAYERS):
+            and config.get("model_type", "custom") == "custom"):
         yield diagnostic("FS110", "auto_wrap_policy transformer needs transformer_layer_cls "
                          "for a factory model", "/fsdp/auto_wrap_policy")
 
@@ -84,10 +70,10 @@ def layer_cls_not_in_model(ctx: LintContext) -> Iterator[Diagnostic]:
         model: {preset: tiny-qwen2}
         fsdp: {transformer_layer_cls: [Qwen2DecoderLayer]}
     """
-    model_type = (ctx.model_config or {}).get("model_type", "")
-    if model_type not in DECODER_LAYERS:
+    found = family((ctx.model_config or {}).get("model_type"))
+    if found is None:
         return
-    expected, known = DECODER_LAYERS[model_type], model_classes(model_type)
+    expected, known = found.layer_class, found.module_classes()
     for index, name in enumerate(ctx.spec.fsdp.transformer_layer_cls):
         if name not in known:
             yield diagnostic("FS111", f"transformer_layer_cls {name!r} is not a layer of "

@@ -6,15 +6,23 @@ checked against the fake-tensor trace). ``b`` is the compute dtype's size, T the
 of one micro-batch, H/I the hidden/MLP widths, q/kv the query/key-value widths:
 
 - RMSNorm feeding a projection: the fp32 upcast input (4TH), the normalised value cast
-  back (bTH) and the output the projection saves (bTH); Gemma normalises in fp32 (8TH)
-  and saves its output (bTH).
+  back (bTH) and the output the projection saves (bTH); a norm that applies its weight
+  in fp32 (Gemma, OLMo 2, gpt-oss) saves 8TH and the output (bTH).
 - Attention, SDPA / flash: rotated q and k, v (bT(q + 2kv)), the output (bTq) and the
   log-sum-exp (4·B·heads·S); from the sliding window on, an explicit mask (b·B·S²) and
   keys and values repeated to every head. Eager: q, k and v
   expanded to every head (3bTq; without grouped-query attention Phi-3's v is a view of
   the fused qkv output, bT(q + 2kv)), the output copy (bTq), and the attention
   probabilities: fp32 softmax plus its cast (B·heads·S²·(4+b)).
-- MLP (gated): gate, activation, up and their product (4bTI).
+- MLP (gated): gate, activation, up and their product (4bTI); not gated (GPT-NeoX,
+  StarCoder2): the up projection and its activation (2bTI).
+- LayerNorm (GPT-NeoX, StarCoder2, PhiMoE) computes in the compute dtype: its input and
+  its output (2bTH); with a parallel residual both norms read one saved input.
+- Mixture of Experts, S = T·k routed rows of width W: the rows gathered per expert and
+  the expert output (2bSH), the expert-width tensors of the gated MLP (4bSW; gpt-oss 7),
+  the fp32 router probabilities (4TE) and the routing indices and weights (~40 bytes per
+  row). The load-balancing loss keeps every layer's fp32 router probabilities (4LTE) and
+  briefly a one-hot of the choices (int64 and fp32, 12·L·S·E).
 """
 
 from __future__ import annotations
@@ -24,7 +32,9 @@ from fsdpspec.plan.geometry import Geometry
 
 def _norm_bytes(g: Geometry, b: int, width_tokens: int) -> int:
     """A norm whose output feeds a projection (so the output is saved too)."""
-    if g.gemma_norm:
+    if g.norm_bias:
+        return 2 * b * width_tokens
+    if g.fp32_norm:
         return (8 + b) * width_tokens
     return (4 + 2 * b) * width_tokens
 
@@ -32,35 +42,53 @@ def _norm_bytes(g: Geometry, b: int, width_tokens: int) -> int:
 def _attention_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) -> int:
     t = batch * seq
     q, kv = g.q_width, g.kv_width
+    if attention == "eager" and g.attention_sinks:
+        # gpt-oss appends a sink column and takes the softmax in the compute dtype.
+        return 4 * b * t * q + b * batch * g.num_heads * seq * (seq + 1)
     if attention == "eager":
         probs = (4 + (b if b < 4 else 0)) * batch * g.num_heads * seq * seq
         if g.attn_softcap:
             probs += b * batch * g.num_heads * seq * seq  # the tanh output
         # v expanded to every head is a copy; without grouped-query attention nothing is
         # expanded, and Phi-3's v is then saved as a view that keeps the fused qkv alive.
-        v_bytes = b * t * (q + 2 * kv) if g.fused_projections and kv == q else b * t * q
+        v_bytes = b * t * (q + 2 * kv) if g.fused_qkv and kv == q else b * t * q
         return 3 * b * t * q + v_bytes + probs
-    # Phi-3's v is a view of the fused qkv output, so the whole output stays alive.
-    v_bytes = b * t * (q + 2 * kv) if g.fused_projections else b * t * kv
+    # A fused qkv's v (Phi-3, GPT-NeoX) is a view of its output, so the whole output stays alive.
+    v_bytes = b * t * (q + 2 * kv) if g.fused_qkv else b * t * kv
     lse = 4 * batch * g.num_heads * seq
     total = b * t * (q + kv) + v_bytes + b * t * q + lse
+    if g.head_major_query:
+        total += b * t * q
     if attention == "sdpa" and g.sliding_window and seq >= g.sliding_window:
         # Past the window transformers passes SDPA an explicit mask (per layer, in the
-        # compute dtype), and with a mask it repeats keys and values to every head.
-        total += b * batch * seq * seq + 2 * b * t * (q - kv)
+        # compute dtype), and with a mask it repeats keys and values to every head; only
+        # the sliding layers do (spread evenly over the layers).
+        window = b * batch * seq * seq + 2 * b * t * (q - kv)
+        total += window * g.sliding_layers // g.num_layers
     return total
+
+
+def _mlp_bytes(g: Geometry, b: int, t: int) -> int:
+    e = g.experts
+    if e is None:
+        return (2 if g.mlp == "plain" else 4) * b * t * g.intermediate_size
+    rows = t * e.active
+    return b * rows * (2 * g.hidden_size + e.width_saves * e.width) + 4 * t * e.count + 40 * rows
 
 
 def layer_activation_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) -> int:
     """Bytes one decoder layer saves for backward without checkpointing."""
     t = batch * seq
     total = 2 * _norm_bytes(g, b, t * g.hidden_size)
+    if g.parallel_residual:
+        total -= b * t * g.hidden_size
     if g.norms_per_layer == 4:
-        total += 2 * 8 * t * g.hidden_size  # Gemma 2's post-norms: fp32 input and value
+        total += 2 * 8 * t * g.hidden_size  # Gemma's post-norms: fp32 input and value
     if g.qk_norm:
-        total += (4 + b) * t * (g.q_width + g.kv_width)
+        # Their outputs feed the rotary embedding, which saves nothing of them.
+        total += (8 if g.fp32_norm else 4 + b) * t * (g.q_width + g.kv_width)
     total += _attention_bytes(g, b, batch, seq, attention)
-    return total + 4 * b * t * g.intermediate_size
+    return total + _mlp_bytes(g, b, t)
 
 
 def checkpointed_layer_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
@@ -69,8 +97,22 @@ def checkpointed_layer_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
 
 
 def root_activation_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
-    """The final norm (feeding lm_head) and the rotary cos/sin shared by every layer."""
-    return _norm_bytes(g, b, batch * seq * g.hidden_size) + 2 * b * batch * seq * g.head_dim
+    """The final norm (feeding lm_head), the rotary cos/sin shared by every layer, and a
+    Mixture-of-Experts model's router probabilities saved by its load-balancing loss."""
+    t = batch * seq
+    total = _norm_bytes(g, b, t * g.hidden_size) + 2 * b * t * g.head_dim
+    if g.experts:
+        total += 4 * g.num_layers * t * g.experts.count
+    return total
+
+
+def router_loss_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
+    """While the load-balancing loss is computed: every layer's router logits (returned
+    with the output) and the one-hot of the routing choices (int64, then fp32)."""
+    if g.experts is None:
+        return 0
+    e, tokens = g.experts, g.num_layers * batch * seq
+    return b * tokens * e.count + 12 * tokens * e.active * e.count
 
 
 def logits_forward_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
@@ -100,7 +142,9 @@ def backward_temporaries(g: Geometry, b: int, batch: int, seq: int, attention: s
     the gradients of the product and of the up/gate branches; in eager attention, the
     gradient of the probabilities (fp32) and of the scores."""
     t = batch * seq
-    mlp = 2 * b * t * g.intermediate_size + b * t * g.hidden_size
+    rows, width = (t * g.experts.active, g.experts.width) if g.experts else \
+        (t, g.intermediate_size)
+    mlp = 2 * b * rows * width + b * rows * g.hidden_size
     if attention != "eager":
         return mlp
     scores = 4 * batch * g.num_heads * seq * seq

@@ -1,9 +1,9 @@
 """Model geometry from a Hugging Face-style config dict, without torch.
 
-Every parameter tensor the supported families build is listed with its shape, so that
-the planner can count parameters exactly (as transformers does) and size each FSDP shard
-with the padding FSDP adds. Missing config keys take the defaults of the family's
-transformers config class, as ``AutoConfig.for_model`` would.
+Every parameter tensor a registered family (fsdpspec.catalog.families) builds is listed
+with its shape, so that the planner can count parameters exactly (as transformers does)
+and size each FSDP shard with the padding FSDP adds. Missing config keys take the
+defaults of the family's transformers config class, as ``AutoConfig.for_model`` would.
 """
 
 from __future__ import annotations
@@ -12,41 +12,34 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from fsdpspec.catalog.families import CUSTOM, NORMS, Bias, Family, family
+
 Shape = tuple[int, ...]
 
-# Defaults of each family's transformers config class for the keys that change geometry.
-_FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
-    "llama": {"intermediate_size": 11008, "num_key_value_heads": None, "vocab_size": 32000,
-              "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False},
-    "mistral": {"intermediate_size": 14336, "num_key_value_heads": 8, "vocab_size": 32000,
-                "tie_word_embeddings": False, "sliding_window": 4096},
-    "qwen2": {"intermediate_size": 22016, "num_key_value_heads": 32, "vocab_size": 151936,
-              "tie_word_embeddings": False},
-    "qwen3": {"intermediate_size": 22016, "num_key_value_heads": 32, "vocab_size": 151936,
-              "tie_word_embeddings": False, "attention_bias": False, "head_dim": 128},
-    "gemma": {"hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
-              "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
-              "vocab_size": 256000, "tie_word_embeddings": True, "attention_bias": False},
-    "gemma2": {"hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
-               "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
-               "vocab_size": 256000, "tie_word_embeddings": True, "attention_bias": False,
-               "sliding_window": 4096, "attn_logit_softcapping": 50.0,
-               "final_logit_softcapping": 30.0},
-    "phi3": {"hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
-             "num_attention_heads": 32, "num_key_value_heads": None, "vocab_size": 32064,
-             "tie_word_embeddings": False},
-    # A factory model described by `model.geometry`: counted as a Llama-style decoder.
-    "custom": {"tie_word_embeddings": False, "attention_bias": False},
-}
-# Families whose attention projections take `attention_bias` (q, k, v and o alike);
-# Qwen2 always biases q/k/v and never o; Mistral and Phi-3 never bias.
-_CONFIGURABLE_BIAS = ("llama", "qwen3", "gemma", "gemma2", "custom")
 _COMMON_DEFAULTS = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                     "max_position_embeddings": 4096}
 
 
 class GeometryError(ValueError):
     """A config that does not describe a model the planner can count (one line)."""
+
+
+class UnknownFamilyError(GeometryError):
+    """A model_type without an analytic family (the planner may introspect it)."""
+
+
+@dataclass(frozen=True)
+class Experts:
+    """The Mixture-of-Experts block of every layer: ``count`` experts of MLP width
+    ``width``, ``active`` of them routed per token."""
+
+    count: int
+    active: int
+    width: int
+    router_bias: bool = False
+    expert_bias: bool = False
+    router: str = "gate"
+    width_saves: int = 4
 
 
 @dataclass(frozen=True)
@@ -65,13 +58,32 @@ class Geometry:
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
-    qk_norm: bool = False
-    fused_projections: bool = False
-    norms_per_layer: int = 2
+    mlp: str = "gated"
+    fused_qkv: bool = False
+    norm_bias: bool = False
+    norm_names: tuple[str, ...] = NORMS["pre"]
+    parallel_residual: bool = False
+    head_major_query: bool = False
+    qk_norm: str | None = None
+    fp32_norm: bool = False
+    attention_sinks: bool = False
+    lm_head_bias: bool = False
+    experts: Experts | None = None
     sliding_window: int | None = None
+    # Layers whose attention is limited to the window (all of them unless the family
+    # mixes sliding and global layers).
+    sliding_layers: int = 0
     attn_softcap: float | None = None
     final_softcap: float | None = None
     max_position_embeddings: int = 4096
+    # Read off a model built on the meta device (no analytic family): one layer's and
+    # the root's parameters, as built.
+    built_layer: tuple[tuple[str, Shape], ...] | None = None
+    built_root: tuple[tuple[str, Shape], ...] | None = None
+
+    @property
+    def introspected(self) -> bool:
+        return self.built_layer is not None
 
     @property
     def q_width(self) -> int:
@@ -82,26 +94,26 @@ class Geometry:
         return self.num_kv_heads * self.head_dim
 
     @property
-    def gemma_norm(self) -> bool:
-        """Gemma norms compute entirely in fp32 (and scale by 1 + weight)."""
-        return self.family in ("gemma", "gemma2")
+    def norms_per_layer(self) -> int:
+        return len(self.norm_names)
 
     def layer_tensors(self) -> list[tuple[str, Shape]]:
         """The parameters of one decoder layer, as transformers names and shapes them."""
-        h, i = self.hidden_size, self.intermediate_size
-        out = _attention_tensors(self) + _mlp_tensors(self, h, i)
-        norm_names = ["input_layernorm", "post_attention_layernorm"]
-        if self.norms_per_layer == 4:
-            norm_names += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
-        out += [(f"{n}.weight", (h,)) for n in norm_names]
-        return out
+        if self.built_layer is not None:
+            return list(self.built_layer)
+        mlp = _expert_tensors(self) if self.experts else _mlp_tensors(self)
+        return _attention_tensors(self) + mlp + _norm_tensors(self, self.norm_names)
 
     def root_tensors(self) -> list[tuple[str, Shape]]:
         """Parameters outside the layers: embeddings, final norm, and an untied lm_head."""
+        if self.built_root is not None:
+            return list(self.built_root)
         out = [("model.embed_tokens.weight", (self.vocab_size, self.hidden_size)),
-               ("model.norm.weight", (self.hidden_size,))]
+               *_norm_tensors(self, ("model.norm",))]
         if not self.tie_word_embeddings:
             out.append(("lm_head.weight", (self.vocab_size, self.hidden_size)))
+        if self.lm_head_bias:
+            out.append(("lm_head.bias", (self.vocab_size,)))
         return out
 
     @property
@@ -118,95 +130,185 @@ class Geometry:
         return self.num_layers * self.layer_params + self.root_params
 
     @property
+    def active_params(self) -> int:
+        """Parameters one token passes through: all, less the experts it is not routed to."""
+        if self.experts is None:
+            return self.total_params
+        e = self.experts
+        per_expert = _expert_numel(self) // e.count
+        return self.total_params - self.num_layers * (e.count - e.active) * per_expert
+
+    @property
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
+
+    @property
+    def down_proj_numel(self) -> int:
+        """The MLP's output projection (every expert's): the first gradient backward
+        makes in a layer."""
+        e = self.experts
+        return self.hidden_size * (e.count * e.width if e else self.intermediate_size)
+
+
+def _norm_tensors(g: Geometry, names: tuple[str, ...]) -> list[tuple[str, Shape]]:
+    params = ("weight", "bias") if g.norm_bias else ("weight",)
+    return [(f"{n}.{p}", (g.hidden_size,)) for n in names for p in params]
+
+
+def _linear(name: str, out: int, into: int, bias: bool) -> list[tuple[str, Shape]]:
+    return [(f"{name}.weight", (out, into))] + ([(f"{name}.bias", (out,))] if bias else [])
 
 
 def _attention_tensors(g: Geometry) -> list[tuple[str, Shape]]:
     h, q, kv = g.hidden_size, g.q_width, g.kv_width
-    out: list[tuple[str, Shape]] = []
-    if g.fused_projections:
-        out.append(("self_attn.qkv_proj.weight", (q + 2 * kv, h)))
+    if g.fused_qkv:
+        out = _linear("self_attn.qkv_proj", q + 2 * kv, h, g.qkv_bias)
     else:
-        out += [("self_attn.q_proj.weight", (q, h)), ("self_attn.k_proj.weight", (kv, h)),
-                ("self_attn.v_proj.weight", (kv, h))]
-        if g.qkv_bias:
-            out += [("self_attn.q_proj.bias", (q,)), ("self_attn.k_proj.bias", (kv,)),
-                    ("self_attn.v_proj.bias", (kv,))]
-    out.append(("self_attn.o_proj.weight", (h, q)))
-    if g.o_bias:
-        out.append(("self_attn.o_proj.bias", (h,)))
+        out = [t for name, width in (("q_proj", q), ("k_proj", kv), ("v_proj", kv))
+               for t in _linear(f"self_attn.{name}", width, h, g.qkv_bias)]
+    out += _linear("self_attn.o_proj", h, q, g.o_bias)
     if g.qk_norm:
-        out += [("self_attn.q_norm.weight", (g.head_dim,)),
-                ("self_attn.k_norm.weight", (g.head_dim,))]
+        widths = (g.head_dim, g.head_dim) if g.qk_norm == "head" else (q, kv)
+        out += [("self_attn.q_norm.weight", (widths[0],)),
+                ("self_attn.k_norm.weight", (widths[1],))]
+    if g.attention_sinks:
+        out.append(("self_attn.sinks", (g.num_heads,)))
     return out
 
 
-def _mlp_tensors(g: Geometry, h: int, i: int) -> list[tuple[str, Shape]]:
-    if g.fused_projections:
-        return [("mlp.gate_up_proj.weight", (2 * i, h)), ("mlp.down_proj.weight", (h, i))]
-    out = [("mlp.gate_proj.weight", (i, h)), ("mlp.up_proj.weight", (i, h)),
-           ("mlp.down_proj.weight", (h, i))]
-    if g.mlp_bias:
-        out += [("mlp.gate_proj.bias", (i,)), ("mlp.up_proj.bias", (i,)),
-                ("mlp.down_proj.bias", (h,))]
+def _mlp_tensors(g: Geometry) -> list[tuple[str, Shape]]:
+    h, i, bias = g.hidden_size, g.intermediate_size, g.mlp_bias
+    if g.mlp == "gated_fused":
+        ins = _linear("mlp.gate_up_proj", 2 * i, h, bias)
+    elif g.mlp == "plain":
+        ins = _linear("mlp.up_proj", i, h, bias)
+    else:
+        ins = _linear("mlp.gate_proj", i, h, bias) + _linear("mlp.up_proj", i, h, bias)
+    return ins + _linear("mlp.down_proj", h, i, bias)
+
+
+def _expert_tensors(g: Geometry) -> list[tuple[str, Shape]]:
+    """The router and the experts, stacked as one tensor per projection (experts on
+    dim 0, so FSDP2 shards whole experts and pads their count)."""
+    e, h = g.experts, g.hidden_size
+    assert e is not None
+    out = _linear(f"mlp.{e.router}", e.count, h, e.router_bias)
+    out += [("mlp.experts.gate_up_proj", (e.count, 2 * e.width, h)),
+            ("mlp.experts.down_proj", (e.count, h, e.width))]
+    if e.expert_bias:
+        out += [("mlp.experts.gate_up_proj_bias", (e.count, 2 * e.width)),
+                ("mlp.experts.down_proj_bias", (e.count, h))]
     return out
 
 
-def _positive_int(config: dict[str, Any], key: str, value: Any) -> int:
+def _expert_numel(g: Geometry) -> int:
+    return sum(math.prod(s) for n, s in _expert_tensors(g) if ".experts." in n)
+
+
+def _positive_int(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise GeometryError(f"config {key} must be a positive integer, got {value!r}")
     return value
 
 
+def _bias(rule: Bias, merged: dict[str, Any]) -> bool:
+    return bool(merged.get(rule, False)) if isinstance(rule, str) else rule
+
+
+def analytic_family(config: dict[str, Any]) -> Family:
+    """The family the planner counts ``config`` as; GeometryError when it has none."""
+    model_type = config.get("model_type")
+    found = CUSTOM if model_type == "custom" else family(model_type)
+    if found is None:
+        raise UnknownFamilyError(f"model_type {model_type!r} has no analytic family")
+    return found
+
+
 def geometry_from_config(config: dict[str, Any]) -> Geometry:
     """The geometry of an HF-style config dict (a preset, a local config.json, or a
     spec's `model.geometry` tagged ``model_type: custom``)."""
-    family = config.get("model_type")
-    if family not in _FAMILY_DEFAULTS:
-        raise GeometryError(f"model_type {family!r} is not one the planner knows")
-    merged = _COMMON_DEFAULTS | _FAMILY_DEFAULTS[family] | config
+    fam = analytic_family(config)
+    merged = _COMMON_DEFAULTS | fam.defaults | config
 
     def num(key: str) -> int:
-        return _positive_int(config, key, merged.get(key))
+        return _positive_int(key, merged.get(key))
 
     hidden, heads = num("hidden_size"), num("num_attention_heads")
-    kv_heads = merged.get("num_key_value_heads") or heads
+    kv_heads = (merged.get("num_key_value_heads") if fam.gqa else None) or heads
     if heads % kv_heads:
         raise GeometryError(f"config num_attention_heads {heads} is not a multiple of "
                             f"num_key_value_heads {kv_heads}")
     if not merged.get("head_dim") and hidden % heads:
         raise GeometryError(f"config hidden_size {hidden} is not a multiple of "
                             f"num_attention_heads {heads} (or set head_dim)")
-    head_dim = merged.get("head_dim") or hidden // heads
-    attention_bias = bool(merged.get("attention_bias", False))
+    layers = num("num_hidden_layers")
+    window = _window(fam, merged)
     return Geometry(
-        family=family,
+        family=fam.model_type,
         hidden_size=hidden,
         intermediate_size=num("intermediate_size"),
-        num_layers=num("num_hidden_layers"),
+        num_layers=layers,
         num_heads=heads,
-        num_kv_heads=_positive_int(config, "num_key_value_heads", kv_heads),
-        head_dim=_positive_int(config, "head_dim", head_dim),
+        num_kv_heads=_positive_int("num_key_value_heads", kv_heads),
+        head_dim=_positive_int("head_dim", merged.get("head_dim") or hidden // heads),
         vocab_size=num("vocab_size"),
         tie_word_embeddings=bool(merged.get("tie_word_embeddings")),
-        qkv_bias=family == "qwen2" or (attention_bias and family in _CONFIGURABLE_BIAS),
-        o_bias=attention_bias and family in _CONFIGURABLE_BIAS,
-        mlp_bias=family == "llama" and bool(merged.get("mlp_bias", False)),
-        qk_norm=family == "qwen3",
-        fused_projections=family == "phi3",
-        norms_per_layer=4 if family == "gemma2" else 2,
-        sliding_window=merged.get("sliding_window") if _uses_window(merged) else None,
-        attn_softcap=merged.get("attn_logit_softcapping") if family == "gemma2" else None,
-        final_softcap=merged.get("final_logit_softcapping") if family == "gemma2" else None,
+        qkv_bias=_bias(fam.qkv_bias, merged),
+        o_bias=_bias(fam.o_bias, merged),
+        mlp_bias=_bias(fam.mlp_bias, merged),
+        mlp=fam.mlp,
+        fused_qkv=fam.fused_qkv,
+        norm_bias=fam.norm == "layernorm",
+        norm_names=NORMS[fam.norm_placement],
+        parallel_residual=_bias(fam.parallel_residual, merged),
+        head_major_query=fam.head_major_query,
+        qk_norm=fam.qk_norm,
+        fp32_norm=fam.fp32_norm,
+        attention_sinks=fam.attention_sinks,
+        lm_head_bias=_bias(fam.lm_head_bias, merged),
+        experts=_experts(fam, merged),
+        sliding_window=window,
+        sliding_layers=_sliding_layers(fam, merged, layers) if window else 0,
+        attn_softcap=merged.get("attn_logit_softcapping") if fam.softcap else None,
+        final_softcap=merged.get("final_logit_softcapping") if fam.softcap else None,
         max_position_embeddings=num("max_position_embeddings"),
     )
 
 
-def _uses_window(merged: dict[str, Any]) -> bool:
-    """Whether the family's attention honours `sliding_window` (Qwen 2/3 only with
-    `use_sliding_window`; Llama and Gemma ignore the key)."""
-    family = merged["model_type"]
-    if family in ("qwen2", "qwen3"):
-        return bool(merged.get("use_sliding_window"))
-    return family in ("mistral", "gemma2", "phi3") and merged.get("sliding_window") is not None
+def _experts(fam: Family, merged: dict[str, Any]) -> Experts | None:
+    if fam.moe is None:
+        return None
+    m = fam.moe
+    for key in ("mlp_only_layers", "first_k_dense_replace"):
+        if merged.get(key):
+            raise GeometryError(f"config {key} mixes dense and expert layers, which the "
+                                "planner does not count")
+    if merged.get("decoder_sparse_step", 1) != 1:
+        raise GeometryError("config decoder_sparse_step mixes dense and expert layers, "
+                            "which the planner does not count")
+    count = _positive_int(m.experts_key, merged.get(m.experts_key))
+    return Experts(count=count, active=_positive_int("num_experts_per_tok",
+                                                     merged.get("num_experts_per_tok")),
+                   width=_positive_int(m.width_key, merged.get(m.width_key)),
+                   router_bias=m.router_bias, expert_bias=m.expert_bias, router=m.router,
+                   width_saves=m.width_saves)
+
+
+def _window(fam: Family, merged: dict[str, Any]) -> int | None:
+    """The attention window, when the family's attention honours `sliding_window`
+    (Qwen 2/3 only with `use_sliding_window`; Llama and Gemma ignore the key)."""
+    if fam.window == "never" or (fam.window == "flag" and not merged.get("use_sliding_window")):
+        return None
+    return merged.get("sliding_window")
+
+
+def _sliding_layers(fam: Family, merged: dict[str, Any], layers: int) -> int:
+    """Layers attending within the window: those `layer_types` marks sliding, or by
+    the family's default pattern (every n-th layer global)."""
+    if fam.window != "layer_types":
+        return layers
+    types = merged.get("layer_types")
+    if isinstance(types, list):
+        return sum(1 for t in types[:layers] if t == "sliding_attention")
+    pattern = merged.get("sliding_window_pattern") or 1
+    return layers - layers // pattern

@@ -159,7 +159,7 @@ def _parts(w: Workload, sh: Sharding) -> _Parts:
         unit=_gathered_bytes(sh, w, unit) if unit else 0,
         prefetch=prefetch,
         # Backward reaches a layer's MLP first: its down projection's gradient exists.
-        unit_grads=grads * b * g.hidden_size * g.intermediate_size,
+        unit_grads=grads * b * g.down_proj_numel,
         head_grads=grads * b * g.embedding_params,
         unit_reduce=r * unit_padded,
         sharded_unit_grads=reduced * m * (unit_padded // sh.shard_size),
@@ -200,7 +200,8 @@ def _head_points(w: Workload, p: _Parts) -> list[Point]:
     acts = p.saved + act.root_activation_bytes(g, b, batch, seq)
     base = p.persistent | {"accumulated_gradients": p.accumulated, "activations": acts,
                            "gathered_parameters": p.root + p.units_kept}
-    lm_head = base | {"logits_and_loss": logits}
+    lm_head = base | {"logits_and_loss": logits
+                      + act.router_loss_bytes(g, b, batch, seq)}
     loss_forward = base | {"logits_and_loss": act.logits_forward_bytes(g, b, batch, seq)}
     loss_backward = base | {"logits_and_loss": act.logits_backward_bytes(g, b, batch, seq)}
     # The lm_head's weight gradient is computed from the logits' gradient.

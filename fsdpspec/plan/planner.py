@@ -98,10 +98,11 @@ def fewest_gpus(spec: JobSpec, g: Geometry, accelerator: Accelerator) -> int | N
 
 
 def plan_job(spec: JobSpec, config: dict[str, Any], *, world_size: int | None = None,
-             accelerator: str | Accelerator | None = None) -> Plan:
-    """Plan ``spec`` (its model given as an HF-style config dict), optionally on another
-    number of ranks or another accelerator."""
-    g = geometry_from_config(config)
+             accelerator: str | Accelerator | None = None,
+             geometry: Geometry | None = None) -> Plan:
+    """Plan ``spec`` (its model given as an HF-style config dict, or as its geometry when
+    that was read elsewhere), optionally on another number of ranks or accelerator."""
+    g = geometry or geometry_from_config(config)
     if accelerator is None:
         device = resolve_accelerator(spec.resources.accelerator)
     else:
@@ -109,7 +110,9 @@ def plan_job(spec: JobSpec, config: dict[str, Any], *, world_size: int | None = 
     w = workload(spec, g, world_size=world_size)
     memory = device_memory(w, is_gpu=device.is_gpu)
     host = host_memory(w, g.total_params)
-    compute = step_compute(w, g.total_params, device, spec.fsdp.mixed_precision.param_dtype)
+    # Compute follows the parameters a token passes through (a Mixture of Experts: its
+    # active ones); memory holds them all.
+    compute = step_compute(w, g.active_params, device, spec.fsdp.mixed_precision.param_dtype)
     capacity = device_capacity(device, spec, host)
     host_capacity = int(spec.resources.host_memory_gib * GIB)
     return Plan(

@@ -16,8 +16,10 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     device, host, compute = plan.device, plan.host, plan.compute
     return {
         "parameters": {"total": plan.parameters,
+                       "active": plan.geometry.active_params,
                        "per_layer": plan.geometry.layer_params,
-                       "outside_layers": plan.geometry.root_params},
+                       "outside_layers": plan.geometry.root_params,
+                       "source": "introspected" if plan.geometry.introspected else "analytic"},
         "world_size": plan.workload.world_size,
         "shard_size": plan.workload.shard_size,
         "accumulation_steps": plan.workload.accumulation_steps,
@@ -131,10 +133,20 @@ def _count(n: int) -> str:
     return str(n)
 
 
+def _parameters(plan: Plan) -> str:
+    """Total parameters; a Mixture of Experts' active ones too; the source when the model
+    was introspected rather than counted from its family."""
+    g = plan.geometry
+    text = f"{_count(plan.parameters)} parameters"
+    if g.active_params != plan.parameters:
+        text += f" ({_count(g.active_params)} active per token)"
+    return text + (f" (introspected: model_type {g.family})" if g.introspected else "")
+
+
 def plan_text(plan: Plan) -> str:
     """The table `fsdpspec plan` prints."""
     w = plan.workload
-    head = [f"{plan.spec.metadata.name}: {_count(plan.parameters)} parameters, "
+    head = [f"{plan.spec.metadata.name}: {_parameters(plan)}, "
             f"{w.world_size} × {plan.accelerator.name}, {w.strategy} over {w.shard_size}, "
             f"micro-batch {w.micro_batch_size} × {w.seq_len}, "
             f"{w.accumulation_steps} accumulation step(s)",

@@ -52,13 +52,19 @@ class StepResult:
 
 
 def causal_lm_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross entropy; the model maps ids to logits (a transformers
-    model's output or a bare tensor from a factory model)."""
+    """Mean next-token cross entropy, plus a Mixture-of-Experts model's weighted
+    load-balancing loss; the model maps ids to logits (a transformers model's output or
+    a bare tensor from a factory model)."""
     output = model(batch)
     logits = getattr(output, "logits", output)
     # Shift the labels, not the logits: slicing the logits would copy all of them.
     labels = F.pad(batch[:, 1:], (0, 1), value=_IGNORE)
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=_IGNORE)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
+                           ignore_index=_IGNORE)
+    aux = getattr(output, "aux_loss", None)
+    if aux is not None:
+        loss = loss + model.config.router_aux_loss_coef * aux.float()
+    return loss
 
 
 def forward_backward(

@@ -25,9 +25,10 @@ _GIB = 1 << 30
 
 def flops_per_token(model: nn.Module, config: dict[str, Any] | None, seq_len: int) -> float:
     """MFU's FLOPs per token (`fsdpspec.semantics.model_flops_per_token`) from the
-    planner's geometry of the model's config, so MFU and plan agree. A model without a
-    countable config (a factory) counts its own parameters (FSDP2's DTensors report
-    their global shape) and no attention term."""
+    planner's geometry of the model's config, so MFU and plan agree; a Mixture-of-Experts
+    model counts the parameters one token passes through (its active ones). A model
+    without a countable config (a factory) counts its own parameters (FSDP2's DTensors
+    report their global shape) and no attention term."""
     try:
         g = geometry_from_config(config) if config is not None else None
     except GeometryError:
@@ -35,7 +36,7 @@ def flops_per_token(model: nn.Module, config: dict[str, Any] | None, seq_len: in
     if g is None:
         return model_flops_per_token(parameters=sum(p.numel() for p in model.parameters()),
                                      num_layers=0, q_width=0, seq_len=seq_len)
-    return model_flops_per_token(parameters=g.total_params, num_layers=g.num_layers,
+    return model_flops_per_token(parameters=g.active_params, num_layers=g.num_layers,
                                  q_width=g.q_width, seq_len=seq_len)
 
 

@@ -53,6 +53,10 @@ def _build_transformers_model(spec: JobSpec) -> nn.Module:
     # Training never reads a key/value cache; building one costs memory, and under
     # activation checkpointing the recomputed forward appends to it a second time.
     config.use_cache = False
+    # A Mixture-of-Experts model returns its load-balancing loss only when asked for the
+    # router logits; the loop adds it to the loss it optimises.
+    if hasattr(config, "output_router_logits"):
+        config.output_router_logits = True
     try:
         return AutoModelForCausalLM.from_config(
             config, attn_implementation=spec.model.attention, dtype=torch.float32

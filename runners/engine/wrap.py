@@ -48,8 +48,10 @@ def parallelize(model: nn.Module, spec: JobSpec, mesh: DeviceMesh,
 
 
 def find_layers(model: nn.Module, spec: JobSpec, config: dict[str, Any] | None) -> list[nn.Module]:
-    """The transformer layers (the spec's classes, or the family's decoder layer)."""
-    names = set(layer_classes(spec.fsdp.transformer_layer_cls, config))
+    """The transformer layers: the spec's classes, else the family's decoder layer, else
+    the blocks a transformers model of another family declares unsplittable."""
+    names = set(layer_classes(spec.fsdp.transformer_layer_cls, config)
+                or getattr(model, "_no_split_modules", None) or ())
     layers = [m for m in model.modules() if type(m).__name__ in names]
     if names and not layers:
         raise EngineError(f"fsdp.transformer_layer_cls: the model has no {sorted(names)} module")

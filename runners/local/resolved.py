@@ -12,7 +12,7 @@ from typing import Any
 from fsdpspec import __version__
 from fsdpspec.atomicio import write_text
 from fsdpspec.catalog.configjson import ConfigJsonError, read_bytes
-from fsdpspec.catalog.modelconfig import resolve_input_path
+from fsdpspec.catalog.modelconfig import HUB_INPUTS, resolve_input_path, resolve_model_input
 from fsdpspec.spec.v1 import JobSpec
 
 FILENAME = "resolved-spec.json"
@@ -24,14 +24,16 @@ _INPUT_PATHS = (
 
 def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:
     """A copy of the spec whose input paths are absolute (they are relative to the spec
-    file's directory when written)."""
+    file's directory when written) and whose Hub ids are their cached snapshots."""
     data = spec.as_json_data()
     for section, key in _INPUT_PATHS:
         value = data[section][key]
         if value is not None:
+            resolve = resolve_model_input if (section, key) in HUB_INPUTS else \
+                resolve_input_path
             # realpath, unlike Path.resolve, never raises: a symlink loop is left for
             # the pre-flight check to report with the field's position.
-            data[section][key] = os.path.realpath(resolve_input_path(value, base_dir))
+            data[section][key] = os.path.realpath(resolve(value, base_dir))
     return JobSpec.model_validate(data)
 
 

@@ -182,9 +182,9 @@ def test_eager_attention_saves_the_probabilities() -> None:
 def test_eager_phi3_without_grouped_query_attention_keeps_the_fused_qkv() -> None:
     # Phi-3 with as many key/value heads as heads: v is not expanded, and the view the
     # probabilities' matmul saves keeps the whole fused qkv output (q + 2kv) alive.
-    fused = dataclasses.replace(GEOMETRY, family="phi3", fused_projections=True,
+    fused = dataclasses.replace(GEOMETRY, family="phi3", fused_qkv=True,
                                 num_kv_heads=4)
-    plain = dataclasses.replace(fused, fused_projections=False)
+    plain = dataclasses.replace(fused, fused_qkv=False)
     extra = (act.layer_activation_bytes(fused, 2, 1, 8, "eager")
              - act.layer_activation_bytes(plain, 2, 1, 8, "eager"))
     assert extra == 2 * 8 * (64 + 2 * 64) - 2 * 8 * 64

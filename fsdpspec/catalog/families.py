@@ -1,0 +1,223 @@
+"""The model families fsdpspec plans and trains analytically: one registry.
+
+Each entry says what a transformers ``model_type`` builds, in the terms the planner, the
+lint rules and the engine need: the class names (the decoder layer is the FSDP unit),
+the defaults of its config class for the keys that change geometry, where it puts
+biases and norms, and its Mixture-of-Experts shape. Facts were read off the transformers
+implementation of each family (``AutoModelForCausalLM.from_config`` on the meta
+device); tests/catalog/test_families.py checks every count against it.
+
+A bias rule is ``True``/``False``, or the name of the config key that switches it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Bias = bool | str
+
+# Norms per decoder layer, by placement.
+NORMS = {
+    "pre": ("input_layernorm", "post_attention_layernorm"),
+    # OLMo 2 normalises each sub-block's output, not its input.
+    "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
+    # Gemma 2/3: both.
+    "sandwich": ("input_layernorm", "post_attention_layernorm",
+                 "pre_feedforward_layernorm", "post_feedforward_layernorm"),
+}
+
+
+@dataclass(frozen=True)
+class Moe:
+    """Where a Mixture-of-Experts config keeps its expert shape and aux-loss weight."""
+
+    experts_key: str
+    # Expert MLP width: its own key, or the dense intermediate_size.
+    width_key: str = "intermediate_size"
+    router_bias: bool = False
+    expert_bias: bool = False
+    # The router module's attribute name (``mlp.gate`` or ``mlp.router``).
+    router: str = "gate"
+    # Expert-width tensors each routed token saves for backward: the gate_up output
+    # (two), the activation and the gated product; gpt-oss's clamped gate saves more.
+    width_saves: int = 4
+
+
+@dataclass(frozen=True)
+class Family:
+    """What one transformers ``model_type`` builds."""
+
+    model_type: str
+    # Class-name prefix: Llama → LlamaDecoderLayer, LlamaForCausalLM, LlamaAttention…
+    prefix: str
+    defaults: dict[str, Any]
+    decoder_layer: str = ""
+    qkv_bias: Bias = False
+    o_bias: Bias = False
+    mlp_bias: Bias = False
+    # "gated" (gate, up, down), "gated_fused" (gate_up, down), "plain" (up, down).
+    mlp: str = "gated"
+    fused_qkv: bool = False
+    norm: str = "rms"  # or "layernorm" (weight and bias)
+    norm_placement: str = "pre"
+    # Attention and MLP read the same input (GPT-NeoX's use_parallel_residual).
+    parallel_residual: Bias = False
+    # Grouped-query attention: False when the family ignores num_key_value_heads.
+    gqa: bool = True
+    # Rotary embedding rebuilds q head-major (concatenating its rotated part), so the
+    # attention output is copied once more for the output projection.
+    head_major_query: bool = False
+    # q/k norms: None, "head" (over head_dim) or "width" (over the whole projection).
+    qk_norm: str | None = None
+    # RMSNorm applies its weight in fp32 (Gemma, OLMo 2, gpt-oss), so it saves fp32
+    # values only.
+    fp32_norm: bool = False
+    softcap: bool = False
+    # How `sliding_window` is honoured: "never", "always", "flag" (use_sliding_window),
+    # or "layer_types" (only the layers so marked).
+    window: str = "never"
+    attention_sinks: bool = False
+    lm_head_bias: Bias = False
+    moe: Moe | None = None
+    # Module classes with parameters beyond the usual ones (lint FS111 accepts them).
+    extra_modules: tuple[str, ...] = ()
+    # Built-in presets of this family, the first being the one an import picks.
+    presets: tuple[str, ...] = field(default=())
+
+    @property
+    def layer_class(self) -> str:
+        return self.decoder_layer or f"{self.prefix}DecoderLayer"
+
+    def module_classes(self) -> set[str]:
+        """Module classes with parameters that a model of this family builds."""
+        own = {self.prefix + s for s in ("ForCausalLM", "Model", "Attention", "MLP")}
+        norm = {"LayerNorm"} if self.norm == "layernorm" else {f"{self.prefix}RMSNorm"}
+        moe = ({f"{self.prefix}{s}" for s in ("SparseMoeBlock", "Experts", "TopKRouter")}
+               if self.moe else set())
+        return (own | norm | moe | {self.layer_class, "Embedding", "Linear", "ModuleList"}
+                | set(self.extra_modules))
+
+
+_LLAMA_BIAS = {"qkv_bias": "attention_bias", "o_bias": "attention_bias"}
+
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (
+    Family("llama", "Llama", {
+        "intermediate_size": 11008, "num_key_value_heads": None, "vocab_size": 32000,
+        "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False},
+        mlp_bias="mlp_bias", presets=("llama3-8b", "tiny-llama"), **_LLAMA_BIAS),
+    Family("mistral", "Mistral", {
+        "intermediate_size": 14336, "num_key_value_heads": 8, "vocab_size": 32000,
+        "tie_word_embeddings": False, "sliding_window": 4096},
+        window="always", presets=("mistral-7b",)),
+    Family("qwen2", "Qwen2", {
+        "intermediate_size": 22016, "num_key_value_heads": 32, "vocab_size": 151936,
+        "tie_word_embeddings": False},
+        qkv_bias=True, window="flag", presets=("qwen2.5-7b", "tiny-qwen2")),
+    Family("qwen3", "Qwen3", {
+        "intermediate_size": 22016, "num_key_value_heads": 32, "vocab_size": 151936,
+        "tie_word_embeddings": False, "attention_bias": False, "head_dim": 128},
+        qk_norm="head", window="flag", **_LLAMA_BIAS),
+    Family("gemma", "Gemma", {
+        "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
+        "vocab_size": 256000, "tie_word_embeddings": True, "attention_bias": False},
+        fp32_norm=True, extra_modules=("GemmaTextScaledWordEmbedding",), **_LLAMA_BIAS),
+    Family("gemma2", "Gemma2", {
+        "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+        "vocab_size": 256000, "tie_word_embeddings": True, "attention_bias": False,
+        "sliding_window": 4096, "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 30.0},
+        norm_placement="sandwich", fp32_norm=True, softcap=True, window="always",
+        extra_modules=("Gemma2TextScaledWordEmbedding",), presets=("gemma2-9b",),
+        **_LLAMA_BIAS),
+    Family("gemma3_text", "Gemma3", {
+        "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+        "vocab_size": 262208, "tie_word_embeddings": True, "attention_bias": False,
+        "sliding_window": 4096, "sliding_window_pattern": 6,
+        "max_position_embeddings": 131072},
+        norm_placement="sandwich", qk_norm="head", fp32_norm=True, softcap=True,
+        window="layer_types", extra_modules=("Gemma3TextModel", "Gemma3TextScaledWordEmbedding"),
+        presets=("gemma3-1b", "tiny-gemma3"), **_LLAMA_BIAS),
+    Family("olmo2", "Olmo2", {
+        "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": None, "vocab_size": 50304,
+        "tie_word_embeddings": False, "attention_bias": False,
+        "max_position_embeddings": 2048},
+        norm_placement="post", qk_norm="width", fp32_norm=True,
+        presets=("olmo2-7b", "tiny-olmo2"),
+        **_LLAMA_BIAS),
+    Family("gpt_neox", "GPTNeoX", {
+        "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 44,
+        "num_attention_heads": 64, "vocab_size": 50432, "tie_word_embeddings": False,
+        "attention_bias": True, "use_parallel_residual": True,
+        "max_position_embeddings": 2048},
+        decoder_layer="GPTNeoXLayer", fused_qkv=True, mlp="plain", mlp_bias=True,
+        norm="layernorm", parallel_residual="use_parallel_residual", gqa=False,
+        head_major_query=True, presets=("pythia-1.4b", "tiny-gpt-neox"), **_LLAMA_BIAS),
+    Family("starcoder2", "Starcoder2", {
+        "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30,
+        "num_attention_heads": 24, "num_key_value_heads": 2, "vocab_size": 49152,
+        "tie_word_embeddings": True, "use_bias": True, "sliding_window": None,
+        "max_position_embeddings": 4096},
+        qkv_bias="use_bias", o_bias="use_bias", mlp="plain", mlp_bias="use_bias",
+        norm="layernorm", window="always", presets=("starcoder2-3b", "tiny-starcoder2")),
+    Family("mixtral", "Mixtral", {
+        "intermediate_size": 14336, "num_key_value_heads": 8, "vocab_size": 32000,
+        "tie_word_embeddings": False, "sliding_window": None, "num_local_experts": 8,
+        "num_experts_per_tok": 2, "router_aux_loss_coef": 0.001,
+        "max_position_embeddings": 131072},
+        window="always", moe=Moe("num_local_experts"),
+        presets=("mixtral-8x7b", "tiny-mixtral")),
+    Family("qwen3_moe", "Qwen3Moe", {
+        "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
+        "num_key_value_heads": 4, "vocab_size": 151936, "tie_word_embeddings": False,
+        "attention_bias": False, "head_dim": None, "num_experts": 128,
+        "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+        "router_aux_loss_coef": 0.001, "max_position_embeddings": 32768},
+        qk_norm="head", window="flag", moe=Moe("num_experts", "moe_intermediate_size"),
+        presets=("qwen3-30b-a3b", "tiny-qwen3-moe"), **_LLAMA_BIAS),
+    Family("olmoe", "Olmoe", {
+        "hidden_size": 2048, "intermediate_size": 2048, "num_hidden_layers": 16,
+        "num_attention_heads": 16, "num_key_value_heads": None, "vocab_size": 50304,
+        "tie_word_embeddings": False, "attention_bias": False, "num_experts": 64,
+        "num_experts_per_tok": 8, "router_aux_loss_coef": 0.01},
+        qk_norm="width", moe=Moe("num_experts"), presets=("olmoe-1b-7b", "tiny-olmoe"),
+        **_LLAMA_BIAS),
+    Family("phimoe", "Phimoe", {
+        "intermediate_size": 6400, "num_key_value_heads": 8, "vocab_size": 32064,
+        "tie_word_embeddings": False, "attention_bias": False, "lm_head_bias": False,
+        "sliding_window": None, "num_local_experts": 16, "num_experts_per_tok": 2,
+        "router_aux_loss_coef": 0.001, "max_position_embeddings": 131072},
+        norm="layernorm", window="always", lm_head_bias="lm_head_bias",
+        moe=Moe("num_local_experts", router="router"),
+        presets=("phi3.5-moe", "tiny-phimoe"), **_LLAMA_BIAS),
+    Family("gpt_oss", "GptOss", {
+        "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+        "vocab_size": 201088, "tie_word_embeddings": False, "attention_bias": True,
+        "sliding_window": 128, "sliding_window_pattern": 2, "num_local_experts": 128, "num_experts_per_tok": 4,
+        "router_aux_loss_coef": 0.001, "max_position_embeddings": 131072},
+        window="layer_types", attention_sinks=True, fp32_norm=True,
+        moe=Moe("num_local_experts", router_bias=True, expert_bias=True, router="router",
+                width_saves=7),
+        presets=("gpt-oss-20b", "tiny-gpt-oss"), **_LLAMA_BIAS),
+    Family("phi3", "Phi3", {
+        "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": None, "vocab_size": 32064,
+        "tie_word_embeddings": False},
+        mlp="gated_fused", fused_qkv=True, window="always", presets=("phi3-mini",)),
+)}
+
+# A factory model described by `model.geometry`: counted as a Llama-style decoder. It has
+# no transformers classes, so it is not in FAMILIES (nothing to infer a wrap unit from).
+CUSTOM = Family("custom", "", {"tie_word_embeddings": False, "attention_bias": False},
+                **_LLAMA_BIAS)
+
+
+def family(model_type: Any) -> Family | None:
+    """The registered family of a ``model_type`` (None when it has no analytic family)."""
+    return FAMILIES.get(model_type) if isinstance(model_type, str) else None
+

@@ -1,0 +1,83 @@
+"""Geometry of a causal LM without an analytic family, read off the model itself.
+
+transformers builds the model on the meta device (no memory): its parameters give the
+exact counts and shard shapes, its ``_no_split_modules`` the decoder layers, and its
+config the widths the activation model reads (counted as a Llama-style decoder). Needs
+the training extra (torch and transformers); imported only when a plan asks for it, so
+`validate` stays torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fsdpspec.plan.geometry import (
+    Geometry,
+    GeometryError,
+    UnknownFamilyError,
+    geometry_from_config,
+)
+
+
+def model_geometry(config: dict[str, Any]) -> Geometry:
+    """The analytic geometry of ``config``, else (for a model_type without a family) the
+    geometry of the model transformers builds for it."""
+    try:
+        return geometry_from_config(config)
+    except UnknownFamilyError:
+        return introspected_geometry(config)
+
+
+def introspected_geometry(config: dict[str, Any]) -> Geometry:
+    """Build ``config`` on the meta device and read its parameters and layers."""
+    model_type = config.get("model_type")
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+    except ImportError:
+        raise GeometryError(f"model_type {model_type!r} has no analytic family; install "
+                            "fsdpspec[train] to plan it from the model built on the meta "
+                            "device") from None
+    try:
+        hf = AutoConfig.for_model(**config)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(hf)
+    except Exception as exc:  # transformers raises many kinds for a config it rejects
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GeometryError(f"model_type {model_type!r}: transformers cannot build it: "
+                            f"{first}") from None
+    return _geometry_of(model, hf.get_text_config(), str(model_type))
+
+
+def _layers(model: Any) -> list[Any]:
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise GeometryError(f"{type(model).__name__} declares no decoder layer class "
+                            "(_no_split_modules); set fsdp.transformer_layer_cls")
+    return layers
+
+
+def _geometry_of(model: Any, c: Any, model_type: str) -> Geometry:
+    layers = _layers(model)
+    # Layers that differ (dense first layers, say) are planned as the largest of them.
+    largest = max(layers, key=lambda m: sum(p.numel() for p in m.parameters()))
+    layer = tuple((n, tuple(p.shape)) for n, p in largest.named_parameters())
+    in_layers = {id(p) for m in layers for p in m.parameters()}
+    root = tuple((n, tuple(p.shape)) for n, p in model.named_parameters()
+                 if id(p) not in in_layers)
+    hidden, heads = int(c.hidden_size), int(c.num_attention_heads)
+    return Geometry(
+        family=model_type,
+        hidden_size=hidden,
+        intermediate_size=int(getattr(c, "intermediate_size", None) or 4 * hidden),
+        num_layers=len(layers),
+        num_heads=heads,
+        num_kv_heads=int(getattr(c, "num_key_value_heads", None) or heads),
+        head_dim=int(getattr(c, "head_dim", None) or hidden // heads),
+        vocab_size=int(c.vocab_size),
+        tie_word_embeddings=bool(getattr(c, "tie_word_embeddings", False)),
+        max_position_embeddings=int(getattr(c, "max_position_embeddings", None) or 4096),
+        built_layer=layer,
+        built_root=root,
+    )
