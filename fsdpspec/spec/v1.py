@@ -353,6 +353,22 @@ class JobSpec(_Section):
         """resources.accelerator as a catalogue entry (a custom device is a GPU)."""
         return resolve_accelerator(self.resources.accelerator)
 
+    def input_paths(self) -> list[tuple[str, str, bool]]:
+        """(pointer, path as written, must be a directory) for each local input this job
+        reads: model.hf_config (a config.json or its directory), model.weights,
+        data.path (text / jsonl) and data.tokenizer (unless the data is synthetic)."""
+        model, data = self.model, self.data
+        inputs = []
+        if model.hf_config:
+            inputs.append(("/model/hf_config", model.hf_config, False))
+        if model.weights:
+            inputs.append(("/model/weights", model.weights, True))
+        if data.path and data.source in ("text", "jsonl"):
+            inputs.append(("/data/path", data.path, False))
+        if data.tokenizer and data.source != "synthetic":
+            inputs.append(("/data/tokenizer", data.tokenizer, True))
+        return inputs
+
     def run_dir(self) -> str:
         """The run directory with {name} filled in."""
         return self.checkpoint.dir.replace("{name}", self.metadata.name)

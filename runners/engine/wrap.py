@@ -125,7 +125,7 @@ def wrap_fsdp1(
     model: nn.Module, units: list[nn.Module], fsdp: Fsdp, mesh: DeviceMesh, device: torch.device
 ) -> nn.Module:
     """``FullyShardedDataParallel`` with the spec's policy and every FSDP1 option."""
-    from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, ShardingStrategy
+    from torch.distributed.fsdp import BackwardPrefetch, CPUOffload
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
 
@@ -140,7 +140,7 @@ def wrap_fsdp1(
         auto_wrap_policy=functools.partial(
             lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in unit_ids
         ),
-        sharding_strategy=ShardingStrategy[fsdp.sharding_strategy],
+        sharding_strategy=_fsdp1_strategy(fsdp.sharding_strategy),
         mixed_precision=_fsdp1_precision(fsdp.mixed_precision),
         cpu_offload=CPUOffload(offload_params=fsdp.cpu_offload),
         backward_prefetch=prefetch,
@@ -152,6 +152,14 @@ def wrap_fsdp1(
         device_id=device,
         device_mesh=mesh if hybrid else None,
     )
+
+
+def _fsdp1_strategy(name: str) -> Any:
+    """FSDP1's enum member; torch spells HYBRID_SHARD_ZERO2 with a leading underscore."""
+    from torch.distributed.fsdp import ShardingStrategy
+
+    members = ShardingStrategy.__members__
+    return members[name] if name in members else members[f"_{name}"]
 
 
 def fsdp1_syncs_states(fsdp: Fsdp, device: torch.device) -> bool:
