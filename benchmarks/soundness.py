@@ -34,7 +34,7 @@ DTYPES = ["float32", "bfloat16", "float16"]
 MIN_NUM_PARAMS = [0, 1, 1_000, 20_000, 100_000, 1_000_000_000]
 WORDS = [f"w{i}" for i in range(150)]  # the small tokenizer's words; the text is made of them
 STEPS = 3
-RUN_TIMEOUT_S = 600
+RUN_TIMEOUT_S = 300
 
 
 @dataclass(frozen=True)

@@ -103,8 +103,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches)
     resume_from = find_resume_checkpoint(spec.checkpoint.resume, run_dir)
     if resume_from is not None:
-        full = spec.fsdp.state_dict_type == "FULL_STATE_DICT"
-        load_checkpoint(state, resume_from, runtime, full_state_dict=full)
+        load_checkpoint(state, resume_from, runtime)
         console(runtime, f"resumed from {resume_from} (step {state.step})")
     return Trainer(
         spec=spec,
