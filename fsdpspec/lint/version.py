@@ -73,3 +73,29 @@ def compile_under_fsdp1(ctx: LintContext) -> Iterator[Diagnostic]:
     if ctx.spec.train.compile and ctx.spec.fsdp.version == 1:
         yield diagnostic("FS902", "train.compile under FSDP1 compiles around flat "
                          "parameters", "/train/compile")
+
+
+@rule("FS903", "flat-params-with-checkpointing", Severity.ERROR,
+      "FSDP1 with use_orig_params: false and activation checkpointing cannot resume",
+      "set fsdp.use_orig_params: true (the default here), or fsdp.version: 2")
+def flat_params_with_checkpointing(ctx: LintContext) -> Iterator[Diagnostic]:
+    """With `use_orig_params: false` FSDP1 keys the optimizer state by flat parameter,
+    and maps it back to names when a checkpoint is saved or loaded. Through the
+    activation-checkpointing wrapper that mapping fails in torch (a KeyError naming
+    `…_checkpoint_wrapped_module…`), so the run trains but can never resume from its
+    checkpoints. `use_orig_params: true` trains the same model with the same memory
+    for the parameters, and resumes.
+
+    FAIL:
+
+        fsdp: {version: 1, use_orig_params: false, activation_checkpointing: full}
+
+    PASS:
+
+        fsdp: {version: 1, use_orig_params: true, activation_checkpointing: full}
+    """
+    fsdp = ctx.spec.fsdp
+    if (fsdp.version == 1 and fsdp.use_orig_params is False
+            and fsdp.activation_checkpointing != "none"):
+        yield diagnostic("FS903", "use_orig_params false with activation checkpointing: "
+                         "checkpoints of this run cannot be loaded", "/fsdp/use_orig_params")

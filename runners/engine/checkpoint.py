@@ -25,6 +25,7 @@ and before the rename, so a test can kill a rank mid-save.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -242,11 +243,22 @@ def _load_sharded(state: TrainState, path: Path, runtime: Runtime) -> None:
     if not any(k.startswith(rng_key + ".") or k == rng_key for k in saved_keys):
         loaded.pop(rng_key)  # saved by fewer ranks: this rank keeps its seeded generator
     dcp.load(loaded, checkpoint_id=str(path))
-    set_state_dict(state.model, state.optimizer, model_state_dict=loaded["model"],
-                   optim_state_dict=loaded["optim"])
+    _set_model_and_optimizer(state, loaded["model"], loaded["optim"], StateDictOptions())
     _restore_extras(state, loaded)
     if rng_key in loaded:
         _restore_rng(loaded[rng_key])
+
+
+def _set_model_and_optimizer(
+    state: TrainState, model_sd: dict[str, Any], optim_sd: dict[str, Any],
+    options: StateDictOptions,
+) -> None:
+    """Not strict: a parameter may have no optimizer state yet (every step so far
+    skipped by the fp16 loss scaler, or a rank's FSDP1 shard holding none of it), and
+    then it starts fresh exactly as it would have. The model's keys are the engine's
+    own, saved from the same model."""
+    set_state_dict(state.model, state.optimizer, model_state_dict=model_sd,
+                   optim_state_dict=optim_sd, options=dataclasses.replace(options, strict=False))
 
 
 def _load_full(state: TrainState, path: Path, runtime: Runtime) -> None:
@@ -256,9 +268,8 @@ def _load_full(state: TrainState, path: Path, runtime: Runtime) -> None:
         payload = torch.load(path / FULL_FILE, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # a truncated or foreign file: say which
         raise EngineError(f"cannot read {path / FULL_FILE}: {first_line(exc)}") from None
-    set_state_dict(state.model, state.optimizer, model_state_dict=payload["model"],
-                   optim_state_dict=payload["optim"],
-                   options=StateDictOptions(full_state_dict=True))
+    _set_model_and_optimizer(state, payload["model"], payload["optim"],
+                             StateDictOptions(full_state_dict=True))
     _restore_extras(state, payload)
     rngs = payload["rng"]
     if runtime.rank < len(rngs):  # saved by fewer ranks: keep this rank's seeded generator
