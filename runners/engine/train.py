@@ -168,8 +168,6 @@ def main(argv: list[str] | None = None) -> int:
         _report(runtime, exc)
         return 1
     except KeyboardInterrupt:  # Ctrl-C before the stop handler is installed: nothing to save
-        if runtime is None or runtime.is_main:
-            print("fsdpspec engine: stopped during set-up", file=sys.stderr, flush=True)
-        return 128 + signal.SIGINT
+        return 128 + signal.SIGINT  # silently: `fsdpspec run` says what stopped and what is kept
     finally:
         teardown(clean=clean)
