@@ -175,7 +175,12 @@ class Fsdp(_Section):
     cpu_ram_efficient_loading: bool = True
     """Only rank 0 reads the weights; the others start on the meta device."""
     state_dict_type: Literal["SHARDED_STATE_DICT", "FULL_STATE_DICT"] = "SHARDED_STATE_DICT"
-    """Checkpoint layout: per-rank shards (DCP), or a full state dict gathered to rank 0."""
+    """What each checkpoint writes. SHARDED_STATE_DICT: torch.distributed.checkpoint (DCP)
+    files, every rank writing its own shards in parallel (`__R_0.distcp` + `.metadata`).
+    FULL_STATE_DICT: the full model and optimizer state gathered to rank 0 (into host
+    memory on GPUs) and written by rank 0 alone as one file, `full_state_dict.pt`
+    (`torch.load` reads it). Either resumes exactly; the final export is safetensors
+    either way."""
 
 
 class Data(_Section):
