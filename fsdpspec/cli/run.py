@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -86,6 +87,8 @@ def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
             code, stopped_by = run_supervised(argv, env)
     except (RunDirError, RunLockError) as exc:
         raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:  # Ctrl-C before the supervisor took over the signals
+        code, stopped_by = 128 + signal.SIGINT, signal.SIGINT
     if stopped_by is None:
         return code
     click.echo(f"stopped by {stopped_by.name}; {_after_stop(run_dir)}", err=True)
