@@ -125,3 +125,11 @@ def recompute_flops_per_token(*, parameters: int, num_layers: int, q_width: int,
         return 0.0
     share = 1.0 if mode == "full" else 1 / ac_every
     return share * (2.0 * parameters + 4.0 * num_layers * q_width * seq_len)
+
+def checkpoints_written(interval_steps: int, max_steps: int) -> int:
+    """How many checkpoints a run that is not interrupted writes: one every
+    `interval_steps` steps and one at the last step (the engine's loop); none when
+    `interval_steps` is 0, where only a stop by a signal saves."""
+    if interval_steps == 0:
+        return 0
+    return max_steps // interval_steps + (1 if max_steps % interval_steps else 0)

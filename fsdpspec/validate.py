@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.catalog.hub import HubError, offline, snapshot
-from fsdpspec.catalog.modelconfig import HUB_INPUTS, ModelConfigError, hub_input, model_config
+from fsdpspec.catalog.modelconfig import (
+    HUB_INPUTS,
+    ModelConfigError,
+    hub_input,
+    model_config,
+    resolve_input_path,
+)
 from fsdpspec.lint import lint_spec
 from fsdpspec.lint.registry import LintContext
 from fsdpspec.spec import LATEST, SUPPORTED
@@ -80,7 +86,7 @@ def _lint(report: FileReport, select: Sequence[str], ignore: Sequence[str]) -> l
     spec = report.spec
     assert spec is not None
     try:
-        report.model_config = model_config(spec.model, report.base_dir)
+        report.model_config = _model_config(spec, report.base_dir)
     except ModelConfigError as exc:
         pointer = "/model/hf_config"
         return [error("FS030", str(exc), pointer, "point hf_config at a local config.json")]
@@ -105,6 +111,16 @@ def _uncached_hub_inputs(spec: JobSpec, base_dir: Path) -> list[Diagnostic]:
             severity = Severity.ERROR if offline() else Severity.WARNING
             found.append(Diagnostic("FS031", severity, str(exc), f"/{section}/{key}"))
     return found
+
+
+def _model_config(spec: JobSpec, base_dir: Path) -> dict[str, Any] | None:
+    """The model's config; None when hf_config names a path that does not exist, which
+    FS407 reports (ignorably: a spec may be written for another machine's paths)."""
+    hf_config = spec.model.hf_config
+    if (hf_config is not None and hub_input(hf_config, base_dir) is None
+            and not resolve_input_path(hf_config, base_dir).exists()):
+        return None
+    return model_config(spec.model, base_dir)
 
 
 def _place(report: FileReport, diagnostics: list[Diagnostic]) -> list[Diagnostic]:

@@ -69,6 +69,7 @@ def command(kind, config, output, name, preset, hf_config, accelerator) -> None:
     model = {"hf_config": hf_config} if hf_config else {
         "preset": preset or _preset_for(loaded.data)}
     imported = import_config(loaded, name=name or kubernetes_name(Path(config).stem), model=model,
+                             base_dir=Path.cwd(),
                              accelerator=accelerator)
     for note in imported.notes:
         line = f":{note.line}" if note.line else ""

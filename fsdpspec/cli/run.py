@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -115,12 +116,23 @@ def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
             code, stopped_by = run_supervised(argv, env)
     except (RunDirError, RunLockError) as exc:
         raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:  # Ctrl-C before the supervisor took over the signals
+        code, stopped_by = 128 + signal.SIGINT, signal.SIGINT
     if stopped_by is None:
         return code
-    click.echo(f"stopped by {stopped_by.name}; `fsdpspec run` again resumes from the last "
-               "checkpoint", err=True)
+    click.echo(f"stopped by {stopped_by.name}; {_after_stop(run_dir)}", err=True)
     # An interrupted run is not a finished one, even when the engine stopped cleanly.
     return code or 128 + stopped_by.value
+
+
+def _after_stop(run_dir: Path) -> str:
+    """What running again does: resume, or start over when no checkpoint was published
+    (`latest` names the newest complete one, and is written only after it is)."""
+    latest = run_dir / "checkpoints" / "latest"
+    if latest.is_file():
+        name = latest.read_text(encoding="utf-8").strip()
+        return f"`fsdpspec run` again resumes from checkpoint {name}"
+    return "no checkpoint was written: `fsdpspec run` again starts from step 0"
 
 
 @click.command("run")

@@ -9,8 +9,11 @@ accelerate understands for the job's FSDP version, and names what it could not s
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ruamel.yaml.comments import CommentedMap
@@ -267,10 +270,10 @@ def _header(source: str, name: str) -> CommentedMap:
 
 
 def import_config(loaded: Loaded, *, name: str, model: dict[str, str],
-                  accelerator: str) -> Imported:
+                  accelerator: str, base_dir: Path) -> Imported:
     """A commented v1 spec equivalent to an accelerate config (already parsed with its
     positions by fsdpspec.spec.load); ``model`` and ``accelerator`` fill what accelerate
-    configs do not say."""
+    configs do not say (an hf_config path is relative to ``base_dir``)."""
     reading = _read(loaded)
     draft = _Draft()
     notes = reading.notes + _special_notes(loaded)
@@ -289,7 +292,38 @@ def import_config(loaded: Loaded, *, name: str, model: dict[str, str],
     _apply_fsdp(reading, draft)
     document = _header(loaded.file, name)
     document.update(_nest(draft.fields))
+    notes += _fit_assumptions(document, draft, base_dir)
+    document.update(_nest(draft.fields))
     return Imported(dump_yaml(document), sorted(notes, key=lambda n: n.line or 0))
+
+
+def _fit_assumptions(document: CommentedMap, draft: _Draft, base_dir: Path) -> list[Note]:
+    """Plan the imported job. The host RAM is our guess, so a guess too small for the
+    job is raised to its planned peak (FS203 would otherwise blame the user's config for
+    our assumption). The model is the user's choice or our placeholder: when it does not
+    fit the GPUs, say so."""
+    from fsdpspec.catalog.modelconfig import ModelConfigError, model_config
+    from fsdpspec.plan.geometry import GeometryError
+    from fsdpspec.plan.memory import GIB
+    from fsdpspec.plan.planner import plan_job
+
+    try:
+        spec = JobSpec.model_validate(json.loads(json.dumps(document)))
+        plan = plan_job(spec, model_config(spec.model, base_dir))
+    except (ValueError, ModelConfigError, GeometryError):
+        return []  # an invalid import is reported by `fsdpspec validate` on the result
+    if not plan.fits_host and spec.resources.accelerator != "cpu":
+        needed = math.ceil(plan.host.peak / GIB / 64) * 64
+        draft.put("resources.host_memory_gib", needed,
+                  f"assumed: the planned peak ({HOST_GIB_PER_GPU} GiB per GPU is too little)"
+                  ": set your nodes' RAM")
+    if plan.fits_device:
+        return []
+    model = spec.model.preset or spec.model.hf_config
+    return [Note(None, f"the model {model} does not fit {spec.world_size} × "
+                 f"{plan.accelerator.name} as configured (peak {plan.device.total / GIB:.1f} "
+                 f"of {plan.capacity / GIB:.1f} GiB): name your model with --preset or "
+                 "--hf-config, and see `fsdpspec plan`")]
 
 
 # ---- export ---------------------------------------------------------------------------

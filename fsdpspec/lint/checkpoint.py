@@ -6,32 +6,33 @@ import posixpath
 from collections.abc import Iterator
 
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
+from fsdpspec.semantics import checkpoints_written
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
 
 
-@rule("FS401", "interval-longer-than-run", Severity.WARNING,
-      "checkpoint.interval_steps is longer than the run: no checkpoint is written",
-      "set interval_steps ≤ train.max_steps")
-def interval_longer_than_run(ctx: LintContext) -> Iterator[Diagnostic]:
-    """A checkpoint is written every `interval_steps` steps. When the interval is longer
-    than `train.max_steps` none is written before the run ends, so a crash or a
-    preemption loses the whole run.
+@rule("FS401", "no-checkpoint-in-run", Severity.WARNING,
+      "checkpoint.interval_steps 0: the run writes no checkpoint",
+      "set interval_steps > 0 (a checkpoint is also written at the last step)")
+def no_checkpoint_in_run(ctx: LintContext) -> Iterator[Diagnostic]:
+    """A checkpoint is written every `interval_steps` steps and at the last step. With
+    `interval_steps: 0` none is written unless the run is stopped by a signal, so a
+    crash or a preemption loses the whole run, and nothing can resume it. (An interval
+    longer than the run is fine: the checkpoint at the last step is written.)
 
     FAIL:
 
         train: {max_steps: 100}
-        checkpoint: {interval_steps: 500}
+        checkpoint: {interval_steps: 0}
 
     PASS:
 
         train: {max_steps: 100}
-        checkpoint: {interval_steps: 50}
+        checkpoint: {interval_steps: 500}
     """
-    interval, steps = ctx.spec.checkpoint.interval_steps, ctx.spec.train.max_steps
-    if interval > steps:
-        yield diagnostic("FS401", f"interval_steps {interval} is longer than max_steps "
-                         f"{steps}: no checkpoint before the run ends",
-                         ctx.first_set("/checkpoint/interval_steps", "/train/max_steps"))
+    checkpoint = ctx.spec.checkpoint
+    if checkpoints_written(checkpoint.interval_steps, ctx.spec.train.max_steps) == 0:
+        yield diagnostic("FS401", "interval_steps 0: no checkpoint is written unless a "
+                         "signal stops the run", "/checkpoint/interval_steps")
 
 
 @rule("FS402", "keep-last-zero", Severity.WARNING,
@@ -53,9 +54,9 @@ def keep_last_zero(ctx: LintContext) -> Iterator[Diagnostic]:
         checkpoint: {interval_steps: 100, keep_last: 3}
     """
     checkpoint = ctx.spec.checkpoint
-    count = ctx.spec.train.max_steps // max(1, checkpoint.interval_steps)
-    # With no interval checkpoint in the run (FS401's case) there is nothing to keep.
-    if checkpoint.keep_last == 0 and checkpoint.interval_steps > 0 and count > 0:
+    count = checkpoints_written(checkpoint.interval_steps, ctx.spec.train.max_steps)
+    # One checkpoint (the last step's) or none (FS401's case) leaves nothing to rotate.
+    if checkpoint.keep_last == 0 and count > 1:
         yield diagnostic("FS402", f"keep_last 0 keeps all {count} checkpoints of the run",
                          "/checkpoint/keep_last")
 

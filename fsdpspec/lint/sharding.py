@@ -61,3 +61,30 @@ def prefetch_no_shard(ctx: LintContext) -> Iterator[Diagnostic]:
         # Only values that ask for prefetching: turning it off is harmless.
         if ctx.is_set(pointer) and getattr(fsdp, name) in _PREFETCHING:
             yield diagnostic("FS131", f"fsdp.{name} does nothing with NO_SHARD", pointer)
+
+
+@rule("FS132", "fsdp1-offload-on-cpu", Severity.ERROR,
+      "FSDP1 CPU offload on accelerator cpu: there is no device to offload from",
+      "set fsdp.cpu_offload: false (on the CPU the parameters are in host memory already), "
+      "or use fsdp.version: 2")
+def fsdp1_offload_on_cpu(ctx: LintContext) -> Iterator[Diagnostic]:
+    """FSDP1's `CPUOffload(offload_params=True)` keeps each shard in pinned (page-locked)
+    host memory so it can be copied to the GPU quickly. Pinning needs a GPU driver: on a
+    machine without one the first forward fails with "Cannot access accelerator device".
+    On `accelerator: cpu` the parameters already live in host memory, so offloading
+    saves nothing; FSDP2 accepts the setting and skips the pinning.
+
+    FAIL:
+
+        resources: {accelerator: cpu}
+        fsdp: {version: 1, cpu_offload: true}
+
+    PASS:
+
+        resources: {accelerator: cpu}
+        fsdp: {version: 1, cpu_offload: false}
+    """
+    spec = ctx.spec
+    if spec.fsdp.version == 1 and spec.fsdp.cpu_offload and not spec.device().is_gpu:
+        yield diagnostic("FS132", "FSDP1 cpu_offload pins host memory, which needs a GPU; "
+                         "accelerator is cpu", "/fsdp/cpu_offload")

@@ -18,6 +18,10 @@ def _fsdp1_only(fsdp: Fsdp, is_set: Callable[[str], bool]) -> Iterator[str]:
     for name in ("limit_all_gathers", "use_orig_params"):
         if is_set(f"/fsdp/{name}") and getattr(fsdp, name) is not None:
             yield name
+    # FSDP2 leaves buffers in float32, as the model builds them: only another dtype is lost.
+    if is_set("/fsdp/mixed_precision/buffer_dtype") and (
+            fsdp.mixed_precision.buffer_dtype != "float32"):
+        yield "mixed_precision/buffer_dtype"
 
 
 @rule("FS901", "fsdp1-option-under-fsdp2", Severity.WARNING,
@@ -25,9 +29,10 @@ def _fsdp1_only(fsdp: Fsdp, is_set: Callable[[str], bool]) -> Iterator[str]:
       "remove it, or use fsdp.version: 1")
 def fsdp1_option_under_fsdp2(ctx: LintContext) -> Iterator[Diagnostic]:
     """FSDP2 (`fully_shard`) dropped several FSDP1 knobs: `backward_prefetch:
-    BACKWARD_POST`, `forward_prefetch`, `limit_all_gathers` and `use_orig_params`
-    (FSDP2 always prefetches one unit ahead, bounds its own memory, and keeps the
-    original parameters). Under `version: 2` they are silently ignored.
+    BACKWARD_POST`, `forward_prefetch`, `limit_all_gathers`, `use_orig_params` and
+    `mixed_precision.buffer_dtype` (FSDP2 always prefetches one unit ahead, bounds its
+    own memory, keeps the original parameters, and leaves buffers in float32, as the
+    model builds them). Under `version: 2` they are ignored.
 
     FAIL:
 
@@ -41,7 +46,8 @@ def fsdp1_option_under_fsdp2(ctx: LintContext) -> Iterator[Diagnostic]:
     if fsdp.version != 2:
         return
     for name in _fsdp1_only(fsdp, ctx.is_set):
-        yield diagnostic("FS901", f"fsdp.{name} is an FSDP1 option; fsdp.version 2 ignores "
+        field = name.replace("/", ".")
+        yield diagnostic("FS901", f"fsdp.{field} is an FSDP1 option; fsdp.version 2 ignores "
                          "it", f"/fsdp/{name}")
 
 
@@ -67,3 +73,29 @@ def compile_under_fsdp1(ctx: LintContext) -> Iterator[Diagnostic]:
     if ctx.spec.train.compile and ctx.spec.fsdp.version == 1:
         yield diagnostic("FS902", "train.compile under FSDP1 compiles around flat "
                          "parameters", "/train/compile")
+
+
+@rule("FS903", "flat-params-with-checkpointing", Severity.ERROR,
+      "FSDP1 with use_orig_params: false and activation checkpointing cannot resume",
+      "set fsdp.use_orig_params: true (the default here), or fsdp.version: 2")
+def flat_params_with_checkpointing(ctx: LintContext) -> Iterator[Diagnostic]:
+    """With `use_orig_params: false` FSDP1 keys the optimizer state by flat parameter,
+    and maps it back to names when a checkpoint is saved or loaded. Through the
+    activation-checkpointing wrapper that mapping fails in torch (a KeyError naming
+    `…_checkpoint_wrapped_module…`), so the run trains but can never resume from its
+    checkpoints. `use_orig_params: true` trains the same model with the same memory
+    for the parameters, and resumes.
+
+    FAIL:
+
+        fsdp: {version: 1, use_orig_params: false, activation_checkpointing: full}
+
+    PASS:
+
+        fsdp: {version: 1, use_orig_params: true, activation_checkpointing: full}
+    """
+    fsdp = ctx.spec.fsdp
+    if (fsdp.version == 1 and fsdp.use_orig_params is False
+            and fsdp.activation_checkpointing != "none"):
+        yield diagnostic("FS903", "use_orig_params false with activation checkpointing: "
+                         "checkpoints of this run cannot be loaded", "/fsdp/use_orig_params")

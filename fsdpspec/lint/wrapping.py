@@ -41,9 +41,10 @@ def layer_cls_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
     """
     fsdp = ctx.spec.fsdp
     config = ctx.model_config or {}
-    # A transformers model names its blocks itself (`_no_split_modules`); only a
-    # factory model has no class to infer.
+    # A transformers model names its blocks itself (`_no_split_modules`): only a factory
+    # model has no class to infer (an hf_config that cannot be read is FS407's).
     if (fsdp.auto_wrap_policy == "transformer" and not fsdp.transformer_layer_cls
+            and ctx.spec.model.factory is not None
             and config.get("model_type", "custom") == "custom"):
         yield diagnostic("FS110", "auto_wrap_policy transformer needs transformer_layer_cls "
                          "for a factory model", "/fsdp/auto_wrap_policy")

@@ -33,7 +33,8 @@ class Plan:
     host: HostMemory
     host_capacity: int
     compute: Compute
-    min_gpus: int | None
+    min_gpus: int | None  # in whole nodes of the spec's gpus_per_node
+    min_single_gpus: int | None  # counting single GPUs
     suggestions: tuple[Suggestion, ...]
 
     @property
@@ -75,12 +76,14 @@ def _fits_at(spec: JobSpec, g: Geometry, accelerator: Accelerator, world: int,
     return device.total <= capacity * usable
 
 
-def fewest_gpus(spec: JobSpec, g: Geometry, accelerator: Accelerator) -> int | None:
-    """The fewest ranks (a whole number of nodes) at which the job fits with the spec's
-    headroom. Memory per rank falls as ranks are added until, over very many shards, the
-    padding of small tensors turns it back up; so the search doubles the node count until
-    the job fits, then bisects below that point."""
-    per_node = spec.resources.gpus_per_node
+def fewest_gpus(spec: JobSpec, g: Geometry, accelerator: Accelerator,
+                per_node: int | None = None) -> int | None:
+    """The fewest ranks (a whole number of nodes of ``per_node``, by default the spec's
+    gpus_per_node) at which the job fits with the spec's headroom. Memory per rank falls
+    as ranks are added until, over very many shards, the padding of small tensors turns
+    it back up; so the search doubles the node count until the job fits, then bisects
+    below that point."""
+    per_node = per_node or spec.resources.gpus_per_node
     usable = 1.0 - spec.resources.memory_headroom
     nodes = 1
     while not _fits_at(spec, g, accelerator, nodes * per_node, usable):
@@ -120,5 +123,6 @@ def plan_job(spec: JobSpec, config: dict[str, Any], *, world_size: int | None = 
         headroom_target=spec.resources.memory_headroom, device=memory, host=host,
         host_capacity=host_capacity, compute=compute,
         min_gpus=fewest_gpus(spec, g, device) if device.is_gpu else None,
+        min_single_gpus=fewest_gpus(spec, g, device, per_node=1) if device.is_gpu else None,
         suggestions=tuple(suggestions(spec, g, w, memory, capacity, device)),
     )

@@ -58,6 +58,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "fits_device": plan.fits_device,
         "fits_host": plan.fits_host,
         "min_gpus": plan.min_gpus,
+        "min_single_gpus": plan.min_single_gpus,
         "suggestions": [{"override": s.override, "description": s.description,
                          "saves_bytes": s.saves_bytes, "fits": s.fits}
                         for s in plan.suggestions],
@@ -107,10 +108,23 @@ def _verdict(plan: Plan, unit: int, name: str) -> list[str]:
     lines.append(f"host (per node): {host_word}: {plan.host.peak / GIB:.1f} of "
                  f"{plan.host_capacity / GIB:.1f} GiB at {plan.host.peak_phase}")
     if plan.accelerator.is_gpu:
-        fewest = plan.min_gpus
-        answer = str(fewest) if fewest is not None else f"none up to {MAX_NODES} nodes"
-        lines.append(f"fewest {plan.accelerator.name} that fit: {answer}")
+        lines.append(f"fewest {plan.accelerator.name} that fit: {_fewest_answer(plan)}")
     return lines
+
+
+def _fewest_answer(plan: Plan) -> str:
+    """The fewest GPUs, said so that it cannot read as contradicting the verdict: it
+    counts whole nodes, and keeps the wanted headroom."""
+    fewest, single = plan.min_gpus, plan.min_single_gpus
+    if fewest is None:
+        return f"none up to {MAX_NODES} nodes"
+    per_node = plan.spec.resources.gpus_per_node
+    nodes = fewest // per_node
+    answer = (f"{fewest} ({nodes} whole node{'s' * (nodes != 1)} of {per_node}, keeping "
+              f"{100 * plan.headroom_target:.0f}% headroom")
+    if single is not None and single < fewest:
+        answer += f"; {single} GPU{'s' * (single != 1)} alone would hold it"
+    return answer + ")"
 
 
 def _compute_lines(plan: Plan) -> list[str]:

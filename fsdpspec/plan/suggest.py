@@ -44,12 +44,11 @@ def _candidates(spec: JobSpec, w: Workload, device: Accelerator) -> list[tuple[s
         out.append((f"data.micro_batch_size={data.micro_batch_size // 2}",
                     "halve the micro-batch (more accumulation steps, same global batch)"))
     if w.accumulation_steps > 1:
-        carried = ("the sharded gradients"
-                   if syncs_gradients(fsdp.sharding_strategy, last_micro_batch=False)
-                   else "every unsharded gradient")
+        carried = ("sharded" if syncs_gradients(fsdp.sharding_strategy, last_micro_batch=False)
+                   else "unsharded")
         out.append((f"data.global_batch_size={data.micro_batch_size * w.world_size}",
-                    f"no accumulation, so no {carried} carried between micro-batches "
-                    "(changes the effective batch size)"))
+                    f"no accumulation: no {carried} gradients are carried between "
+                    "micro-batches (changes the effective batch size)"))
     if spec.model.attention == "eager":
         out.append(("model.attention=sdpa", "fused attention: no sequence² probabilities"))
     if fsdp.mixed_precision.param_dtype == "float32" and device.supports_bf16:

@@ -174,7 +174,12 @@ class Fsdp(_Section):
     cpu_ram_efficient_loading: bool = True
     """Only rank 0 reads the weights; the others start on the meta device."""
     state_dict_type: Literal["SHARDED_STATE_DICT", "FULL_STATE_DICT"] = "SHARDED_STATE_DICT"
-    """Checkpoint layout: per-rank shards (DCP), or a full state dict gathered to rank 0."""
+    """What each checkpoint writes. SHARDED_STATE_DICT: torch.distributed.checkpoint (DCP)
+    files, every rank writing its own shards in parallel (`__R_0.distcp` + `.metadata`).
+    FULL_STATE_DICT: the full model and optimizer state gathered to rank 0 (into host
+    memory on GPUs) and written by rank 0 alone as one file, `full_state_dict.pt`
+    (`torch.load` reads it). Either resumes exactly; the final export is safetensors
+    either way."""
 
 
 class Data(_Section):
@@ -351,6 +356,22 @@ class JobSpec(_Section):
     def device(self) -> Accelerator:
         """resources.accelerator as a catalogue entry (a custom device is a GPU)."""
         return resolve_accelerator(self.resources.accelerator)
+
+    def input_paths(self) -> list[tuple[str, str, bool]]:
+        """(pointer, path as written, must be a directory) for each local input this job
+        reads: model.hf_config (a config.json or its directory), model.weights,
+        data.path (text / jsonl) and data.tokenizer (unless the data is synthetic)."""
+        model, data = self.model, self.data
+        inputs = []
+        if model.hf_config:
+            inputs.append(("/model/hf_config", model.hf_config, False))
+        if model.weights:
+            inputs.append(("/model/weights", model.weights, True))
+        if data.path and data.source in ("text", "jsonl"):
+            inputs.append(("/data/path", data.path, False))
+        if data.tokenizer and data.source != "synthetic":
+            inputs.append(("/data/tokenizer", data.tokenizer, True))
+        return inputs
 
     def run_dir(self) -> str:
         """The run directory with {name} filled in."""

@@ -1,22 +1,31 @@
-"""Sharded checkpoints with ``torch.distributed.checkpoint`` (DCP), saved atomically.
+"""Checkpoints, saved atomically, in the layout ``fsdp.state_dict_type`` names.
 
 Layout under the run directory::
 
-    checkpoints/step-00000500/   a complete checkpoint (DCP shards + .metadata)
+    checkpoints/step-00000500/   a complete checkpoint
     checkpoints/latest           "step-00000500", rewritten after the rename
     checkpoints/.tmp-step-…      a save in progress (never resumed from)
 
-A save writes into ``.tmp-step-N``; once every rank's shards and the metadata are on
-disk, rank 0 writes ``manifest.json`` (each file's size and sha256), renames the
-directory to ``step-N`` and updates ``latest``; a kill at any moment leaves the previous
-checkpoint intact. Resume only considers ``step-N`` directories holding DCP's
-``.metadata``, and loads one only after its manifest verifies: a truncated, flipped or
-missing file makes it fall back to the newest checkpoint that verifies, saying so.
+SHARDED_STATE_DICT: ``torch.distributed.checkpoint`` (DCP) — every rank writes its own
+shards (``__R_0.distcp``) and rank 0 the ``.metadata``. FULL_STATE_DICT: the seed
+recipe's ``FullStateDictConfig(offload_to_cpu=True, rank0_only=True)`` — the whole model
+and optimizer state are gathered to rank 0 on the CPU, and rank 0 alone writes them,
+with the schedule, data position, step and every rank's RNG, as one file
+``full_state_dict.pt`` (``torch.load`` reads it); on resume every rank maps the file and
+keeps its own shards.
+
+A save writes into ``.tmp-step-N``; once everything is on disk, rank 0 writes
+``manifest.json`` (each file's size and sha256), renames the directory to ``step-N`` and
+updates ``latest``; a kill at any moment leaves the previous checkpoint intact. Resume
+only considers ``step-N`` directories holding DCP's ``.metadata`` or the full state dict
+file, and loads one only after its manifest verifies: a truncated, flipped or missing
+file makes it fall back to the newest checkpoint that verifies, saying so.
 
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from dataclasses import dataclass
@@ -36,9 +45,10 @@ from torch.distributed.checkpoint.state_dict import (
 from fsdpspec.atomicio import publish_dir, write_text
 from fsdpspec_runners.engine import faults
 from fsdpspec_runners.engine.dist import Runtime, console
-from fsdpspec_runners.engine.errors import EngineError
+from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.manifest import verification_problem, write_manifest
 
+FULL_FILE = "full_state_dict.pt"
 _PREFIX = "step-"
 
 
@@ -62,8 +72,10 @@ def step_dir_name(step: int) -> str:
 
 
 def is_complete(path: Path) -> bool:
-    """A checkpoint is complete once DCP's metadata is inside its final name."""
-    return path.name.startswith(_PREFIX) and (path / ".metadata").is_file()
+    """A checkpoint is complete once DCP's metadata (or the full state dict file) is
+    inside its final name."""
+    return path.name.startswith(_PREFIX) and (
+        (path / ".metadata").is_file() or (path / FULL_FILE).is_file())
 
 
 def complete_checkpoints(run_dir: Path) -> list[Path]:
@@ -85,7 +97,8 @@ def find_resume_checkpoint(resume: str, run_dir: Path, say=print) -> Path | None
     path = Path(resume)
     if not is_complete(path):
         raise EngineError(
-            f"checkpoint.resume: {path} is not a complete checkpoint (step-N with .metadata)"
+            f"checkpoint.resume: {path} is not a complete checkpoint (step-N with .metadata "
+            f"or {FULL_FILE})"
         )
     problem = verification_problem(path)
     if problem:
@@ -134,26 +147,56 @@ def _rng_state() -> dict[str, torch.Tensor]:
     return state
 
 
-def _layout(full_state_dict: bool, runtime: Runtime) -> StateDictOptions:
-    """SHARDED_STATE_DICT: each rank's shards. FULL_STATE_DICT: unsharded tensors; from
-    GPUs gathered to rank 0 on the CPU, on a CPU run every rank holds them (DCP writes
-    each tensor once either way)."""
-    on_gpu = runtime.device.type == "cuda"
-    return StateDictOptions(full_state_dict=full_state_dict, cpu_offload=full_state_dict and on_gpu)
-
-
-def _checkpoint_state(state: TrainState, runtime: Runtime, full_state_dict: bool) -> dict[str, Any]:
-    options = _layout(full_state_dict, runtime)
-    model_sd, optim_sd = get_state_dict(state.model, state.optimizer, options=options)
+def _extras(state: TrainState) -> dict[str, Any]:
+    """What a checkpoint holds besides model, optimizer and RNG."""
     return {
-        "model": model_sd,
-        "optim": optim_sd,
         "scheduler": state.scheduler.state_dict(),
         "data": state.batches.state_dict(),
         "step": state.step,
+    }
+
+
+def _restore_extras(state: TrainState, extras: dict[str, Any]) -> None:
+    state.scheduler.load_state_dict(extras["scheduler"])
+    state.batches.load_state_dict(extras["data"])
+    state.step = int(extras["step"])
+
+
+def _restore_rng(rng: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(rng["cpu"])
+    if "cuda" in rng:
+        torch.cuda.set_rng_state(rng["cuda"])
+
+
+def _sharded_state(state: TrainState, runtime: Runtime) -> dict[str, Any]:
+    model_sd, optim_sd = get_state_dict(state.model, state.optimizer)
+    return {
+        "model": model_sd,
+        "optim": optim_sd,
+        **_extras(state),
         # Unique per rank, so DCP keeps every rank's own generator state.
         _rng_key(runtime.rank): _rng_state(),
     }
+
+
+def _save_full(state: TrainState, directory: Path, runtime: Runtime) -> None:
+    """Gather the full state to rank 0 (on the CPU); rank 0 alone writes one file.
+
+    From GPUs the gather lands in rank 0's host memory only (``cpu_offload``). A CPU run
+    is gathered on every rank: FSDP1 cannot offload from the CPU to the CPU (it
+    crashes), and the memory is host memory either way."""
+    on_gpu = runtime.device.type == "cuda"
+    options = StateDictOptions(full_state_dict=True, cpu_offload=on_gpu)
+    model_sd, optim_sd = get_state_dict(state.model, state.optimizer, options=options)
+    rngs: list[Any] | None = [None] * runtime.world_size if runtime.is_main else None
+    dist.gather_object(_rng_state(), rngs, dst=0)
+    if not runtime.is_main:
+        return
+    payload = {"model": model_sd, "optim": optim_sd, **_extras(state), "rng": rngs}
+    with open(directory / FULL_FILE, "wb") as fh:
+        torch.save(payload, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def save_checkpoint(
@@ -167,8 +210,11 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     dist.barrier()
-    dcp.save(_checkpoint_state(state, runtime, full_state_dict), checkpoint_id=str(tmp))
-    dist.barrier()  # every rank's shards and rank 0's metadata are written
+    if full_state_dict:
+        _save_full(state, tmp, runtime)
+    else:
+        dcp.save(_sharded_state(state, runtime), checkpoint_id=str(tmp))
+    dist.barrier()  # every rank's shards and rank 0's metadata (or rank 0's file) are written
     if runtime.is_main:
         write_manifest(tmp)
     faults.in_save()
@@ -198,31 +244,50 @@ def _rotate(run_dir: Path, keep_last: int) -> None:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
-def load_checkpoint(
-    state: TrainState, path: Path, runtime: Runtime, *, full_state_dict: bool
-) -> None:
-    """Restore model, optimizer, schedule, data position, RNG and step from ``path``."""
-    loaded = _checkpoint_state(state, runtime, full_state_dict)
+def load_checkpoint(state: TrainState, path: Path, runtime: Runtime) -> None:
+    """Restore model, optimizer, schedule, data position, RNG and step from ``path``, in
+    whichever layout it was saved."""
+    if (path / FULL_FILE).is_file():
+        _load_full(state, path, runtime)
+    else:
+        _load_sharded(state, path, runtime)
+
+
+def _load_sharded(state: TrainState, path: Path, runtime: Runtime) -> None:
+    loaded = _sharded_state(state, runtime)
     saved_keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     rng_key = _rng_key(runtime.rank)
     if not any(k.startswith(rng_key + ".") or k == rng_key for k in saved_keys):
         loaded.pop(rng_key)  # saved by fewer ranks: this rank keeps its seeded generator
     dcp.load(loaded, checkpoint_id=str(path))
-    # A full state dict is complete on rank 0 (only there, from GPUs): rank 0 sends it.
-    options = StateDictOptions(
-        full_state_dict=full_state_dict, broadcast_from_rank0=full_state_dict
-    )
-    set_state_dict(
-        state.model,
-        state.optimizer,
-        model_state_dict=loaded["model"],
-        optim_state_dict=loaded["optim"],
-        options=options,
-    )
-    state.scheduler.load_state_dict(loaded["scheduler"])
-    state.batches.load_state_dict(loaded["data"])
-    state.step = int(loaded["step"])
+    _set_model_and_optimizer(state, loaded["model"], loaded["optim"], StateDictOptions())
+    _restore_extras(state, loaded)
     if rng_key in loaded:
-        torch.set_rng_state(loaded[rng_key]["cpu"])
-        if "cuda" in loaded[rng_key]:
-            torch.cuda.set_rng_state(loaded[rng_key]["cuda"])
+        _restore_rng(loaded[rng_key])
+
+
+def _set_model_and_optimizer(
+    state: TrainState, model_sd: dict[str, Any], optim_sd: dict[str, Any],
+    options: StateDictOptions,
+) -> None:
+    """Not strict: a parameter may have no optimizer state yet (every step so far
+    skipped by the fp16 loss scaler, or a rank's FSDP1 shard holding none of it), and
+    then it starts fresh exactly as it would have. The model's keys are the engine's
+    own, saved from the same model."""
+    set_state_dict(state.model, state.optimizer, model_state_dict=model_sd,
+                   optim_state_dict=optim_sd, options=dataclasses.replace(options, strict=False))
+
+
+def _load_full(state: TrainState, path: Path, runtime: Runtime) -> None:
+    """Every rank maps the one file (no copy in memory until a tensor is read) and keeps
+    its own shards of it: no rank waits on another's broadcast."""
+    try:
+        payload = torch.load(path / FULL_FILE, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # a truncated or foreign file: say which
+        raise EngineError(f"cannot read {path / FULL_FILE}: {first_line(exc)}") from None
+    _set_model_and_optimizer(state, payload["model"], payload["optim"],
+                             StateDictOptions(full_state_dict=True))
+    _restore_extras(state, payload)
+    rngs = payload["rng"]
+    if runtime.rank < len(rngs):  # saved by fewer ranks: keep this rank's seeded generator
+        _restore_rng(rngs[runtime.rank])

@@ -7,7 +7,6 @@ before sharding. Nothing is ever downloaded: configs and weights are local.
 
 from __future__ import annotations
 
-import copy
 import importlib
 from pathlib import Path
 from typing import Any
@@ -101,7 +100,7 @@ def _initialise_module(module: nn.Module, init_module: Any) -> None:
     own = {**module._parameters, **module._buffers}
     if not any(t is not None for t in own.values()):
         return
-    twin = copy.copy(module)  # same class and attributes, so the init code treats it alike
+    twin = _shallow_twin(module)
     twin._modules = {}
     twin._parameters = {k: _full_empty(p, parameter=True) for k, p in module._parameters.items()}
     twin._buffers = {k: _full_empty(b) for k, b in module._buffers.items()}
@@ -112,6 +111,17 @@ def _initialise_module(module: nn.Module, init_module: Any) -> None:
     for name, tensor in own.items():
         if tensor is not None:
             _copy_full_into(tensor, getattr(twin, name))
+
+
+def _shallow_twin(module: nn.Module) -> nn.Module:
+    """A shallow copy of the same class and attributes, so the init code treats it
+    alike. Made without calling the class: ``fully_shard`` gives a sharded module a
+    class whose ``__new__`` runs ``__init__`` again (without its arguments), so
+    ``copy.copy`` fails on a unit that is a leaf (the size policy makes an Embedding or a
+    Linear a unit)."""
+    twin = object.__new__(type(module))
+    twin.__dict__.update(module.__dict__)
+    return twin
 
 
 def _full_empty(tensor: torch.Tensor | None, *, parameter: bool = False) -> torch.Tensor | None:

@@ -95,8 +95,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches)
     resume_from = choose_resume_checkpoint(spec.checkpoint.resume, run_dir, runtime)
     if resume_from is not None:
-        full = spec.fsdp.state_dict_type == "FULL_STATE_DICT"
-        load_checkpoint(state, resume_from, runtime, full_state_dict=full)
+        load_checkpoint(state, resume_from, runtime)
         console(runtime, f"resumed from {resume_from} (step {state.step})")
     return Trainer(
         spec=spec,
@@ -172,8 +171,6 @@ def main(argv: list[str] | None = None) -> int:
         _report(runtime, exc)  # OSError: a full disk, an unreadable file…
         return 1
     except KeyboardInterrupt:  # Ctrl-C before the stop handler is installed: nothing to save
-        if runtime is None or runtime.is_main:
-            print("fsdpspec engine: stopped during set-up", file=sys.stderr, flush=True)
-        return 128 + signal.SIGINT
+        return 128 + signal.SIGINT  # silently: `fsdpspec run` says what stopped and what is kept
     finally:
         teardown(clean=clean)

@@ -82,20 +82,37 @@ def apply_activation_checkpointing(
 def size_units(model: nn.Module, min_num_params: int) -> list[nn.Module]:
     """FSDP1's size policy, bottom-up: a module whose not-yet-wrapped parameters reach
     ``min_num_params`` becomes a unit (the root is always one). Containers are never
-    units: a ModuleList or ModuleDict is not called, so it could never gather."""
+    units: a ModuleList or ModuleDict is not called, so it could never gather. Nor is a
+    module holding a tied parameter (an input embedding shared with ``lm_head``), or
+    one above it: FSDP needs every holder of a shared parameter in one unit, and the
+    holders meet only at the root."""
     units: list[nn.Module] = []
+    tied = _tied_holders(model)
 
-    def visit(module: nn.Module) -> int:
-        remaining = sum(visit(child) for child in module.children())
+    def visit(module: nn.Module) -> tuple[int, bool]:
+        below = [visit(child) for child in module.children()]
+        remaining = sum(count for count, _ in below)
         remaining += sum(p.numel() for p in module.parameters(recurse=False))
+        holds_tied = id(module) in tied or any(flag for _, flag in below)
         container = isinstance(module, (nn.ModuleList, nn.ModuleDict))
-        if remaining >= min_num_params and module is not model and not container:
+        if (remaining >= min_num_params and module is not model and not container
+                and not holds_tied):
             units.append(module)
-            return 0
-        return remaining
+            return 0, False
+        return remaining, holds_tied
 
     visit(model)
     return units
+
+
+def _tied_holders(model: nn.Module) -> set[int]:
+    """ids of the modules holding a parameter that another module holds too."""
+    holders: dict[int, list[int]] = {}
+    for module in model.modules():
+        for param in module._parameters.values():
+            if param is not None:
+                holders.setdefault(id(param), []).append(id(module))
+    return {m for found in holders.values() if len(found) > 1 for m in found}
 
 
 def choose_units(model: nn.Module, layers: list[nn.Module], fsdp: Fsdp) -> list[nn.Module]:
@@ -142,7 +159,7 @@ def wrap_fsdp1(
     model: nn.Module, units: list[nn.Module], fsdp: Fsdp, mesh: DeviceMesh, device: torch.device
 ) -> nn.Module:
     """``FullyShardedDataParallel`` with the spec's policy and every FSDP1 option."""
-    from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, ShardingStrategy
+    from torch.distributed.fsdp import BackwardPrefetch, CPUOffload
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
 
@@ -157,7 +174,7 @@ def wrap_fsdp1(
         auto_wrap_policy=functools.partial(
             lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in unit_ids
         ),
-        sharding_strategy=ShardingStrategy[fsdp.sharding_strategy],
+        sharding_strategy=_fsdp1_strategy(fsdp.sharding_strategy),
         mixed_precision=_fsdp1_precision(fsdp.mixed_precision),
         cpu_offload=CPUOffload(offload_params=fsdp.cpu_offload),
         backward_prefetch=prefetch,
@@ -169,6 +186,14 @@ def wrap_fsdp1(
         device_id=device,
         device_mesh=mesh if hybrid else None,
     )
+
+
+def _fsdp1_strategy(name: str) -> Any:
+    """FSDP1's enum member; torch spells HYBRID_SHARD_ZERO2 with a leading underscore."""
+    from torch.distributed.fsdp import ShardingStrategy
+
+    members = ShardingStrategy.__members__
+    return members[name] if name in members else members[f"_{name}"]
 
 
 def fsdp1_syncs_states(fsdp: Fsdp, device: torch.device) -> bool:

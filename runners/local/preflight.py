@@ -62,13 +62,7 @@ def _packages(spec: JobSpec) -> list[tuple[str, str]]:
 
 def _inputs(spec: JobSpec) -> list[tuple[str, str, bool]]:
     """(pointer, path, must be a directory) for each input the job will read."""
-    inputs = []
-    if spec.model.weights:
-        inputs.append(("/model/weights", spec.model.weights, True))
-    if spec.data.path and spec.data.source in ("text", "jsonl"):
-        inputs.append(("/data/path", spec.data.path, False))
-    if spec.data.tokenizer and spec.data.source != "synthetic":
-        inputs.append(("/data/tokenizer", spec.data.tokenizer, True))
+    inputs = spec.input_paths()
     if spec.checkpoint.resume not in ("auto", "never"):  # relative to where the run starts
         inputs.append(("/checkpoint/resume", spec.checkpoint.resume, True))
     return inputs

@@ -9,21 +9,35 @@ Only `fsdpspec run` starts it, as a child process; nothing imports it.
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 
-from torch.distributed.elastic.multiprocessing.api import SignalException
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-from torch.distributed.run import main as torchrun
+try:
+    from torch.distributed.elastic.multiprocessing import api as _api
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+except KeyboardInterrupt:  # Ctrl-C while torch loads: nothing has started; `fsdpspec run` says so
+    raise SystemExit(128 + signal.SIGINT) from None
+
+
+# Exit codes of workers that stopped on a signal `fsdpspec run` forwarded, and report.
+_STOPPED = {128 + signal.SIGINT, 128 + signal.SIGTERM}
 
 
 def run(argv: list[str]) -> int:
     """torchrun's exit status for ``argv`` (its arguments, without the program)."""
+    # Its per-worker log lines ("failed (exitcode: 1) local_rank: 0 …", "Sending process
+    # … closing signal") repeat what the one line below says.
+    logging.getLogger(_api.__name__).setLevel(logging.CRITICAL)
     try:
         torchrun(argv)
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
         code = failure.exitcode if failure.exitcode > 0 else 128 - failure.exitcode
+        if code in _STOPPED:  # stopped as asked (Ctrl-C, SIGTERM): `fsdpspec run` says so
+            return code
         how = (f"exit code {failure.exitcode}" if failure.exitcode > 0
                else f"killed by {signal.Signals(-failure.exitcode).name}")
         print(f"torchrun: {len(exc.failures)} worker(s) failed; first: rank {rank}, {how}",

@@ -207,17 +207,18 @@ def test_spec_lint_ignore_silences_a_rule(tmp_path) -> None:
 model: {preset: tiny-llama}
 data: {seq_len: 64, global_batch_size: 1}
 train: {max_steps: 10}
+checkpoint: {interval_steps: 0}
 lint: {ignore: [FS4xx]}
 """
     assert lint(tmp_path, text) == []
-    assert lint(tmp_path, text.replace("FS4xx", "FS5")) == [(6, 20, "FS401")]
+    assert lint(tmp_path, text.replace("FS4xx", "FS5")) == [(7, 30, "FS401")]
 
 
 def test_cli_select_and_ignore(cli, tmp_path) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text(HEAD + "model: {preset: tiny-llama}\n"
                     "data: {seq_len: 64, global_batch_size: 1}\ntrain: {max_steps: 10}\n"
-                    "optimizer: {lr: 0.5}\n")
+                    "checkpoint: {interval_steps: 0}\noptimizer: {lr: 0.5}\n")
     both = cli("validate", "--format", "concise", str(spec))
     assert [line.split()[1] for line in both.stdout.splitlines()] == ["FS401", "FS504"]
     only = cli("validate", "--format", "concise", "--select", "FS5", str(spec))

@@ -59,7 +59,7 @@ def test_ctrl_c_checkpoints_and_the_next_run_resumes(tmp_path: Path) -> None:
     process.send_signal(signal.SIGINT)  # what Ctrl-C delivers to the foreground process
     rest = process.communicate(timeout=120)[0]
     assert process.returncode == 128 + signal.SIGINT, rest
-    assert "resumes from the last checkpoint" in rest
+    assert "again resumes from checkpoint step-" in rest
     checkpoints = list((tmp_path / "runs" / "quickstart" / "checkpoints").glob("step-*"))
     assert len(checkpoints) == 1, rest
     stopped_at = int(checkpoints[0].name.split("-")[1])

@@ -1,0 +1,249 @@
+"""Soundness: every spec that `fsdpspec validate` passes trains.
+
+    python benchmarks/soundness.py [--samples 200] [--seed 0] [--first 0] [--keep DIR]
+
+Samples specs over every option that changes what the engine does (FSDP version,
+sharding strategy and shard group, wrap policy and min_num_params, mixed precision,
+CPU offload, activation checkpointing, state dict type, prefetch, optimizer and
+scheduler, data source and tokenizer, accumulation, compile) on the tiny presets with 2
+CPU processes. Each spec is validated; each one without errors is run with `fsdpspec
+run` for 2 of its 3 steps (checkpointing at step 2), then run again, which resumes, trains
+step 3 and exports final/. Prints how many were refused (by code), how many ran and how
+many validated but failed (target: 0). ``--first K`` skips the first K samples of the
+seed's sequence, so a long run can be split into pieces that add up to the same samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fsdpspec.validate import check_file
+
+STRATEGIES = ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"]
+DTYPES = ["float32", "bfloat16", "float16"]
+MIN_NUM_PARAMS = [0, 1, 1_000, 20_000, 100_000, 1_000_000_000]
+WORDS = [f"w{i}" for i in range(150)]  # the small tokenizer's words; the text is made of them
+STEPS = 3
+RUN_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Assets:
+    """Local inputs the sampled specs point at."""
+
+    text: Path
+    jsonl: Path
+    tokenizer: Path  # vocabulary smaller than the tiny presets' 320
+    big_tokenizer: Path  # vocabulary larger than the model's: validate must refuse it
+
+
+def make_assets(root: Path) -> Assets:
+    """Write a text file, a jsonl file and two word-level tokenizers under ``root``."""
+    rng = random.Random(0)
+    docs = [" ".join(rng.choice(WORDS) for _ in range(60)) for _ in range(40)]
+    (root / "text").mkdir(parents=True)
+    (root / "text" / "docs.txt").write_text("\n\n".join(docs), encoding="utf-8")
+    jsonl = root / "docs.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    return Assets(root / "text", jsonl, _tokenizer(root / "tok-small", 0),
+                  _tokenizer(root / "tok-big", 250))
+
+
+def _tokenizer(directory: Path, extra_words: int) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<unk>", "</s>", *WORDS, *(f"x{i}" for i in range(extra_words))]
+    word_level = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, "<unk>"))
+    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=word_level, eos_token="</s>",
+                                   unk_token="<unk>")
+    fast.save_pretrained(directory)
+    return directory
+
+
+def _precision(rng: random.Random) -> str | dict[str, str]:
+    if rng.random() < 0.5:
+        return rng.choice(["bf16", "fp16", "fp32"])
+    return {key: rng.choice(DTYPES) for key in ("param_dtype", "reduce_dtype", "buffer_dtype")}
+
+
+def _fsdp(rng: random.Random) -> dict[str, Any]:
+    fsdp: dict[str, Any] = {
+        "version": rng.choice([1, 2]),
+        "sharding_strategy": rng.choice(STRATEGIES),
+        "auto_wrap_policy": rng.choice(["transformer", "size", "none"]),
+        "mixed_precision": _precision(rng),
+        "cpu_offload": rng.random() < 0.3,
+        "activation_checkpointing": rng.choice(["none", "full", "selective"]),
+        "state_dict_type": rng.choice(["SHARDED_STATE_DICT", "FULL_STATE_DICT"]),
+        "backward_prefetch": rng.choice(["BACKWARD_PRE", "BACKWARD_POST", "NONE"]),
+        "forward_prefetch": rng.random() < 0.3,
+    }
+    if fsdp["sharding_strategy"].startswith("HYBRID"):
+        fsdp["shard_group_size"] = rng.choice([None, 1, 2])
+    if fsdp["auto_wrap_policy"] == "size":
+        fsdp["min_num_params"] = rng.choice(MIN_NUM_PARAMS)
+    if fsdp["activation_checkpointing"] == "selective":
+        fsdp["ac_every"] = rng.choice([1, 2, 3])
+    if fsdp["version"] == 1:
+        fsdp["limit_all_gathers"] = rng.choice([None, True, False])
+        fsdp["use_orig_params"] = rng.choice([None, True, False])
+        fsdp["sync_module_states"] = rng.random() < 0.7
+        fsdp["cpu_ram_efficient_loading"] = rng.random() < 0.7
+    return {k: v for k, v in fsdp.items() if v is not None}
+
+
+def _data(rng: random.Random, assets: Assets) -> dict[str, Any]:
+    source = rng.choice(["corpus", "text", "jsonl", "synthetic"])
+    micro = rng.choice([1, 2])
+    # Accumulation of 1 or 2 steps; now and then a batch the ranks cannot split.
+    global_batch = micro * 2 * rng.choice([1, 2]) if rng.random() < 0.95 else 3
+    data: dict[str, Any] = {"source": source, "seq_len": rng.choice([16, 32]),
+                            "micro_batch_size": micro, "global_batch_size": global_batch}
+    if source in ("text", "jsonl"):
+        data["path"] = str(assets.text if source == "text" else assets.jsonl)
+    if source != "synthetic":
+        choice = rng.choice([None, assets.tokenizer, assets.big_tokenizer])
+        if choice is not None:
+            data["tokenizer"] = str(choice)
+    return data
+
+
+def _optimizer(rng: random.Random) -> dict[str, Any]:
+    name = rng.choice(["adamw", "sgd"])
+    return {
+        "name": name,
+        "lr": 1e-3 if name == "adamw" else 1e-2,
+        "grad_clip_norm": rng.choice([None, 1.0]),
+        "scheduler": {"name": rng.choice(["constant", "linear", "cosine"]),
+                      "warmup_steps": rng.choice([0, 1])},
+    }
+
+
+def sample_spec(rng: random.Random, index: int, assets: Assets) -> dict[str, Any]:
+    """One spec document: the sampled options on a tiny preset, 2 CPU processes."""
+    fsdp = _fsdp(rng)
+    precision = fsdp["mixed_precision"]
+    computes_fp16 = precision == "fp16" or (
+        isinstance(precision, dict) and precision["param_dtype"] == "float16")
+    return {
+        "apiVersion": "fsdpspec/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": f"sound-{index}"},
+        "resources": {"gpus_per_node": 2, "accelerator": "cpu"},
+        "model": {"preset": rng.choice(["tiny-llama", "tiny-qwen2"]),
+                  "attention": rng.choice(["sdpa", "eager"])},
+        "fsdp": fsdp,
+        "data": _data(rng, assets),
+        "optimizer": _optimizer(rng),
+        "train": {"max_steps": STEPS, "seed": index, "compile": rng.random() < 0.1,
+                  **({"loss_scaling": rng.choice(["dynamic", "none"])} if computes_fp16 else {})},
+        "checkpoint": {"interval_steps": 2, "keep_last": 2,
+                       "final": {"dtype": rng.choice(DTYPES)}},
+        "logging": {"interval_steps": 1},
+    }
+
+
+@dataclass
+class Outcome:
+    refused: list[str]  # error codes; empty when the spec validated
+    failure: str | None = None  # the last lines of a run that failed
+
+
+def _fsdpspec_run(spec: Path, *overrides: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "fsdpspec", "run", str(spec)]
+    for override in overrides:
+        argv += ["--set", override]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(argv, cwd=spec.parent, capture_output=True, text=True, env=env,
+                          timeout=RUN_TIMEOUT_S)
+
+
+def _tail(result: subprocess.CompletedProcess) -> str:
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    return " | ".join(lines[-4:])
+
+
+def try_spec(document: dict[str, Any], directory: Path) -> Outcome:
+    """Validate the spec; when clean, train 2 steps, then resume to the 3rd and export."""
+    directory.mkdir(parents=True)
+    spec = directory / "job.yaml"
+    # JSON is YAML: the spec file is the sampled document as written.
+    spec.write_text(json.dumps(document, indent=1), encoding="utf-8")
+    report = check_file(spec)
+    errors = sorted({d.code for d in report.diagnostics if d.is_error})
+    if errors:
+        return Outcome(errors)
+    first = _fsdpspec_run(spec, f"train.max_steps={STEPS - 1}", "checkpoint.final.enabled=false")
+    if first.returncode != 0:
+        return Outcome([], f"first run exit {first.returncode}: {_tail(first)}")
+    second = _fsdpspec_run(spec)
+    run_dir = directory / "runs" / document["metadata"]["name"]
+    if second.returncode != 0:
+        return Outcome([], f"resumed run exit {second.returncode}: {_tail(second)}")
+    if "resumed from" not in second.stdout + second.stderr:
+        return Outcome([], "the second run did not resume")
+    if not (run_dir / "final" / "model.safetensors").is_file():
+        return Outcome([], "no final/model.safetensors")
+    return Outcome([])
+
+
+def run(samples: int, seed: int, first: int, root: Path) -> dict[str, Any]:
+    """Try samples ``first … first+samples-1`` of the seed's sequence; print each failure."""
+    assets = make_assets(root / "assets")
+    rng = random.Random(seed)
+    refused: Counter[str] = Counter()
+    ran, failed = 0, []
+    for index in range(first + samples):
+        document = sample_spec(rng, index, assets)
+        if index < first:
+            continue
+        outcome = try_spec(document, root / f"sample-{index}")
+        refused.update(outcome.refused)
+        if outcome.refused:
+            continue
+        ran += 1
+        if outcome.failure:
+            failed.append(index)
+            print(f"FAILED sample {index}: {outcome.failure}\n  spec: "
+                  f"{json.dumps(document, separators=(',', ':'))}", flush=True)
+    return {"samples": samples, "refused": samples - ran, "refused_by_code": dict(refused),
+            "ran": ran, "validated_but_failed": len(failed), "failed_samples": failed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--first", type=int, default=0, help="skip this many samples first")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="work in this (new) directory and keep it")
+    args = parser.parse_args()
+    if args.keep is not None:
+        args.keep.mkdir(parents=True)
+        result = run(args.samples, args.seed, args.first, args.keep)
+    else:
+        with tempfile.TemporaryDirectory(prefix="fsdpspec-soundness-") as tmp:
+            result = run(args.samples, args.seed, args.first, Path(tmp))
+    codes = ", ".join(f"{c} ×{n}" for c, n in sorted(result["refused_by_code"].items()))
+    print(f"samples: {result['samples']} (seed {args.seed}, first {args.first})")
+    print(f"refused: {result['refused']} ({codes or 'none'})")
+    print(f"ran: {result['ran']}")
+    print(f"validated but failed: {result['validated_but_failed']}")
+    print(json.dumps(result))
+    sys.exit(1 if result["validated_but_failed"] else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""FS407, FS408, FS508: the local files a job reads — present, and matching the model.
+
+These read the files (as data, never with torch), so a spec written on a laptop for
+paths that exist only on a cluster fails them: ignore them there (`--ignore FS407` or
+`lint: {ignore: [FS407]}`); `fsdpspec run` checks the paths again before it starts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+from fsdpspec.catalog.localfiles import LocalFileError, safetensors_shapes, tokenizer_vocab_size
+from fsdpspec.catalog.modelconfig import resolve_input_path
+from fsdpspec.lint.registry import LintContext, diagnostic, rule
+from fsdpspec.plan.geometry import Geometry
+from fsdpspec.spec.diagnostics import Diagnostic, Severity
+
+
+def _path_problem(path: Path, want_dir: bool) -> str | None:
+    if not path.exists():
+        return "does not exist"
+    if want_dir and not path.is_dir():
+        return "is not a directory"
+    return None
+
+
+@rule("FS407", "input-path-missing", Severity.ERROR,
+      "an input path (model.hf_config, model.weights, data.path, data.tokenizer) does not "
+      "exist or is not a directory",
+      "fix the path (relative to the spec file), or for a spec written for another machine "
+      "ignore FS407 (`fsdpspec run` checks it again)")
+def input_path_missing(ctx: LintContext) -> Iterator[Diagnostic]:
+    """Every local input is checked where the spec is validated, so a typo fails here
+    rather than on every rank after the model is built. `model.weights` and
+    `data.tokenizer` are directories; `data.path` is a file or a directory of files;
+    `model.hf_config` is a config.json or its directory. Paths are relative to the
+    spec file. A spec written for a cluster can say `lint: {ignore: [FS407]}`.
+
+    FAIL:
+
+        data: {source: jsonl, path: data/train.jsonl}
+
+    PASS:
+
+        data: {source: jsonl, path: data/train.jsonl}
+        lint: {ignore: [FS407]}
+    """
+    for pointer, value, want_dir in ctx.spec.input_paths():
+        path = resolve_input_path(value, ctx.base_dir)
+        problem = _path_problem(path, want_dir)
+        if problem:
+            field = pointer.strip("/").replace("/", ".")
+            yield diagnostic("FS407", f"{field}: {path} {problem}", pointer)
+
+
+def _expected_tensors(shape: Geometry) -> dict[str, tuple[int, ...]]:
+    """Tensor name → shape of the model's state dict (as transformers names them)."""
+    expected = dict(shape.root_tensors())
+    for index in range(shape.num_layers):
+        expected.update({f"model.layers.{index}.{name}": dims
+                         for name, dims in shape.layer_tensors()})
+    return expected
+
+
+def _weights_mismatch(found: dict[str, tuple[int, ...]], shape: Geometry) -> str | None:
+    """What about the files does not fit the model (None when they fit)."""
+    expected = _expected_tensors(shape)
+    if shape.tie_word_embeddings:  # a tied lm_head may be saved or left out
+        found = {k: v for k, v in found.items() if k != "lm_head.weight"}
+    missing = sorted(expected.keys() - found.keys())
+    unexpected = sorted(found.keys() - expected.keys())
+    wrong = sorted(k for k in expected.keys() & found.keys() if expected[k] != found[k])
+    if wrong:
+        name = wrong[0]
+        return (f"{len(wrong)} tensor(s) have another shape, e.g. {name} is "
+                f"{list(found[name])} in the files but {list(expected[name])} for the model")
+    if missing:
+        return f"{len(missing)} of the model's tensors are missing, e.g. {missing[0]}"
+    if unexpected:
+        return f"{len(unexpected)} tensor(s) are not the model's, e.g. {unexpected[0]}"
+    return None
+
+
+@rule("FS408", "weights-do-not-match-model", Severity.ERROR,
+      "model.weights holds tensors whose names or shapes are not the model's",
+      "point model.weights at the checkpoint of this model (or fix the model config)")
+def weights_do_not_match_model(ctx: LintContext) -> Iterator[Diagnostic]:
+    """The safetensors headers in `model.weights` (only the headers are read: a few
+    kilobytes, whatever the size of the weights) must name exactly the model's
+    parameters with the model's shapes. Weights of another size or family otherwise
+    fail when every rank loads them. `.bin` files cannot be read without torch and are
+    checked when the run loads them.
+
+    FAIL:
+
+        model: {preset: tiny-llama, weights: models/weights-llama-small}
+
+    PASS:
+
+        model: {hf_config: models/llama-small, weights: models/weights-llama-small}
+    """
+    shape, weights = ctx.geometry(), ctx.spec.model.weights
+    if weights is None or shape is None or shape.family == "custom":
+        return
+    path = resolve_input_path(weights, ctx.base_dir)
+    if not path.is_dir():
+        return  # FS407's finding
+    try:
+        found = safetensors_shapes(path)
+    except LocalFileError as exc:
+        yield diagnostic("FS408", f"model.weights: {exc}", "/model/weights")
+        return
+    problem = _weights_mismatch(found, shape) if found is not None else None
+    if problem:
+        count = sum(math.prod(s) for s in (found or {}).values())
+        yield diagnostic("FS408", f"model.weights ({count:,} parameters) do not match the "
+                         f"model ({shape.total_params:,}): {problem}", "/model/weights")
+
+
+@rule("FS508", "tokenizer-vocab-too-large", Severity.ERROR,
+      "data.tokenizer emits token ids the model's vocabulary does not have",
+      "use the tokenizer that belongs to the model, or a model with a larger vocab_size")
+def tokenizer_vocab_too_large(ctx: LintContext) -> Iterator[Diagnostic]:
+    """Every token id the tokenizer emits needs a row in the model's embedding. A
+    tokenizer whose vocabulary (added tokens included) is larger than the model's
+    `vocab_size` sends ids the embedding does not have, and training fails at the first
+    batch that holds one. Read from the tokenizer's tokenizer.json (or vocab.json).
+
+    FAIL:
+
+        model: {preset: tiny-llama}
+        data: {source: corpus, tokenizer: models/tokenizer-400}
+
+    PASS:
+
+        model: {hf_config: models/llama}
+        data: {source: corpus, tokenizer: models/tokenizer-400}
+    """
+    data, shape = ctx.spec.data, ctx.geometry()
+    if data.tokenizer is None or data.source == "synthetic" or shape is None:
+        return
+    path = resolve_input_path(data.tokenizer, ctx.base_dir)
+    if not path.is_dir():
+        return  # FS407's finding
+    try:
+        size = tokenizer_vocab_size(path)
+    except LocalFileError as exc:
+        yield diagnostic("FS508", f"data.tokenizer: {exc}", "/data/tokenizer")
+        return
+    if size is not None and size > shape.vocab_size:
+        yield diagnostic("FS508", f"the tokenizer has {size} token ids but the model's "
+                         f"vocab_size is {shape.vocab_size}", "/data/tokenizer")
