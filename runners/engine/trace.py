@@ -141,7 +141,7 @@ def train_step(spec: JobSpec, model: Any, optimizer: Any, device: Any,
             between_micro_batches()
         batch = torch.randint(0, model.config.vocab_size, shape, device=device)
         with _gradient_sync(model, index == micro - 1, spec.fsdp.sharding_strategy):
-            loss = causal_lm_loss(model, batch)
+            loss = causal_lm_loss(model, {"input_ids": batch})
             (loss / micro).backward()
         del loss
     optimizer.step()

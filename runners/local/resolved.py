@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,9 @@ from fsdpspec.spec.v1 import JobSpec
 
 FILENAME = "resolved-spec.json"
 _INPUT_PATHS = (
-    ("model", "hf_config"), ("model", "weights"), ("data", "path"), ("data", "tokenizer"),
+    ("model", "hf_config"), ("model", "weights"), ("data", "tokenizer"),
 )
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:
@@ -28,7 +30,22 @@ def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:
         value = data[section][key]
         if value is not None:
             data[section][key] = str(resolve_input_path(value, base_dir).resolve())
+    hub = spec.data.source == "dataset"
+    for holder in (data["data"], data["data"]["eval"]):
+        holder["path"] = _data_location(holder["path"], base_dir, hub=hub)
     return JobSpec.model_validate(data)
+
+
+def _data_location(value: str | None, base_dir: Path, *, hub: bool) -> str | None:
+    """An absolute local path, or (dataset source) a Hub dataset id kept as written
+    (`org/name` with no such local path): the engine tells them apart by whether the
+    path is absolute."""
+    if value is None:
+        return None
+    local = resolve_input_path(value, base_dir)
+    if hub and not local.exists() and _HUB_ID.fullmatch(value):
+        return value
+    return str(local.resolve())
 
 
 def content_hash(spec: JobSpec) -> str:
