@@ -61,6 +61,29 @@ def export_checkpoint(checkpoint: Path, spec: JobSpec, target: Path) -> Path:
     return target
 
 
+def export_run(run_dir: Path, step: int | None, target: Path) -> Path:
+    """``fsdpspec export hf``: a run's checkpoint (the newest complete one, or ``step``)
+    as a Hugging Face directory at ``target``."""
+    from fsdpspec_runners.engine.checkpoint import complete_checkpoints, step_dir_name
+    from fsdpspec_runners.local.resolved import FILENAME, read_resolved_spec
+
+    try:
+        spec, _, _ = read_resolved_spec(run_dir / FILENAME)
+    except (OSError, ValueError, KeyError) as exc:
+        raise EngineError(f"{run_dir} is not a run directory ({FILENAME}: {exc})") from None
+    found = complete_checkpoints(run_dir)
+    if step is not None:
+        found = [p for p in found if p.name == step_dir_name(step)]
+    if not found:
+        which = f"at step {step}" if step is not None else "complete"
+        raise EngineError(f"{run_dir} has no {which} checkpoint; "
+                          f"have: {', '.join(p.name for p in complete_checkpoints(run_dir))}")
+    if target.exists() and not target.is_dir():
+        raise EngineError(f"{target} exists and is not a directory")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return export_checkpoint(found[-1], spec, target)
+
+
 def _saved_keys(checkpoint: Path) -> dict[str, TensorStorageMetadata]:
     """The model tensors a checkpoint holds, by parameter name."""
     try:
