@@ -11,6 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "tests" / "cases"
+# Shared helper modules (and the factory models the engine imports) live in support/.
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 60,

@@ -1,0 +1,101 @@
+"""The engine tests' shared pieces: the base job, resolved-spec writing, torchrun as
+`fsdpspec run` launches it, and readers of a run directory's outputs."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from fsdpspec.spec.v1 import JobSpec
+from fsdpspec_runners.local.resolved import write_resolved_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+SUPPORT = Path(__file__).resolve().parent
+PROBE = Path(__file__).with_name("engine_logits_probe.py")
+
+BASE: dict[str, Any] = {
+    "apiVersion": "fsdpspec/v1",
+    "kind": "TrainingJob",
+    "metadata": {"name": "engine-test"},
+    "resources": {"gpus_per_node": 2},
+    "model": {"preset": "tiny-llama"},
+    "data": {"source": "corpus", "seq_len": 32, "micro_batch_size": 1, "global_batch_size": 4},
+    "optimizer": {"lr": 1e-3, "scheduler": {"name": "constant"}},
+    "train": {"max_steps": 5},
+    "checkpoint": {"interval_steps": 0, "final": {"dtype": "float32"}},
+    "logging": {"interval_steps": 1},
+}
+
+
+def merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def write_spec(run_dir: Path, override: dict[str, Any] | None = None) -> Path:
+    return write_resolved_spec(JobSpec.model_validate(merged(BASE, override or {})), run_dir)
+
+
+def _env(extra: dict[str, str] | None) -> dict[str, str]:
+    path = os.pathsep.join([str(ROOT), str(SUPPORT)])  # support/ holds the factory models
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **(extra or {})}
+
+
+def torchrun(
+    spec: Path, nproc: int = 2, env: dict[str, str] | None = None, script: list[str] | None = None
+) -> subprocess.CompletedProcess:
+    """``python -m torch.distributed.run --standalone`` as `fsdpspec run` launches it."""
+    target = script or ["-m", "fsdpspec_runners.engine", "--spec", str(spec)]
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        *target,
+    ]
+    return subprocess.run(
+        argv, cwd=ROOT, env=_env(env), capture_output=True, text=True, timeout=300
+    )
+
+
+def engine_alone(spec: Path) -> subprocess.CompletedProcess:
+    """One process without torchrun, so its whole output is the engine's own."""
+    return subprocess.run(
+        [sys.executable, "-m", "fsdpspec_runners.engine", "--spec", str(spec)],
+        cwd=ROOT,
+        env=_env(None),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def metrics(run_dir: Path) -> list[dict[str, Any]]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    return {m["step"]: m["loss"] for m in metrics(run_dir)}
+
+
+def final_weights(run_dir: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "final" / "model.safetensors"))
