@@ -2,13 +2,13 @@
 files, a directory of them (``train-*.parquet``… name the splits) or one written by
 ``save_to_disk``, or a Hub dataset id read from the local cache only.
 
-The engine never downloads: a Hub dataset must be in the cache (``HF_HOME`` /
-``HF_DATASETS_CACHE``) before the run starts.
+The engine never downloads: a Hub dataset must be in the Hugging Face cache (``HF_HOME``
+/ ``HF_HUB_CACHE``, as `huggingface-cli download --repo-type dataset` leaves it) before
+the run starts; its snapshot directory is then read like a local one.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,26 +42,32 @@ def load_record_sets(data: Data, seed: int) -> RecordSets:
 
 def load_records(location: str, split: str, *, streaming: bool) -> Any:
     """One split of a local dataset (absolute path) or a cached Hub dataset (an id)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read before datasets is imported
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     import datasets
 
     datasets.disable_progress_bars()
+    path = Path(location) if Path(location).is_absolute() else cached_hub_dataset(location)
     try:
-        if not Path(location).is_absolute():
-            return datasets.load_dataset(location, split=split, streaming=streaming)
-        return _load_local(Path(location), split, streaming)
+        return _load_local(path, split, streaming)
     except EngineError:
         raise
-    except (ConnectionError, FileNotFoundError) as exc:
-        if Path(location).is_absolute():
-            raise EngineError(f"data.path: cannot read {location}: {first_line(exc)}") from None
-        raise EngineError(
-            f"data.path: Hub dataset {location} is not in the local cache; fetch it with "
-            f"`huggingface-cli download --repo-type dataset {location}`"
-        ) from None
-    except (ValueError, KeyError) as exc:  # unknown split, unreadable file, bad schema
+    except (OSError, ValueError, KeyError) as exc:  # unknown split, unreadable file, schema
         raise EngineError(f"data.path: {location} (split {split!r}): {first_line(exc)}") from None
+
+
+def cached_hub_dataset(repo: str) -> Path:
+    """The local snapshot of Hub dataset ``org/name[@revision]`` (never downloaded)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    repo_id, _, revision = repo.partition("@")
+    try:
+        return Path(snapshot_download(repo_id, repo_type="dataset", revision=revision or None,
+                                      local_files_only=True))
+    except LocalEntryNotFoundError:
+        raise EngineError(
+            f"data.path: Hub dataset {repo} is not in the local cache; fetch it with "
+            f"`huggingface-cli download --repo-type dataset {repo_id}`"
+        ) from None
 
 
 def _load_local(path: Path, split: str, streaming: bool) -> Any:

@@ -53,6 +53,8 @@ def _packages(spec: JobSpec) -> list[tuple[str, str]]:
         needed.append(("/logging/tensorboard", "tensorboard"))
     if spec.model.attention == "flash_attention_2":
         needed.append(("/model/attention", "flash_attn"))
+    if spec.data.source == "dataset":
+        needed.append(("/data/source", "datasets"))
     return needed
 
 
@@ -61,8 +63,10 @@ def _inputs(spec: JobSpec) -> list[tuple[str, str, bool]]:
     inputs = []
     if spec.model.weights:
         inputs.append(("/model/weights", spec.model.weights, True))
-    if spec.data.path and spec.data.source in ("text", "jsonl"):
-        inputs.append(("/data/path", spec.data.path, False))
+    # A dataset path that stayed relative is a Hub id (see local.resolved), read from the cache.
+    for pointer, path in (("/data/path", spec.data.path), ("/data/eval/path", spec.data.eval.path)):
+        if path and spec.data.source in ("text", "jsonl", "dataset") and Path(path).is_absolute():
+            inputs.append((pointer, path, False))
     if spec.data.tokenizer and spec.data.source != "synthetic":
         inputs.append(("/data/tokenizer", spec.data.tokenizer, True))
     if spec.checkpoint.resume not in ("auto", "never"):  # relative to where the run starts

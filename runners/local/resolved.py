@@ -19,7 +19,7 @@ FILENAME = "resolved-spec.json"
 _INPUT_PATHS = (
     ("model", "hf_config"), ("model", "weights"), ("data", "tokenizer"),
 )
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?")
 
 
 def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:

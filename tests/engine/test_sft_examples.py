@@ -87,3 +87,24 @@ def test_streamed_sequences_equal_the_cached_ones(tmp_path: Path, tokenizer: Tok
         row = stream.sequence(index)
         for name, tensor in packed.items():
             assert row[name].tolist() == tensor[index % count].tolist()
+
+
+def test_hub_dataset_ids_read_the_local_cache_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`org/name` is read from a cache in the Hub layout; one not cached is one line that
+    says how to fetch it."""
+    from huggingface_hub import constants
+
+    from fsdpspec_runners.engine.errors import EngineError
+    from fsdpspec_runners.engine.records import load_records
+
+    repo = tmp_path / "hub" / "datasets--acme--chats"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("a" * 40)
+    chat_parquet(repo / "snapshots" / ("a" * 40), train=5, test=1)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert len(load_records("acme/chats", "test", streaming=False)) == 1
+    with pytest.raises(EngineError, match=r"acme/other is not in the local cache; fetch it "
+                       r"with `huggingface-cli download --repo-type dataset acme/other`"):
+        load_records("acme/other", "train", streaming=False)
