@@ -37,10 +37,12 @@ def resolve_input_path(value: str, base_dir: Path) -> Path:
     return path if path.is_absolute() else base_dir / path
 
 
-def hub_input(value: str, base_dir: Path) -> HubId | None:
-    """The Hub id a model input names: shaped `org/name[@revision]` with no local path of
-    that name (a local path always wins)."""
-    return None if resolve_input_path(value, base_dir).exists() else parse_hub_id(value)
+def hub_input(value: str, base_dir: Path, repo_type: str = "model") -> HubId | None:
+    """The Hub id an input names: shaped `org/name[@revision]` with no local path of that
+    name (a local path always wins)."""
+    if resolve_input_path(value, base_dir).exists():
+        return None
+    return parse_hub_id(value, repo_type)
 
 
 def resolve_model_input(value: str, base_dir: Path) -> Path:

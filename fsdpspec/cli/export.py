@@ -1,6 +1,9 @@
-"""`fsdpspec export slurm|kubernetes|accelerate job.yaml [-o FILE]`."""
+"""`fsdpspec export slurm|kubernetes|accelerate job.yaml [-o FILE]` and
+`fsdpspec export hf RUN_DIR [--step N] -o DIR`."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -44,14 +47,38 @@ def _accelerate(report: FileReport) -> str:
 _TARGETS = {"slurm": _slurm, "kubernetes": _kubernetes, "accelerate": _accelerate}
 
 
+def _hf(run_dir: str, step: int | None, output: str | None) -> None:
+    """A run's DCP checkpoint as a Hugging Face model directory (imports torch)."""
+    if output is None:
+        raise click.UsageError("export hf needs -o DIR, the model directory to write")
+    try:
+        from fsdpspec_runners.engine.errors import EngineError
+        from fsdpspec_runners.engine.export import export_run
+    except ImportError as exc:
+        raise click.ClickException(f"export hf needs the training extra: {exc}") from None
+    try:
+        target = export_run(Path(run_dir), step, Path(output))
+    except EngineError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"wrote {target}")
+
+
 @click.command("export")
-@click.argument("target", type=click.Choice(list(_TARGETS)))
+@click.argument("target", type=click.Choice([*_TARGETS, "hf"]))
 @click.argument("file", metavar="FILE")
+@click.option("--step", type=click.IntRange(min=0), default=None,
+              help="hf: the checkpoint of this step (default: the newest complete one).")
 @set_option
 @output_option
-def command(target, file, overrides, output) -> None:
+def command(target, file, step, overrides, output) -> None:
     """Write FILE as an sbatch script, a Kubeflow PyTorchJob manifest or an accelerate
-    config. The spec is validated first; errors stop the export."""
+    config. The spec is validated first; errors stop the export.
+
+    `export hf RUN_DIR -o DIR` converts a run's checkpoint (mid-run too) into a Hugging
+    Face model directory, streaming one unit at a time."""
+    if target == "hf":
+        _hf(file, step, output)
+        return
     report = load_spec(file, overrides)
     exit_on_errors(report)
     try:

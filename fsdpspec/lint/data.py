@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
+from fsdpspec.catalog.modelconfig import resolve_input_path
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
 from fsdpspec.semantics import BYTE_VOCAB
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
@@ -13,10 +16,14 @@ from fsdpspec.spec.diagnostics import Diagnostic, Severity
 _SANE_LR = {"adamw": (1e-7, 1e-2), "sgd": (1e-5, 2.0)}
 # Fields each data source reads besides `source`.
 _SOURCE_FIELDS = {
-    "path": ("text", "jsonl"),
-    "text_field": ("jsonl",),
-    "tokenizer": ("corpus", "text", "jsonl"),
+    "path": ("text", "jsonl", "dataset"),
+    "text_field": ("jsonl", "dataset"),
+    "tokenizer": ("corpus", "text", "jsonl", "dataset"),
+    "split": ("dataset",),
+    "streaming": ("dataset",),
 }
+# Where a saved Hugging Face tokenizer keeps its chat template.
+_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 
 
 def _nearest_multiples(value: int, step: int) -> list[int]:
@@ -133,8 +140,9 @@ def lr_out_of_range(ctx: LintContext) -> Iterator[Diagnostic]:
       "a data option that the chosen data.source does not read",
       "remove it, or pick the source that uses it")
 def data_option_unused(ctx: LintContext) -> Iterator[Diagnostic]:
-    """`data.path` is read by the text and jsonl sources, `data.text_field` by jsonl
-    only, and `data.tokenizer` by every source except synthetic (random token ids).
+    """`data.path` is read by the text, jsonl and dataset sources, `data.text_field` by
+    jsonl and dataset, `data.split` and `data.streaming` by dataset only, and
+    `data.tokenizer` by every source except synthetic (random token ids).
     Elsewhere they are ignored, which usually means the source is not the intended one.
 
     FAIL:
@@ -215,3 +223,46 @@ def byte_vocab_too_small(ctx: LintContext) -> Iterator[Diagnostic]:
         yield diagnostic("FS507", f"byte-level tokens need {BYTE_VOCAB} ids; the model's "
                          f"vocab_size is {shape.vocab_size}",
                          ctx.first_set("/data/source", "/model"))
+
+
+def has_chat_template(directory: Path) -> bool:
+    """Whether a saved tokenizer directory holds a chat template (read as data: its
+    tokenizer_config.json, or the chat_template.jinja / .json files newer versions write)."""
+    if any((directory / name).is_file() for name in _TEMPLATE_FILES):
+        return True
+    try:
+        config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("chat_template"))
+
+
+@rule("FS520", "chat-without-template", Severity.ERROR,
+      "data.format chat with a tokenizer that has no chat template",
+      "set data.tokenizer to a tokenizer whose tokenizer_config.json has a chat_template, "
+      "or use format: prompt_completion")
+def chat_without_template(ctx: LintContext) -> Iterator[Diagnostic]:
+    """Chat records are rendered into text by the tokenizer's chat template, which also
+    marks the assistant turns that carry the loss. The byte-level tokenizer (no
+    `data.tokenizer`) and a tokenizer saved without a `chat_template` cannot render them,
+    and the run would stop at its first record.
+
+    FAIL:
+
+        data: {source: dataset, path: chats.parquet, format: chat}
+
+    PASS:
+
+        data: {source: dataset, path: pairs.parquet, format: prompt_completion}
+    """
+    data = ctx.spec.data
+    if data.format != "chat" or data.source != "dataset":
+        return
+    if data.tokenizer is None:
+        yield diagnostic("FS520", "format chat needs data.tokenizer with a chat template; "
+                         "the byte-level tokenizer has none", "/data/format")
+        return
+    directory = resolve_input_path(data.tokenizer, ctx.base_dir)
+    if directory.is_dir() and not has_chat_template(directory):
+        yield diagnostic("FS520", f"the tokenizer at {data.tokenizer} has no chat template",
+                         "/data/tokenizer")

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fsdpspec.catalog.localfiles import LocalFileError, safetensors_shapes, tokenizer_vocab_size
-from fsdpspec.catalog.modelconfig import resolve_input_path
+from fsdpspec.catalog.modelconfig import hub_input, resolve_input_path
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
 from fsdpspec.plan.geometry import Geometry
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
@@ -47,7 +47,9 @@ def input_path_missing(ctx: LintContext) -> Iterator[Diagnostic]:
         data: {source: jsonl, path: data/train.jsonl}
         lint: {ignore: [FS407]}
     """
-    for pointer, value, want_dir in ctx.spec.input_paths():
+    for pointer, value, want_dir, hub in ctx.spec.input_paths():
+        if hub and hub_input(value, ctx.base_dir, hub):
+            continue  # a Hub id: FS030 / FS031 say whether the cache holds it
         path = resolve_input_path(value, ctx.base_dir)
         problem = _path_problem(path, want_dir)
         if problem:

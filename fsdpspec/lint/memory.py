@@ -130,8 +130,8 @@ _HOST_HINTS = {
     "weight loading": "set fsdp.cpu_ram_efficient_loading: true (only rank 0 reads weights)",
     "training": "offloaded state is per rank: add host memory or drop fsdp.cpu_offload",
     "checkpoint save": "use fsdp.state_dict_type: SHARDED_STATE_DICT (no rank-0 gather)",
-    "final export": "export fewer bytes (checkpoint.final.dtype: bfloat16) or disable "
-                    "checkpoint.final",
+    "final export": "export smaller shards (checkpoint.final.max_shard_mb) or fewer bytes "
+                    "(checkpoint.final.dtype: bfloat16), or disable checkpoint.final",
 }
 
 

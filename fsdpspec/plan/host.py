@@ -1,5 +1,5 @@
-"""Host memory of one node: process overhead, offloaded state, weight loading and the
-rank-0 gathers of full-state-dict checkpoints and the final export."""
+"""Host memory of one node: process overhead, offloaded state, weight loading, the rank-0
+gather of full-state-dict checkpoints and the final export's streaming conversion."""
 
 from __future__ import annotations
 
@@ -34,14 +34,13 @@ def host_memory(w: Workload, parameters: int) -> HostMemory:
     loading = readers * WEIGHT_FILE_BYTES * parameters if w.loads_weights else 0
     # A full state dict gathers the fp32 parameters and optimizer state to rank 0.
     gather = MASTER_BYTES * parameters * (1 + w.optimizer_states) if w.full_state_dict else 0
-    # The export gathers fp32 weights to rank 0, then casts every tensor at once.
-    export = parameters * (MASTER_BYTES + w.export_bytes) if w.export_bytes else 0
+    export = final_export_bytes(w, parameters)
     terms = {
         "process_overhead": ranks * PROCESS_OVERHEAD_BYTES,
         "offloaded_states": offloaded,
         "weight_loading": loading,
         "full_state_dict_gather": gather,
-        "final_export_gather": export,
+        "final_export": export,
     }
     # "processes" wins ties: when nothing else is on the host, the processes are the peak.
     phases = {
@@ -53,3 +52,14 @@ def host_memory(w: Workload, parameters: int) -> HostMemory:
     }
     phase = max(phases, key=phases.__getitem__)
     return HostMemory(terms, terms["process_overhead"] + phases[phase], phase)
+
+
+def final_export_bytes(w: Workload, parameters: int) -> int:
+    """Rank 0 converts the last checkpoint one unit at a time: the largest unit read in
+    fp32 and cast, plus the shard being filled (at most max_shard_bytes, or one unit)."""
+    if not w.export_bytes:
+        return 0
+    g = w.geometry
+    unit = max(g.layer_params, g.embedding_params)
+    shard = min(parameters * w.export_bytes, max(w.export_shard_bytes, unit * w.export_bytes))
+    return unit * (MASTER_BYTES + w.export_bytes) + shard

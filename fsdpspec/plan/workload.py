@@ -42,6 +42,7 @@ class Workload:
     cpu_ram_efficient_loading: bool
     full_state_dict: bool
     export_bytes: int
+    export_shard_bytes: int
 
     @property
     def tokens(self) -> int:
@@ -83,4 +84,5 @@ def workload(spec: JobSpec, geometry: Geometry, *, world_size: int | None = None
         cpu_ram_efficient_loading=fsdp.cpu_ram_efficient_loading,
         full_state_dict=fsdp.state_dict_type == "FULL_STATE_DICT",
         export_bytes=DTYPE_BYTES[final.dtype] if final.enabled else 0,
+        export_shard_bytes=final.max_shard_mb * 10**6,
     )

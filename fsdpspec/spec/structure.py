@@ -18,7 +18,7 @@ from fsdpspec.semantics import DEFAULT_RDZV_PORT
 from fsdpspec.spec.diagnostics import Diagnostic, error, normalize_prefix
 from fsdpspec.spec.load import join
 from fsdpspec.spec.suggest import closest
-from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.spec.v1 import Data, JobSpec
 
 _JSON_TYPES = {
     bool: "boolean", int: "integer", float: "number", str: "string",
@@ -267,6 +267,26 @@ def invariants(spec: JobSpec) -> Iterator[Diagnostic]:
             yield error("FS024", f"lint.ignore entry {entry!r} is not a rule code; an empty "
                         "code would ignore every rule", f"/lint/ignore/{index}",
                         "write a code or prefix such as FS503 or FS5, or remove the entry")
-    if spec.data.source in ("text", "jsonl") and spec.data.path is None:
+    if spec.data.source in ("text", "jsonl", "dataset") and spec.data.path is None:
         yield error("FS025", f"data.source {spec.data.source} needs data.path", "/data/source",
                     "set data.path to a local file or directory")
+    yield from _data_invariants(spec.data)
+
+
+def _data_invariants(data: Data) -> Iterator[Diagnostic]:
+    """Formats and evaluation sets are read through Hugging Face `datasets` only."""
+    if data.source != "dataset":
+        if data.format != "text":
+            yield error("FS025", f"data.format {data.format} needs data.source dataset",
+                        "/data/format", "set data.source: dataset")
+        if data.evaluates():
+            yield error("FS025", "data.eval needs data.source dataset", "/data/eval",
+                        "set data.source: dataset")
+        return
+    if data.eval.fraction and (data.eval.path or data.eval.split):
+        yield error("FS025", "data.eval has both a fraction and a separate set; keep one",
+                    "/data/eval/fraction")
+    if data.eval.fraction and data.streaming:
+        yield error("FS025", "a held-out eval fraction needs the whole dataset; a stream "
+                    "has no fixed size", "/data/eval/fraction",
+                    "set data.eval.split or data.eval.path instead")

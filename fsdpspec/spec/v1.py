@@ -182,14 +182,46 @@ class Fsdp(_Section):
     either way."""
 
 
-class Data(_Section):
-    source: Literal["corpus", "text", "jsonl", "synthetic"] = "corpus"
-    """corpus: the text shipped with fsdpspec; text / jsonl: local files at `path`;
-    synthetic: random tokens."""
+class EvalData(_Section):
     path: str | None = Field(default=None, min_length=1)
-    """Local file or directory for text / jsonl."""
+    """A separate evaluation set: local file or directory, or a Hub dataset id (as
+    `data.path`); null = the training `path`."""
+    split: str | None = Field(default=None, min_length=1)
+    """Split of the evaluation set (e.g. `test`); null = `data.split` when `path` is set."""
+    fraction: FiniteFloat = Field(default=0.0, ge=0, lt=1)
+    """Hold out this fraction of the training records (seeded) instead of a separate set."""
+
+
+class Data(_Section):
+    source: Literal["corpus", "text", "jsonl", "dataset", "synthetic"] = "corpus"
+    """corpus: the text shipped with fsdpspec; text / jsonl: local files at `path`;
+    dataset: Hugging Face `datasets` (local jsonl/json/parquet/arrow files or a cached Hub
+    dataset id at `path`); synthetic: random tokens."""
+    path: str | None = Field(default=None, min_length=1)
+    """Local file or directory for text / jsonl / dataset; or a Hub dataset id `org/name`
+    (read from the local cache) for dataset."""
+    split: str = Field(default="train", min_length=1)
+    """dataset: the split to train on."""
+    streaming: bool = False
+    """dataset: read records lazily instead of tokenizing them all up front (data larger
+    than host memory); every rank then tokenizes the stream itself."""
+    format: Literal["text", "chat", "prompt_completion"] = "text"
+    """dataset: text = documents packed end to end; chat = `messages` rendered with the
+    tokenizer's chat template, loss on assistant tokens only; prompt_completion = loss on
+    the completion only."""
     text_field: str = "text"
-    """Field of each jsonl record that holds the text."""
+    """Field of each jsonl / dataset record that holds the text."""
+    messages_field: str = "messages"
+    """chat: field holding the list of {role, content} messages."""
+    prompt_field: str = "prompt"
+    """prompt_completion: field holding the prompt."""
+    completion_field: str = "completion"
+    """prompt_completion: field holding the completion."""
+    packing: bool = True
+    """chat / prompt_completion: pack several examples per sequence (positions restart at
+    each example); false = one example per sequence, padded."""
+    eval: EvalData = EvalData()
+    """dataset: the evaluation set (a separate path/split, or a held-out fraction)."""
     tokenizer: str | None = Field(default=None, min_length=1)
     """Local tokenizer directory; null = byte-level (256 byte ids, then EOS)."""
     seq_len: PositiveInt = 2048
@@ -198,6 +230,10 @@ class Data(_Section):
     """Sequences per process per forward/backward."""
     global_batch_size: PositiveInt = 32
     """Sequences per optimizer step over all ranks; accumulation steps are derived."""
+
+    def evaluates(self) -> bool:
+        """Whether an evaluation set is configured."""
+        return bool(self.eval.path or self.eval.split or self.eval.fraction)
 
 
 class Scheduler(_Section):
@@ -239,6 +275,8 @@ class Train(_Section):
     """fp16 only: dynamic loss scaling with a sharded gradient scaler, or none."""
     on_nonfinite: Literal["stop", "skip"] = "stop"
     """A non-finite loss or gradient norm stops the run, or skips that step."""
+    eval_interval_steps: NonNegInt = 0
+    """Evaluate on `data.eval` every this many steps (0 = only at the end)."""
 
 
 class FinalExport(_Section):
@@ -248,6 +286,9 @@ class FinalExport(_Section):
     """File format (loadable with from_pretrained)."""
     dtype: Dtype = "bfloat16"
     """Dtype of the exported weights."""
+    max_shard_mb: PositiveInt = 5000
+    """Weights larger than this (MB, 10^6 bytes) are split into model-0000x-of-0000y
+    safetensors files with an index, as Hugging Face does above 5 GB."""
 
 
 class Checkpoint(_Section):
@@ -357,20 +398,23 @@ class JobSpec(_Section):
         """resources.accelerator as a catalogue entry (a custom device is a GPU)."""
         return resolve_accelerator(self.resources.accelerator)
 
-    def input_paths(self) -> list[tuple[str, str, bool]]:
-        """(pointer, path as written, must be a directory) for each local input this job
-        reads: model.hf_config (a config.json or its directory), model.weights,
-        data.path (text / jsonl) and data.tokenizer (unless the data is synthetic)."""
+    def input_paths(self) -> list[tuple[str, str, bool, str | None]]:
+        """(pointer, path as written, must be a directory, the Hub repo type it may name
+        instead) for each input this job reads: model.hf_config (a config.json or its
+        directory), model.weights, data.path and data.eval.path (text / jsonl / dataset)
+        and data.tokenizer (unless the data is synthetic)."""
         model, data = self.model, self.data
-        inputs = []
+        inputs: list[tuple[str, str, bool, str | None]] = []
         if model.hf_config:
-            inputs.append(("/model/hf_config", model.hf_config, False))
+            inputs.append(("/model/hf_config", model.hf_config, False, "model"))
         if model.weights:
-            inputs.append(("/model/weights", model.weights, True))
-        if data.path and data.source in ("text", "jsonl"):
-            inputs.append(("/data/path", data.path, False))
+            inputs.append(("/model/weights", model.weights, True, "model"))
+        dataset = "dataset" if data.source == "dataset" else None
+        if data.source in ("text", "jsonl", "dataset"):
+            inputs += [(pointer, path, False, dataset) for pointer, path in (
+                ("/data/path", data.path), ("/data/eval/path", data.eval.path)) if path]
         if data.tokenizer and data.source != "synthetic":
-            inputs.append(("/data/tokenizer", data.tokenizer, True))
+            inputs.append(("/data/tokenizer", data.tokenizer, True, "model"))
         return inputs
 
     def run_dir(self) -> str:

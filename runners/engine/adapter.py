@@ -1,6 +1,5 @@
 """FSDP1 and FSDP2 behind one small interface, so the rest of the engine never asks which
-one wraps the model: gradient sync per micro-batch, the gradient norm and clipping, and
-the user's module under the wrapper."""
+one wraps the model: gradient sync per micro-batch, and the gradient norm and clipping."""
 
 from __future__ import annotations
 
@@ -26,10 +25,6 @@ class FsdpAdapter(Protocol):
 
     def clip(self, model: nn.Module, summed_square: float, max_norm: float | None) -> float:
         """Clip to ``max_norm`` (None: measure only); return the total gradient norm."""
-
-    def unwrap(self, model: nn.Module) -> nn.Module:
-        """The user's module."""
-
 
 class Fsdp2:
     """``fully_shard``: DTensor gradients; the norm comes from the step's all-reduce."""
@@ -58,10 +53,6 @@ class Fsdp2:
                 model.parameters(), max_norm, torch.tensor(total_norm, dtype=torch.float64))
         return total_norm
 
-    def unwrap(self, model: nn.Module) -> nn.Module:
-        return model
-
-
 class Fsdp1:
     """``FullyShardedDataParallel``: flat shards; ``no_sync`` and its own clipping."""
 
@@ -75,10 +66,6 @@ class Fsdp1:
     def clip(self, model: nn.Module, summed_square: float, max_norm: float | None) -> float:
         # Measured also when clipping is off, for the metrics and the non-finite check.
         return float(model.clip_grad_norm_(math.inf if max_norm is None else max_norm))
-
-    def unwrap(self, model: nn.Module) -> nn.Module:
-        return model.module
-
 
 def fsdp_adapter(version: int) -> FsdpAdapter:
     """The adapter of `fsdp.version`."""

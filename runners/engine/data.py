@@ -1,9 +1,13 @@
-"""Training tokens: the shipped corpus, local text / jsonl files, or synthetic tokens.
+"""Training tokens: the shipped corpus, local text / jsonl files, a dataset (see
+``datasource``), or synthetic tokens.
 
 Documents are tokenised, joined with EOS and packed into ``seq_len`` sequences. Step
 ``s`` takes global sequences ``[s·G, (s+1)·G)`` of a seeded permutation (one per epoch);
 rank ``r`` takes every ``world``-th of them. The order depends only on the seed, so the
 position — sequences consumed — is all a checkpoint needs to continue exactly.
+
+A sequence is a dict of ``[seq_len]`` tensors: ``input_ids``, and for chat /
+prompt_completion data also ``labels`` and ``position_ids`` (see ``packing``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import torch
 from fsdpspec.semantics import BYTE_EOS, BYTE_VOCAB
 from fsdpspec.spec.v1 import Data
 from fsdpspec_runners.engine.errors import EngineError, first_line
+from fsdpspec_runners.engine.examples import text_example
+from fsdpspec_runners.engine.packing import Sequences, text_rows, to_tensors
 from fsdpspec_runners.local.datafiles import DataFilesError, data_files
 
 
@@ -25,9 +31,19 @@ class Tokenizer:
     """Byte-level by default; a local Hugging Face tokenizer directory when given."""
 
     def __init__(self, directory: str | None) -> None:
+        self.directory = directory
         self._hf = _local_tokenizer(directory) if directory else None
         self.vocab_size = len(self._hf) if self._hf else BYTE_VOCAB
         self.eos_id = self._eos_of(self._hf) if self._hf else BYTE_EOS
+        pad = getattr(self._hf, "pad_token_id", None)
+        self.pad_id = self.eos_id if pad is None else int(pad)
+
+    @property
+    def hf(self) -> object:
+        """The Hugging Face tokenizer (chat templates need one)."""
+        if self._hf is None:
+            raise EngineError("data.format chat needs data.tokenizer with a chat template")
+        return self._hf
 
     def encode(self, text: str) -> list[int]:
         """Token ids of one document, EOS appended."""
@@ -105,47 +121,50 @@ def _jsonl_texts(file: Path, field: str) -> Iterator[str]:
         yield text
 
 
-def pack(documents: Iterator[str], tokenizer: Tokenizer, seq_len: int) -> torch.Tensor:
-    """[num_sequences, seq_len] token ids of the documents joined end to end."""
-    ids = [token for doc in documents for token in tokenizer.encode(doc)]
-    count = len(ids) // seq_len
-    if count == 0:
-        raise EngineError(f"the data holds {len(ids)} tokens, fewer than one seq_len ({seq_len})")
-    return torch.tensor(ids[: count * seq_len], dtype=torch.long).view(count, seq_len)
+def model_tokenizer(data: Data, vocab_size: int | None) -> Tokenizer:
+    """``data.tokenizer``, checked against the model's vocabulary."""
+    tokenizer = Tokenizer(data.tokenizer)
+    if vocab_size is not None and tokenizer.vocab_size > vocab_size:
+        raise EngineError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary "
+            f"is {vocab_size}"
+        )
+    return tokenizer
 
 
 class SequenceSource:
-    """Global sequence number → token ids, in a seeded order."""
+    """Global sequence number → a sequence's tensors, in a seeded order."""
 
-    def __init__(self, data: Data, vocab_size: int | None, seed: int) -> None:
+    def __init__(
+        self, data: Data, vocab_size: int | None, seed: int, packed: Sequences | None = None
+    ) -> None:
         self._seed = seed
         self._vocab = vocab_size
         self._seq_len = data.seq_len
-        self._packed: torch.Tensor | None = None
+        self._packed = packed
         self._order: tuple[int, torch.Tensor] | None = None
         if data.source == "synthetic" and vocab_size is None:
             raise EngineError("synthetic data needs the vocabulary size: set model.geometry")
-        if data.source != "synthetic":
-            tokenizer = Tokenizer(data.tokenizer)
-            if vocab_size is not None and tokenizer.vocab_size > vocab_size:
-                raise EngineError(
-                    f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary "
-                    f"is {vocab_size}"
-                )
-            self._packed = pack(read_documents(data), tokenizer, data.seq_len)
+        if packed is None and data.source != "synthetic":
+            tokenizer = model_tokenizer(data, vocab_size)
+            documents = (text_example(doc, tokenizer) for doc in read_documents(data))
+            self._packed = to_tensors(text_rows(documents, data.seq_len), data.seq_len)
 
-    def sequence(self, index: int) -> torch.Tensor:
+    def sequence(self, index: int) -> dict[str, torch.Tensor]:
         """The ``index``-th sequence of the stream (epochs repeat in a new order)."""
         if self._packed is None:
             generator = torch.Generator().manual_seed(self._seed * 1_000_003 + index)
-            return torch.randint(0, self._vocab, (self._seq_len,), generator=generator)
-        epoch, offset = divmod(index, len(self._packed))
-        return self._packed[self._epoch_order(epoch)[offset]]
+            ids = torch.randint(0, self._vocab, (self._seq_len,), generator=generator)
+            return {"input_ids": ids}
+        count = len(self._packed["input_ids"])
+        epoch, offset = divmod(index, count)
+        row = self._epoch_order(epoch, count)[offset]
+        return {name: tensor[row] for name, tensor in self._packed.items()}
 
-    def _epoch_order(self, epoch: int) -> torch.Tensor:
+    def _epoch_order(self, epoch: int, count: int) -> torch.Tensor:
         if self._order is None or self._order[0] != epoch:
             generator = torch.Generator().manual_seed(self._seed * 1_000_003 + epoch)
-            self._order = (epoch, torch.randperm(len(self._packed), generator=generator))
+            self._order = (epoch, torch.randperm(count, generator=generator))
         return self._order[1]
 
 
@@ -166,13 +185,13 @@ class Batches:
         self._world = world_size
         self.position = 0  # global sequences consumed
 
-    def next_step(self) -> list[torch.Tensor]:
+    def next_step(self) -> list[dict[str, torch.Tensor]]:
         """This rank's micro-batches for the next optimizer step."""
         micro, start = self._data.micro_batch_size, self.position
         batches = []
         for accum in range(self.accumulation_steps):
             first = start + (accum * self._world + self._rank) * micro
-            batches.append(torch.stack([self._source.sequence(first + j) for j in range(micro)]))
+            batches.append(stack([self._source.sequence(first + j) for j in range(micro)]))
         self.position += self._data.global_batch_size
         return batches
 
@@ -181,3 +200,8 @@ class Batches:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.position = int(state["position"])
+
+
+def stack(sequences: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Sequences → one batch, ``[len(sequences), seq_len]`` per tensor."""
+    return {name: torch.stack([s[name] for s in sequences]) for name in sequences[0]}

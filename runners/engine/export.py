@@ -1,58 +1,188 @@
-"""The final export: full weights gathered to rank 0 (on the CPU) and written as
-safetensors in the spec's dtype, with ``config.json``, so that
-``AutoModelForCausalLM.from_pretrained(run_dir/final)`` loads them."""
+"""A DCP checkpoint → a complete Hugging Face model directory, one unit at a time.
+
+The directory holds ``config.json``, ``generation_config.json``, the tokenizer files when
+the run used a tokenizer, and the weights in the spec's dtype: ``model.safetensors``, or
+``model-0000i-of-0000n.safetensors`` files and ``model.safetensors.index.json`` when
+they exceed ``checkpoint.final.max_shard_mb``. Files are 0644.
+
+Only one unit's tensors (a decoder layer, or one tensor outside the layers) are read
+from the checkpoint at a time, through DCP's reader, and written out once a shard is
+full: host memory holds at most one unit in its saved dtype plus one shard, never the
+whole model. The final export of a run converts the run's last checkpoint the same way.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
+import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from fsdpspec.atomicio import publish_dir
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.engine.adapter import fsdp_adapter
-from fsdpspec_runners.engine.dist import Runtime
-from fsdpspec_runners.engine.model import tied_weight_keys
+from fsdpspec_runners.engine.errors import EngineError
+from fsdpspec_runners.engine.model import build_model, tied_weight_keys
 from fsdpspec_runners.engine.wrap import DTYPES
 
 FINAL_DIR = "final"
 WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+_MODEL = "model."  # the checkpoint's prefix of model tensors
+_LAYER = re.compile(r"^(.*?\.\d+)\.")  # a key inside a numbered layer: that layer is its unit
 
 
-def export_final(model: nn.Module, spec: JobSpec, run_dir: Path, runtime: Runtime) -> Path:
-    """Gather, cast and write ``run_dir/final`` (a temp dir renamed into place)."""
-    # Every rank takes part in the gather. From GPUs only rank 0 keeps the tensors, on
-    # the CPU; on a CPU run they are host tensors already (and FSDP1's offload path
-    # crashes there), so each rank keeps its copy.
-    on_gpu = runtime.device.type == "cuda"
-    full = get_model_state_dict(
-        model, options=StateDictOptions(full_state_dict=True, cpu_offload=on_gpu)
-    )
-    target = run_dir / FINAL_DIR
-    if runtime.is_main:
-        module = fsdp_adapter(spec.fsdp.version).unwrap(model)
-        _write(module, full, DTYPES[spec.checkpoint.final.dtype], target)
-    return target
-
-
-def _write(
-    module: nn.Module, full: dict[str, torch.Tensor], dtype: torch.dtype, target: Path
-) -> None:
-    from safetensors.torch import save_file
-
-    tied = tied_weight_keys(module)
-    tensors = {k: v.to(dtype).contiguous() for k, v in full.items() if k not in tied}
+def export_checkpoint(checkpoint: Path, spec: JobSpec, target: Path) -> Path:
+    """Write ``target`` (via a temp dir renamed into place) from a DCP checkpoint of a
+    run of ``spec``."""
+    module = build_model(spec, on_meta=True)  # config, key order and tied keys; no storage
+    final = spec.checkpoint.final
     tmp = target.with_name(f".tmp-{target.name}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-    config = getattr(module, "config", None)
-    if config is not None:  # a factory model has no Hugging Face config to write
-        config = config.__class__.from_dict(config.to_dict())
-        config.dtype = dtype
-        config.use_cache = True  # off only for training; generation wants it
-        config.save_pretrained(tmp)
+    units = _units(_saved_keys(checkpoint), module)
+    _write_weights(checkpoint, units, DTYPES[final.dtype], final.max_shard_mb * 10**6, tmp)
+    tokenizer = _save_tokenizer(spec.data.tokenizer, tmp)
+    _save_configs(module, DTYPES[final.dtype], tokenizer, tmp)
+    for file in tmp.iterdir():
+        file.chmod(0o644)  # readable by whoever serves the model, as save_pretrained leaves it
     publish_dir(tmp, target)
+    return target
+
+
+def export_run(run_dir: Path, step: int | None, target: Path) -> Path:
+    """``fsdpspec export hf``: a run's checkpoint (the newest complete one, or ``step``)
+    as a Hugging Face directory at ``target``."""
+    from fsdpspec_runners.engine.checkpoint import complete_checkpoints, step_dir_name
+    from fsdpspec_runners.local.resolved import FILENAME, read_resolved_spec
+
+    try:
+        spec, _, _ = read_resolved_spec(run_dir / FILENAME)
+    except (OSError, ValueError, KeyError) as exc:
+        raise EngineError(f"{run_dir} is not a run directory ({FILENAME}: {exc})") from None
+    found = complete_checkpoints(run_dir)
+    if step is not None:
+        found = [p for p in found if p.name == step_dir_name(step)]
+    if not found:
+        which = f"at step {step}" if step is not None else "complete"
+        raise EngineError(f"{run_dir} has no {which} checkpoint; "
+                          f"have: {', '.join(p.name for p in complete_checkpoints(run_dir))}")
+    if target.exists() and not target.is_dir():
+        raise EngineError(f"{target} exists and is not a directory")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return export_checkpoint(found[-1], spec, target)
+
+
+def _saved_keys(checkpoint: Path) -> dict[str, TensorStorageMetadata]:
+    """The model tensors a checkpoint holds, by parameter name."""
+    try:
+        metadata = dcp.FileSystemReader(str(checkpoint)).read_metadata()
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"{checkpoint} is not a readable checkpoint: {exc}") from None
+    return {
+        key[len(_MODEL):]: meta
+        for key, meta in metadata.state_dict_metadata.items()
+        if key.startswith(_MODEL) and isinstance(meta, TensorStorageMetadata)
+    }
+
+
+def _units(saved: dict[str, TensorStorageMetadata], module: nn.Module) -> list[dict[str, Any]]:
+    """The checkpoint's tensors grouped by unit, in the model's order (tied aliases out)."""
+    tied = tied_weight_keys(module)
+    order = [k for k in module.state_dict() if k in saved and k not in tied]
+    order += sorted(k for k in saved if k not in order and k not in tied)
+    units: dict[str, dict[str, Any]] = {}
+    for key in order:
+        match = _LAYER.match(key)
+        units.setdefault(match.group(1) if match else key, {})[key] = saved[key]
+    return list(units.values())
+
+
+def _read_unit(checkpoint: Path, unit: dict[str, TensorStorageMetadata]) -> dict[str, Any]:
+    """One unit's full tensors, read from every rank's shards."""
+    state = {
+        key: torch.empty(meta.size, dtype=meta.properties.dtype) for key, meta in unit.items()
+    }
+    dcp.load({"model": state}, checkpoint_id=str(checkpoint), no_dist=True)
+    return state
+
+
+def _shards(
+    checkpoint: Path, units: list[dict[str, Any]], dtype: torch.dtype, max_bytes: int
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Tensors in ``dtype`` grouped into shards of at most ``max_bytes`` (a unit larger
+    than that is a shard of its own)."""
+    shard: dict[str, torch.Tensor] = {}
+    size = 0
+    for unit in units:
+        tensors = {k: v.to(dtype).contiguous() for k, v in _read_unit(checkpoint, unit).items()}
+        unit_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        if shard and size + unit_bytes > max_bytes:
+            yield shard
+            shard, size = {}, 0
+        shard.update(tensors)
+        size += unit_bytes
+    if shard:
+        yield shard
+
+
+def _write_weights(
+    checkpoint: Path, units: list[dict[str, Any]], dtype: torch.dtype, max_bytes: int,
+    directory: Path,
+) -> None:
+    """``model.safetensors``, or numbered shards and their index."""
+    from safetensors.torch import save_file
+
+    names: list[list[str]] = []
+    total = 0
+    for index, shard in enumerate(_shards(checkpoint, units, dtype, max_bytes)):
+        save_file(shard, str(directory / f"shard-{index}"), metadata={"format": "pt"})
+        names.append(list(shard))
+        total += sum(t.numel() * t.element_size() for t in shard.values())
+    if len(names) == 1:
+        os.replace(directory / "shard-0", directory / WEIGHTS_FILE)
+        return
+    weight_map = {}
+    for index, keys in enumerate(names):
+        name = f"model-{index + 1:05d}-of-{len(names):05d}.safetensors"
+        os.replace(directory / f"shard-{index}", directory / name)
+        weight_map.update(dict.fromkeys(keys, name))
+    index_doc = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (directory / INDEX_FILE).write_text(json.dumps(index_doc, indent=2) + "\n", encoding="utf-8")
+
+
+def _save_tokenizer(directory: str | None, target: Path) -> Any:
+    """The run's tokenizer files beside the weights (None for byte-level tokens)."""
+    if directory is None:
+        return None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    tokenizer.save_pretrained(target)
+    return tokenizer
+
+
+def _save_configs(module: nn.Module, dtype: torch.dtype, tokenizer: Any, target: Path) -> None:
+    """config.json and generation_config.json (a factory model has neither)."""
+    config = getattr(module, "config", None)
+    if config is None:
+        return
+    from transformers import GenerationConfig
+
+    config = config.__class__.from_dict(config.to_dict())
+    config.dtype = dtype
+    config.use_cache = True  # off only for training; generation wants it
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        value = getattr(tokenizer, name, None)
+        if value is not None:
+            setattr(config, name, value)
+    config.save_pretrained(target)
+    GenerationConfig.from_model_config(config).save_pretrained(target)
+

@@ -9,20 +9,28 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine import faults
 from fsdpspec_runners.engine.adapter import fsdp_adapter
-from fsdpspec_runners.engine.checkpoint import TrainState, save_checkpoint
+from fsdpspec_runners.engine.checkpoint import (
+    TrainState,
+    checkpoint_root,
+    is_complete,
+    save_checkpoint,
+    step_dir_name,
+)
 from fsdpspec_runners.engine.dist import Runtime, all_reduce_max, all_reduce_sum, console
 from fsdpspec_runners.engine.errors import EngineError
-from fsdpspec_runners.engine.export import export_final
+from fsdpspec_runners.engine.evaluate import evaluate
+from fsdpspec_runners.engine.examples import IGNORE
+from fsdpspec_runners.engine.export import FINAL_DIR, export_checkpoint
 from fsdpspec_runners.engine.metrics import MetricsSink, peak_memory_gib
+from fsdpspec_runners.engine.packing import Sequences
 from fsdpspec_runners.engine.signals import StopRequest
-
-_IGNORE = -100  # label of the last position, which has no next token
 
 
 @dataclass
@@ -38,6 +46,7 @@ class Trainer:
     sink: MetricsSink
     flops_per_token: float
     peak_flops: float
+    eval_sequences: Sequences | None = None
 
 
 @dataclass(frozen=True)
@@ -51,28 +60,42 @@ class StepResult:
     stop_requested: bool
 
 
-def causal_lm_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross entropy, plus a Mixture-of-Experts model's weighted
-    load-balancing loss; the model maps ids to logits (a transformers model's output or
-    a bare tensor from a factory model)."""
-    output = model(batch)
+def causal_lm_loss(
+    model: nn.Module, batch: dict[str, torch.Tensor], reduction: str = "mean"
+) -> torch.Tensor:
+    """Next-token cross entropy over the tokens whose label is not IGNORE (all of them
+    without ``labels``), plus, for the mean that training optimises, a Mixture-of-Experts
+    model's weighted load-balancing loss. The model maps ids to logits (a transformers
+    model's output or a bare tensor from a factory model)."""
+    output = model(batch["input_ids"], **_position_inputs(model, batch))
     logits = getattr(output, "logits", output)
     # Shift the labels, not the logits: slicing the logits would copy all of them.
-    labels = F.pad(batch[:, 1:], (0, 1), value=_IGNORE)
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
-                           ignore_index=_IGNORE)
+    labels = F.pad(batch.get("labels", batch["input_ids"])[:, 1:], (0, 1), value=IGNORE)
+    loss = F.cross_entropy(
+        logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE, reduction=reduction
+    )
     aux = getattr(output, "aux_loss", None)
-    if aux is not None:
+    if aux is not None and reduction == "mean":
         loss = loss + model.config.router_aux_loss_coef * aux.float()
     return loss
 
 
+def _position_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Packed examples restart their positions; a transformers model also keeps their
+    attention apart from them. A factory model takes the ids alone. (FSDP1's wrapper
+    forwards attribute reads to the module it wraps.)"""
+    if "position_ids" in batch and hasattr(model, "config"):
+        return {"position_ids": batch["position_ids"]}
+    return {}
+
+
 def forward_backward(
-    trainer: Trainer, batch: torch.Tensor, accumulation_steps: int
+    trainer: Trainer, batch: dict[str, torch.Tensor], accumulation_steps: int
 ) -> torch.Tensor:
     """Forward and backward of one micro-batch; returns its (unscaled) loss, still on the
     device: reading it here would make the host wait for every micro-batch."""
-    loss = causal_lm_loss(trainer.state.model, batch.to(trainer.runtime.device))
+    device = trainer.runtime.device
+    loss = causal_lm_loss(trainer.state.model, {k: v.to(device) for k, v in batch.items()})
     scaled = loss / accumulation_steps
     (trainer.scaler.scale(scaled) if trainer.scaler else scaled).backward()
     return loss.detach()
@@ -152,13 +175,35 @@ def train(trainer: Trainer) -> None:
                 f"step {state.step}; checkpoint saved",
             )
             return
+        if _eval_due(trainer):
+            _evaluate(trainer)
         if interval and state.step % interval == 0:
             saved_at = _save(trainer)
-    if interval and saved_at != state.step:
+    if trainer.eval_sequences is not None and not _eval_due(trainer):
+        _evaluate(trainer)  # the end of the run, unless the interval just ran it
+    final = spec.checkpoint.final.enabled
+    # The final export converts the last checkpoint, so the run ends with one.
+    checkpoint = checkpoint_root(trainer.run_dir) / step_dir_name(state.step)
+    if (interval or final) and (saved_at != state.step or not is_complete(checkpoint)):
         _save(trainer)
-    if spec.checkpoint.final.enabled:
-        target = export_final(state.model, spec, trainer.run_dir, trainer.runtime)
-        console(trainer.runtime, f"final weights: {target}")
+    if final:
+        if trainer.runtime.is_main:
+            target = export_checkpoint(checkpoint, spec, trainer.run_dir / FINAL_DIR)
+            console(trainer.runtime, f"final weights: {target}")
+        dist.barrier()
+
+
+def _eval_due(trainer: Trainer) -> bool:
+    every = trainer.spec.train.eval_interval_steps
+    return trainer.eval_sequences is not None and every > 0 and trainer.state.step % every == 0
+
+
+def _evaluate(trainer: Trainer) -> None:
+    """Evaluate and log ``eval_loss`` and ``eval_perplexity`` at the current step."""
+    assert trainer.eval_sequences is not None
+    result = evaluate(trainer.state.model, trainer.eval_sequences,
+                      trainer.spec.data.micro_batch_size, trainer.runtime)
+    trainer.sink.write({"step": trainer.state.step, **result})
 
 
 def _save(trainer: Trainer) -> int:

@@ -107,6 +107,9 @@ class MetricsSink:
         print(self._console_line(record), flush=True)
 
     def _console_line(self, record: dict[str, Any]) -> str:
+        if "eval_loss" in record:
+            return (f"step {record['step']}/{self._max_steps}  eval_loss "
+                    f"{record['eval_loss']:.4f}  perplexity {record['eval_perplexity']:.2f}")
         line = (
             f"step {record['step']}/{self._max_steps}  loss {record['loss']:.4f}  "
             f"lr {record['lr']:.3g}  grad_norm {record['grad_norm']:.3f}  "

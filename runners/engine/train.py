@@ -22,6 +22,7 @@ from fsdpspec_runners.engine.checkpoint import (
     load_checkpoint,
 )
 from fsdpspec_runners.engine.data import Batches, SequenceSource
+from fsdpspec_runners.engine.datasource import dataset_sources
 from fsdpspec_runners.engine.dist import (
     Runtime,
     build_mesh,
@@ -88,9 +89,13 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     model = build_fsdp_model(spec, runtime)
     torch.manual_seed(spec.train.seed)
     optimizer = build_optimizer(model.parameters(), spec.optimizer)
-    source = SequenceSource(
-        spec.data, geometry["vocab_size"] if geometry else None, spec.train.seed
-    )
+    vocab_size = geometry["vocab_size"] if geometry else None
+    if spec.data.source == "dataset":
+        source, eval_sequences = dataset_sources(
+            spec.data, vocab_size, spec.train.seed, run_dir, runtime
+        )
+    else:
+        source, eval_sequences = SequenceSource(spec.data, vocab_size, spec.train.seed), None
     batches = Batches(source, spec.data, runtime.rank, runtime.world_size)
     state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches)
     resume_from = choose_resume_checkpoint(spec.checkpoint.resume, run_dir, runtime)
@@ -107,6 +112,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
         sink=MetricsSink(spec, run_dir, runtime.is_main, resumed_step=state.step),
         flops_per_token=flops_per_token(model, geometry, spec.data.seq_len),
         peak_flops=peak_tflops(spec) * 1e12,
+        eval_sequences=eval_sequences,
     )
 
 

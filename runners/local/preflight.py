@@ -57,12 +57,16 @@ def _packages(spec: JobSpec) -> list[tuple[str, str]]:
         needed.append(("/logging/tensorboard", "tensorboard"))
     if spec.model.attention == "flash_attention_2":
         needed.append(("/model/attention", "flash_attn"))
+    if spec.data.source == "dataset":
+        needed.append(("/data/source", "datasets"))
     return needed
 
 
 def _inputs(spec: JobSpec) -> list[tuple[str, str, bool]]:
     """(pointer, path, must be a directory) for each input the job will read."""
-    inputs = spec.input_paths()
+    # A Hub id stays as written in the resolved spec (see local.resolved): the cache holds it.
+    inputs = [(pointer, path, want_dir) for pointer, path, want_dir, hub in spec.input_paths()
+              if not hub or Path(path).is_absolute()]
     if spec.checkpoint.resume not in ("auto", "never"):  # relative to where the run starts
         inputs.append(("/checkpoint/resume", spec.checkpoint.resume, True))
     return inputs

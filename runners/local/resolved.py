@@ -12,13 +12,14 @@ from typing import Any
 from fsdpspec import __version__
 from fsdpspec.atomicio import write_text
 from fsdpspec.catalog.configjson import ConfigJsonError, read_bytes
+from fsdpspec.catalog.hub import parse_hub_id
 from fsdpspec.catalog.modelconfig import HUB_INPUTS, resolve_input_path, resolve_model_input
 from fsdpspec.spec.v1 import JobSpec
 
 FILENAME = "resolved-spec.json"
 MODEL_CONFIG_DIGEST = "model_config_sha256"
 _INPUT_PATHS = (
-    ("model", "hf_config"), ("model", "weights"), ("data", "path"), ("data", "tokenizer"),
+    ("model", "hf_config"), ("model", "weights"), ("data", "tokenizer"),
 )
 
 
@@ -34,7 +35,22 @@ def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:
             # realpath, unlike Path.resolve, never raises: a symlink loop is left for
             # the pre-flight check to report with the field's position.
             data[section][key] = os.path.realpath(resolve(value, base_dir))
+    hub = spec.data.source == "dataset"
+    for holder in (data["data"], data["data"]["eval"]):
+        holder["path"] = _data_location(holder["path"], base_dir, hub=hub)
     return JobSpec.model_validate(data)
+
+
+def _data_location(value: str | None, base_dir: Path, *, hub: bool) -> str | None:
+    """An absolute local path, or (dataset source) a Hub dataset id kept as written
+    (`org/name` with no such local path): the engine tells them apart by whether the
+    path is absolute."""
+    if value is None:
+        return None
+    local = resolve_input_path(value, base_dir)
+    if hub and not local.exists() and parse_hub_id(value, "dataset"):
+        return value
+    return str(local.resolve())
 
 
 def content_hash(spec: JobSpec) -> str:

@@ -315,10 +315,10 @@ def test_ranks_split_each_global_batch_exactly() -> None:
         for rank in range(world):
             batches = Batches(source, data, rank, world)
             batches.load_state_dict({"position": 4})  # the second step
-            rows += [tuple(b[0].tolist()) for b in batches.next_step()]
+            rows += [tuple(b["input_ids"][0].tolist()) for b in batches.next_step()]
         return sorted(rows)
 
-    expected = sorted(tuple(source.sequence(i).tolist()) for i in range(4, 8))
+    expected = sorted(tuple(source.sequence(i)["input_ids"].tolist()) for i in range(4, 8))
     assert step_rows(1) == step_rows(2) == expected
 
 

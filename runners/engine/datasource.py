@@ -1,0 +1,142 @@
+"""``data.source: dataset``: records → examples → packed sequences, tokenized once.
+
+The first process of each node loads the records, tokenizes and packs them, and writes
+the result to ``run_dir/data-cache/<key>.pt``; the key hashes the datasets' fingerprints,
+the tokenizer's files, and every data option that changes the tokens. The other processes
+wait at a barrier and read that file, and a resumed run reads it again without
+tokenizing. A streamed dataset (``data.streaming``) is not cached: every process reads the
+stream in order and keeps the sequences it trains on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from fsdpspec.spec.v1 import Data
+from fsdpspec_runners.engine.data import SequenceSource, Tokenizer, model_tokenizer
+from fsdpspec_runners.engine.dist import Runtime
+from fsdpspec_runners.engine.errors import EngineError
+from fsdpspec_runners.engine.examples import example_builder
+from fsdpspec_runners.engine.packing import Row, Sequences, example_rows, text_rows, to_tensors
+from fsdpspec_runners.engine.records import RecordSets, fingerprint, load_record_sets
+
+CACHE_DIR = "data-cache"
+
+
+def dataset_sources(
+    data: Data, vocab_size: int | None, seed: int, run_dir: Path, runtime: Runtime
+) -> tuple[Any, Sequences | None]:
+    """The training source and the evaluation sequences (None without ``data.eval``)."""
+    tokenizer = model_tokenizer(data, vocab_size)
+    if data.streaming:
+        records = load_record_sets(data, seed)
+        evaluation = _pack(records.eval, data, tokenizer) if records.eval is not None else None
+        return StreamSource(records.train, data, tokenizer), evaluation
+    outcome: list[Any] = [None]  # the cache key, or rank 0's error for every rank
+    if runtime.local_rank == 0:
+        try:
+            outcome = [_build_cache(data, tokenizer, seed, run_dir)]
+        except EngineError as exc:
+            outcome = [exc]
+    dist.broadcast_object_list(outcome, src=0)  # also the barrier: the file is written
+    if isinstance(outcome[0], EngineError):
+        raise outcome[0]
+    path = run_dir / CACHE_DIR / f"{outcome[0]}.pt"
+    if not path.is_file():
+        raise EngineError(f"{path} is missing on this node: the data differs between nodes")
+    cached = torch.load(path, weights_only=True)
+    source = SequenceSource(data, vocab_size, seed, packed=cached["train"])
+    return source, cached.get("eval")
+
+
+def _build_cache(data: Data, tokenizer: Tokenizer, seed: int, run_dir: Path) -> str:
+    """Tokenize and pack into the cache unless it is there; returns the cache key."""
+    records = load_record_sets(data, seed)
+    key = _cache_key(data, tokenizer, records, seed)
+    path = run_dir / CACHE_DIR / f"{key}.pt"
+    if path.is_file():
+        return key
+    packed = {"train": _pack(records.train, data, tokenizer)}
+    if records.eval is not None:
+        packed["eval"] = _pack(records.eval, data, tokenizer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(packed, tmp)
+    os.replace(tmp, path)
+    return key
+
+
+def _cache_key(data: Data, tokenizer: Tokenizer, records: RecordSets, seed: int) -> str:
+    options = data.model_dump(
+        mode="json", exclude={"micro_batch_size", "global_batch_size", "streaming", "tokenizer"}
+    )
+    identity = {
+        "train": fingerprint(records.train),
+        "eval": fingerprint(records.eval) if records.eval is not None else None,
+        "tokenizer": _tokenizer_hash(tokenizer.directory),
+        "options": options,
+        "seed": seed if data.eval.fraction else None,  # the held-out records depend on it
+    }
+    canonical = json.dumps(identity, sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _tokenizer_hash(directory: str | None) -> str:
+    if directory is None:
+        return "bytes"
+    digest = hashlib.sha256()
+    for file in sorted(p for p in Path(directory).rglob("*") if p.is_file()):
+        digest.update(file.name.encode())
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def _rows(records: Any, data: Data, tokenizer: Tokenizer) -> Iterator[Row]:
+    build = example_builder(data, tokenizer)
+    examples = (build(record) for record in records)
+    if data.format == "text":
+        return text_rows(examples, data.seq_len)
+    return example_rows(examples, data.seq_len, tokenizer.pad_id, several=data.packing)
+
+
+def _pack(records: Any, data: Data, tokenizer: Tokenizer) -> Sequences:
+    return to_tensors(_rows(records, data, tokenizer), data.seq_len)
+
+
+class StreamSource:
+    """Sequences of a streamed dataset in stream order, read forward only; each epoch
+    reads the stream again from the start. Resuming reads (and tokenizes) the stream up
+    to the next unseen sequence."""
+
+    def __init__(self, records: Any, data: Data, tokenizer: Tokenizer) -> None:
+        self._records, self._data, self._tokenizer = records, data, tokenizer
+        self._rows: Iterator[Row] = iter(())
+        self._next = 0  # index of the sequence self._rows yields next
+        self._restart()
+
+    def _restart(self) -> None:
+        self._rows = _rows(self._records, self._data, self._tokenizer)
+        self._read_this_epoch = 0
+
+    def sequence(self, index: int) -> dict[str, torch.Tensor]:
+        """The ``index``-th sequence; indices must not go backwards."""
+        assert index >= self._next, "a stream is read forward only"
+        while True:
+            row = next(self._rows, None)
+            if row is None:
+                if self._read_this_epoch == 0:
+                    raise EngineError("the data stream holds no sequence that carries loss")
+                self._restart()
+                continue
+            self._read_this_epoch += 1
+            self._next += 1
+            if self._next - 1 == index:
+                return {name: torch.tensor(values) for name, values in row.items()}

@@ -1,0 +1,63 @@
+"""Evaluation under FSDP: forward passes without gradients over the evaluation set.
+
+Rank ``r`` takes sequences ``r, r + world, …`` in micro-batches of the training size.
+Every rank runs the same number of forwards (FSDP all-gathers in each one), so a rank
+whose share runs out runs a batch whose labels are all ignored. The token losses and
+counts are summed over ranks: ``eval_loss`` is the mean over every target token of the
+set, whatever the number of ranks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from fsdpspec_runners.engine.data import stack
+from fsdpspec_runners.engine.dist import Runtime, all_reduce_sum
+from fsdpspec_runners.engine.examples import IGNORE
+from fsdpspec_runners.engine.packing import Sequences
+
+
+def evaluate(
+    model: nn.Module, sequences: Sequences, micro_batch_size: int, runtime: Runtime
+) -> dict[str, float]:
+    """``eval_loss`` and ``eval_perplexity`` of the model on ``sequences``."""
+    from fsdpspec_runners.engine.loop import causal_lm_loss  # the loop calls evaluate
+
+    count = len(sequences["input_ids"])
+    mine = list(range(runtime.rank, count, runtime.world_size))
+    rounds = math.ceil(math.ceil(count / runtime.world_size) / micro_batch_size)
+    was_training = model.training
+    model.eval()
+    loss_sum, tokens = 0.0, 0.0
+    with torch.no_grad():
+        for index in range(rounds):
+            rows = mine[index * micro_batch_size : (index + 1) * micro_batch_size]
+            batch = _batch(sequences, rows, runtime.device)
+            loss_sum += causal_lm_loss(model, batch, reduction="sum").item()
+            tokens += float((batch["labels"][:, 1:] != IGNORE).sum())
+    model.train(was_training)
+    total, total_tokens = all_reduce_sum([loss_sum, tokens], runtime.device)
+    loss = total / max(total_tokens, 1.0)
+    return {"eval_loss": loss, "eval_perplexity": math.exp(min(loss, 700.0))}
+
+
+def _batch(sequences: Sequences, rows: list[int], device: torch.device) -> dict[str, torch.Tensor]:
+    """The rows' sequences, with labels; an empty share is one sequence that carries no
+    loss (the first of the set, all labels ignored)."""
+    batch = stack([_with_labels(sequences, row) for row in rows] or [_ignored(sequences)])
+    return {name: tensor.to(device) for name, tensor in batch.items()}
+
+
+def _with_labels(sequences: Sequences, row: int) -> dict[str, torch.Tensor]:
+    sequence = {name: tensor[row] for name, tensor in sequences.items()}
+    sequence.setdefault("labels", sequence["input_ids"])
+    return sequence
+
+
+def _ignored(sequences: Sequences) -> dict[str, torch.Tensor]:
+    sequence = _with_labels(sequences, 0)
+    sequence["labels"] = torch.full_like(sequence["labels"], IGNORE)
+    return sequence

@@ -1,0 +1,179 @@
+"""Fine-tuning end to end on 2 CPU processes: a tiny Llama saved with save_pretrained, a
+tokenizer with a chat template and a parquet chat dataset with a test split, all built
+here. One straight run answers the eval, masking, export and generation questions; a
+second run, stopped and resumed, answers the resume question."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("datasets")
+
+from chat_assets import (  # noqa: E402
+    ANSWER,
+    QUESTION,
+    chat_parquet,
+    chat_tokenizer,
+    conversation,
+    tiny_llama,
+)
+from engine_jobs import merged, metrics, ok, torchrun, write_spec  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+STEPS = 30
+
+
+def _job(inputs: Path) -> dict[str, Any]:
+    return {
+        "model": {"preset": None, "hf_config": str(inputs / "model"),
+                  "weights": str(inputs / "model")},
+        "data": {"source": "dataset", "path": str(inputs / "chats"), "format": "chat",
+                 "tokenizer": str(inputs / "tokenizer"), "eval": {"split": "test"},
+                 "seq_len": 64, "global_batch_size": 4},
+        "optimizer": {"lr": 1e-2},
+        "train": {"max_steps": STEPS, "eval_interval_steps": 15},
+        "checkpoint": {"interval_steps": 15, "keep_last": 0,
+                       "final": {"dtype": "float32", "max_shard_mb": 1}},
+    }
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("inputs")
+    tokenizer = chat_tokenizer(root / "tokenizer")
+    from transformers import AutoTokenizer
+
+    tiny_llama(root / "model", len(AutoTokenizer.from_pretrained(tokenizer)))
+    chat_parquet(root / "chats")
+    return root
+
+
+def _env(root: Path) -> dict[str, str]:
+    return {"HF_HOME": str(root / "hf-home")}  # datasets' own cache stays in the test
+
+
+@pytest.fixture(scope="module")
+def straight(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("straight")
+    ok(torchrun(write_spec(run_dir, _job(inputs)), env=_env(inputs)))
+    return run_dir
+
+
+def _train_losses(run_dir: Path) -> dict[int, float]:
+    return {m["step"]: m["loss"] for m in metrics(run_dir) if "loss" in m}
+
+
+def _eval_losses(run_dir: Path) -> dict[int, float]:
+    return {m["step"]: m["eval_loss"] for m in metrics(run_dir) if "eval_loss" in m}
+
+
+def test_eval_loss_is_logged_and_falls(straight: Path) -> None:
+    evals = {m["step"]: m for m in metrics(straight) if "eval_loss" in m}
+    assert sorted(evals) == [15, 30]  # every 15 steps; the end coincides with the interval
+    for record in evals.values():
+        assert math.isclose(record["eval_perplexity"], math.exp(record["eval_loss"]))
+    print(f"eval loss {evals[15]['eval_loss']:.4f} -> {evals[30]['eval_loss']:.4f}")
+    assert evals[30]["eval_loss"] < evals[15]["eval_loss"]
+
+
+def test_tokens_are_cached_once_in_the_run_dir(straight: Path) -> None:
+    cached = list((straight / "data-cache").glob("*.pt"))
+    assert len(cached) == 1
+    assert set(torch.load(cached[0], weights_only=True)) == {"train", "eval"}
+
+
+def _token_losses(model_dir: Path, tokenizer_dir: Path) -> tuple[float, float]:
+    """Mean loss of the assistant turn's tokens and of the user question's tokens, over a
+    few conversations the model was not trained on."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    question = set(tokenizer.convert_tokens_to_ids(QUESTION.split()))
+    answer_start = tokenizer.convert_tokens_to_ids("<|assistant|>")
+    found: dict[str, list[float]] = {"answer": [], "question": []}
+    for seed in range(100, 104):
+        text = tokenizer.apply_chat_template(conversation(random.Random(seed)), tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, :-1]
+        losses = torch.nn.functional.cross_entropy(logits, torch.tensor(ids[1:]),
+                                                   reduction="none").tolist()
+        # losses[k] predicts ids[k + 1]: from <|assistant|> on, the answer and its </s>.
+        found["answer"] += losses[ids.index(answer_start):]
+        found["question"] += [loss for loss, t in zip(losses, ids[1:], strict=True)
+                               if t in question]
+    assert len(found["answer"]) == 4 * (len(ANSWER.split()) + 1)
+    return (sum(found["answer"]) / len(found["answer"]),
+            sum(found["question"]) / len(found["question"]))
+
+
+def test_only_assistant_tokens_are_learnt(straight: Path, inputs: Path) -> None:
+    """The assistant turn is a fixed string and so is the user's question: both are
+    learnable, but only the assistant's tokens carry loss."""
+    before = _token_losses(inputs / "model", inputs / "tokenizer")
+    after = _token_losses(straight / "final", straight / "final")
+    print(f"assistant tokens {before[0]:.3f} -> {after[0]:.3f} nats; "
+          f"question tokens {before[1]:.3f} -> {after[1]:.3f} nats")
+    assert after[0] < 0.05
+    assert after[1] > 0.9 * before[1]
+
+
+def test_final_is_a_complete_sharded_hf_directory(straight: Path) -> None:
+    final = straight / "final"
+    names = {p.name for p in final.iterdir()}
+    assert {"config.json", "generation_config.json", "tokenizer.json",
+            "tokenizer_config.json", "model.safetensors.index.json"} <= names
+    shards = sorted(n for n in names if n.startswith("model-"))
+    assert len(shards) >= 2 and shards[-1].endswith(f"-of-{len(shards):05d}.safetensors")
+    index = json.loads((final / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"].values()) == set(shards)
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o644 for p in final.iterdir())
+
+
+def test_mid_run_checkpoint_exports_loads_and_generates(straight: Path, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "step-15-hf"
+    result = run_cli("export", "hf", str(straight), "--step", "15", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    model = AutoModelForCausalLM.from_pretrained(out)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    prompt = conversation(random.Random(7))[:2]
+    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, return_tensors="pt",
+                                        return_dict=True)["input_ids"]
+    generated = model.generate(ids, max_new_tokens=4, do_sample=False)
+    assert generated.shape == (1, ids.shape[1] + 4)
+    # The step-15 weights, not the final ones: the two exports differ.
+    final = AutoModelForCausalLM.from_pretrained(straight / "final")
+    assert not torch.equal(model.lm_head.weight, final.lm_head.weight)
+    missing = run_cli("export", "hf", str(straight), "--step", "7", "-o", str(tmp_path / "x"))
+    assert missing.returncode == 1 and "step-00000015, step-00000030" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
+def test_resume_is_bit_identical(straight: Path, inputs: Path, tmp_path: Path) -> None:
+    """Stopped at step 15 and resumed: the same train and eval losses and final weights."""
+    from safetensors.torch import load_file
+
+    spec = write_spec(tmp_path, merged(_job(inputs), {}))
+    first = ok(torchrun(spec, env={**_env(inputs), "FSDPSPEC_TEST_SIGNAL_AT_STEP": "15"}))
+    assert "stopped by SIGTERM at step 15" in first.stdout
+    second = ok(torchrun(spec, env=_env(inputs)))
+    assert "(step 15)" in second.stdout
+    assert _train_losses(tmp_path) == _train_losses(straight)
+    assert _eval_losses(tmp_path)[30] == _eval_losses(straight)[30]
+    for shard in sorted((straight / "final").glob("model-*.safetensors")):
+        a, b = load_file(str(shard)), load_file(str(tmp_path / "final" / shard.name))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

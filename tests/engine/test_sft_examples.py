@@ -1,0 +1,110 @@
+"""Records → examples → packed sequences: which tokens carry loss, and where positions
+restart. In-process, with the real tokenizer and `datasets`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("datasets")
+
+from chat_assets import ANSWER, QUESTION, chat_parquet, chat_tokenizer, conversation  # noqa: E402
+
+from fsdpspec.spec.v1 import Data  # noqa: E402
+from fsdpspec_runners.engine.data import Tokenizer  # noqa: E402
+from fsdpspec_runners.engine.examples import (  # noqa: E402
+    IGNORE,
+    Example,
+    chat_example,
+    prompt_completion_example,
+)
+from fsdpspec_runners.engine.packing import example_rows  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
+    return Tokenizer(str(chat_tokenizer(tmp_path_factory.mktemp("tokenizer"))))
+
+
+def _tokens(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
+    return tokenizer.hf.convert_ids_to_tokens(ids)
+
+
+def test_chat_loss_is_on_the_assistant_turn_only(tokenizer: Tokenizer) -> None:
+    import random
+
+    example = chat_example(conversation(random.Random(1)), tokenizer)
+    trained = [label for label in example.labels if label != IGNORE]
+    # The answer's words and the end-of-turn token after them; nothing else.
+    assert _tokens(tokenizer, trained) == [*ANSWER.split(), "</s>"]
+    untrained = [i for i, label in zip(example.ids, example.labels, strict=True) if label == IGNORE]
+    assert " ".join(_tokens(tokenizer, untrained)).count(QUESTION) == 1
+    assert "<|assistant|>" in _tokens(tokenizer, untrained)
+
+
+def test_prompt_completion_trains_the_completion_and_eos(tokenizer: Tokenizer) -> None:
+    example = prompt_completion_example(QUESTION, ANSWER, tokenizer)
+    trained = [label for label in example.labels if label != IGNORE]
+    assert _tokens(tokenizer, trained) == [*ANSWER.split(), "</s>"]
+    assert len(example.ids) == len(QUESTION.split()) + len(ANSWER.split()) + 1
+
+
+def test_packing_keeps_examples_whole_and_restarts_positions() -> None:
+    a = Example([5, 6, 7], [IGNORE, 6, 7])
+    b = Example([8, 9], [IGNORE, 9])
+    c = Example([10, 11, 12, 13], [IGNORE, IGNORE, 12, 13])
+    rows = list(example_rows([a, b, c], seq_len=6, pad_id=0, several=True))
+    assert [r["input_ids"] for r in rows] == [[5, 6, 7, 8, 9, 0], [10, 11, 12, 13, 0, 0]]
+    assert [r["position_ids"] for r in rows] == [[0, 1, 2, 0, 1, 0], [0, 1, 2, 3, 0, 1]]
+    # An example's first token is never a target (it would be predicted from the one
+    # before), and padding carries no loss.
+    assert rows[0]["labels"] == [IGNORE, 6, 7, IGNORE, 9, IGNORE]
+    one_each = list(example_rows([a, b], seq_len=6, pad_id=0, several=False))
+    assert [r["input_ids"] for r in one_each] == [[5, 6, 7, 0, 0, 0], [8, 9, 0, 0, 0, 0]]
+
+
+def test_examples_without_a_target_are_dropped() -> None:
+    cut = Example([1, 2, 3, 4], [IGNORE, IGNORE, IGNORE, 4])  # the answer is past seq_len
+    kept = Example([5, 6], [IGNORE, 6])
+    rows = list(example_rows([cut, kept], seq_len=3, pad_id=0, several=True))
+    assert [r["input_ids"] for r in rows] == [[5, 6, 0]]
+
+
+def test_streamed_sequences_equal_the_cached_ones(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    """The stream yields the same sequences, in the same order, as the tokenized set."""
+    from fsdpspec_runners.engine.datasource import StreamSource, _pack
+    from fsdpspec_runners.engine.records import load_records
+
+    location = str(chat_parquet(tmp_path / "chats", train=12, test=2))
+    data = Data(source="dataset", path=location, format="chat", seq_len=48,
+                tokenizer=tokenizer.directory)
+    packed = _pack(load_records(location, "train", streaming=False), data, tokenizer)
+    stream = StreamSource(load_records(location, "train", streaming=True), data, tokenizer)
+    count = len(packed["input_ids"])
+    for index in (0, 2, count + 1):  # forward only, across an epoch boundary
+        row = stream.sequence(index)
+        for name, tensor in packed.items():
+            assert row[name].tolist() == tensor[index % count].tolist()
+
+
+def test_hub_dataset_ids_read_the_local_cache_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`org/name` is read from a cache in the Hub layout; one not cached is one line that
+    says how to fetch it."""
+    from huggingface_hub import constants
+
+    from fsdpspec_runners.engine.errors import EngineError
+    from fsdpspec_runners.engine.records import load_records
+
+    repo = tmp_path / "hub" / "datasets--acme--chats"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("a" * 40)
+    chat_parquet(repo / "snapshots" / ("a" * 40), train=5, test=1)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert len(load_records("acme/chats", "test", streaming=False)) == 1
+    with pytest.raises(EngineError, match=r"acme/other is not in the local cache; fetch it "
+                       r"with `huggingface-cli download --repo-type dataset acme/other`"):
+        load_records("acme/other", "train", streaming=False)
