@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
-from test_runner import recorded, run_sbatch
 
-from conftest import run_cli
+from conftest import recorded, run_cli, run_sbatch
 from fsdpspec.catalog.presets import preset_config
 from fsdpspec.validate import check_file
 from fsdpspec_runners.torchrun import build_torchrun_argv

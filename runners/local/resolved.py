@@ -22,10 +22,11 @@ _INPUT_PATHS = (
 
 def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:
     """A copy of the spec whose input paths are absolute (they are relative to the spec
-    file's directory when written)."""
-    data = spec.as_json_data()
+    file's directory when written). The fields the file left out stay unset, so
+    ``as_written()`` of the copy is still what the file said."""
+    data = spec.as_written()
     for section, key in _INPUT_PATHS:
-        value = data[section][key]
+        value = data.get(section, {}).get(key)
         if value is not None:
             data[section][key] = str(resolve_input_path(value, base_dir).resolve())
     return JobSpec.model_validate(data)
