@@ -82,7 +82,10 @@ def _launch(spec: JobSpec) -> list[str]:
         run = ["bash", "-c", shlex.quote('exec "$@" --node-rank "$SLURM_NODEID"'),
                "fsdpspec-node", *run, "--nnodes", str(spec.resources.nodes),
                "--rdzv-endpoint", '"$head_node:$port"', "--rdzv-id", '"$SLURM_JOB_ID"']
-    return [" ".join(_srun(spec)) + " \\", "  " + " ".join(run) + " &", "child=$!"]
+    lines = [" ".join(_srun(spec)) + " \\", "  " + " ".join(run) + " &", "child=$!"]
+    if spec.resources.nodes > 1:  # the single quotes are meant: the task's bash expands
+        lines.insert(0, "# shellcheck disable=SC2016")
+    return lines
 
 
 def _rendezvous() -> list[str]:
@@ -117,8 +120,8 @@ def _traps() -> list[str]:
         "# then requeue. On scancel or requeue Slurm signals every process itself:",
         "# TERM is only caught so that this shell waits for the checkpoint.",
         'warned=0 child=""',
-        f'on_warning() {{ warned=1; kill -{WARNING_SIGNAL} "$child" 2>/dev/null || true; }}',
-        f"trap on_warning {WARNING_SIGNAL}",
+        f"trap 'warned=1; kill -{WARNING_SIGNAL} \"$child\" 2>/dev/null || true' "
+        f"{WARNING_SIGNAL}",
         "trap : TERM",
         "",
     ]
@@ -149,6 +152,9 @@ def sbatch_script(spec: JobSpec, grace_s: int) -> str:
     """The whole script. ``grace_s``: how long before the time limit the job is warned
     (the planned checkpoint time, fsdpspec.plan.checkpoint)."""
     check_time(spec, grace_s)
+    if any(c in spec.run_dir() for c in "\n\r"):
+        raise LaunchError("checkpoint.dir holds a line break, which an #SBATCH --output "
+                          "line cannot carry: choose a run directory without one")
     run_dir = shlex.quote(spec.run_dir())
     document = json.dumps(spec.as_written(), indent=2)
     lines = [
