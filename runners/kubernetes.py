@@ -9,8 +9,9 @@ named `pytorch` with an image in every replica, and a runPolicy.
 
 The run root is /workspace: the PersistentVolumeClaim ``launch.kubernetes.volume`` when
 given, so checkpoints outlive the pods and every node shares the run directory. The
-operator gives every pod MASTER_ADDR, MASTER_PORT and PET_NODE_RANK; the command reads
-them as ``$(VAR)``, which Kubernetes expands. Nothing from the spec reaches the command
+operator gives every pod MASTER_ADDR, MASTER_PORT and RANK (the pod's node rank: 0 for
+the Master, 1… for the Workers); the command reads them as ``$(VAR)``, which Kubernetes
+expands. Nothing from the spec reaches the command
 but the job's own name.
 """
 
@@ -54,7 +55,7 @@ def _command(spec: JobSpec) -> list[str]:
     Master's address from the operator."""
     command = ["fsdpspec", "run", str(SPEC_MOUNT / JOB_FILE)]
     if spec.resources.nodes > 1:
-        command += ["--nnodes", str(spec.resources.nodes), "--node-rank", "$(PET_NODE_RANK)",
+        command += ["--nnodes", str(spec.resources.nodes), "--node-rank", "$(RANK)",
                     "--rdzv-endpoint", "$(MASTER_ADDR):$(MASTER_PORT)",
                     "--rdzv-id", dns1035_name(spec.metadata.name)]
     return command

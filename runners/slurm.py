@@ -76,13 +76,14 @@ def _srun(spec: JobSpec) -> list[str]:
 
 def _launch(spec: JobSpec) -> list[str]:
     """The command every node runs, as script lines (started in the background)."""
-    run = ["fsdpspec", "run", '"$spec_file"']
+    segments = [" ".join(_srun(spec)), '  fsdpspec run "$spec_file"']
     if spec.resources.nodes > 1:
         # Only the task knows its node: a fixed `bash -c` reads it; no spec value in it.
-        run = ["bash", "-c", shlex.quote('exec "$@" --node-rank "$SLURM_NODEID"'),
-               "fsdpspec-node", *run, "--nnodes", str(spec.resources.nodes),
-               "--rdzv-endpoint", '"$head_node:$port"', "--rdzv-id", '"$SLURM_JOB_ID"']
-    lines = [" ".join(_srun(spec)) + " \\", "  " + " ".join(run) + " &", "child=$!"]
+        node_rank = shlex.quote('exec "$@" --node-rank "$SLURM_NODEID"')
+        segments[1:] = [f"  bash -c {node_rank} fsdpspec-node", "    fsdpspec run \"$spec_file\"",
+                        f"    --nnodes {spec.resources.nodes}",
+                        '    --rdzv-endpoint "$head_node:$port"', '    --rdzv-id "$SLURM_JOB_ID"']
+    lines = [segment + " \\" for segment in segments[:-1]] + [segments[-1] + " &", "child=$!"]
     if spec.resources.nodes > 1:  # the single quotes are meant: the task's bash expands
         lines.insert(0, "# shellcheck disable=SC2016")
     return lines

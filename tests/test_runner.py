@@ -158,7 +158,7 @@ def test_manifest_follows_the_training_operator_rules() -> None:
         assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
         assert container["command"] == [
             "fsdpspec", "run", "/etc/fsdpspec/job.json", "--nnodes", "4",
-            "--node-rank", "$(PET_NODE_RANK)", "--rdzv-endpoint",
+            "--node-rank", "$(RANK)", "--rdzv-endpoint",
             "$(MASTER_ADDR):$(MASTER_PORT)", "--rdzv-id", "llama-sft"]
         assert pod["volumes"][0]["configMap"]["name"] == config_map["metadata"]["name"]
     assert JobSpec.model_validate(json.loads(config_map["data"]["job.json"])) == MULTI

@@ -74,13 +74,17 @@ port=$((16384 + SLURM_JOB_ID % 16384))
 # then requeue. On scancel or requeue Slurm signals every process itself:
 # TERM is only caught so that this shell waits for the checkpoint.
 warned=0 child=""
-on_warning() { warned=1; kill -USR1 "$child" 2>/dev/null || true; }
-trap on_warning USR1
+trap 'warned=1; kill -USR1 "$child" 2>/dev/null || true' USR1
 trap : TERM
 
 # One `fsdpspec run` per node; node 0 prepares the run directory, the others join.
+# shellcheck disable=SC2016
 srun --nodes=4 --ntasks-per-node=1 --cpus-per-task=32 --kill-on-bad-exit=1 \
-  bash -c 'exec "$@" --node-rank "$SLURM_NODEID"' fsdpspec-node fsdpspec run "$spec_file" --nnodes 4 --rdzv-endpoint "$head_node:$port" --rdzv-id "$SLURM_JOB_ID" &
+  bash -c 'exec "$@" --node-rank "$SLURM_NODEID"' fsdpspec-node \
+    fsdpspec run "$spec_file" \
+    --nnodes 4 \
+    --rdzv-endpoint "$head_node:$port" \
+    --rdzv-id "$SLURM_JOB_ID" &
 child=$!
 
 # Wait for it; a trapped signal ends a wait early, so wait again while it runs.

@@ -52,8 +52,7 @@ mv -f -- "$spec_file.tmp" "$spec_file"
 # then requeue. On scancel or requeue Slurm signals every process itself:
 # TERM is only caught so that this shell waits for the checkpoint.
 warned=0 child=""
-on_warning() { warned=1; kill -USR1 "$child" 2>/dev/null || true; }
-trap on_warning USR1
+trap 'warned=1; kill -USR1 "$child" 2>/dev/null || true' USR1
 trap : TERM
 
 # One `fsdpspec run` per node; node 0 prepares the run directory, the others join.
