@@ -30,11 +30,14 @@ WARNING_SIGNAL, STOPPED_BY_WARNING = "USR1", 128 + 10
 PORT_BASE = 16384
 
 
-def _minutes(time: str) -> float:
-    """launch.slurm.time ([D-]HH:MM[:SS]) in minutes."""
+def time_limit_seconds(time: str) -> int:
+    """launch.slurm.time in seconds, read as Slurm reads it: MM:SS and HH:MM:SS, or
+    D-HH:MM and D-HH:MM:SS."""
     days, _, clock = time.rpartition("-")
-    parts = [int(p) for p in clock.split(":")] + [0]
-    return int(days or 0) * 1440 + parts[0] * 60 + parts[1] + parts[2] / 60
+    fields = [int(f) for f in clock.split(":")]
+    padding = [0] * (3 - len(fields))
+    hours, minutes, seconds = fields + padding if days else padding + fields
+    return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
 
 
 def _log_pattern(spec: JobSpec) -> str:
@@ -139,7 +142,7 @@ def _setup(spec: JobSpec) -> list[str]:
 def check_time(spec: JobSpec, grace_s: int) -> None:
     """A job must train before its warning: the time limit has to exceed twice the
     grace period, or each run would be warned as it starts and requeue forever."""
-    if _minutes(spec.launch.slurm.time) * 60 <= 2 * grace_s:
+    if time_limit_seconds(spec.launch.slurm.time) <= 2 * grace_s:
         raise LaunchError(f"launch.slurm.time {spec.launch.slurm.time} leaves no time to "
                           f"train: the job is warned {grace_s} s before its end to "
                           f"checkpoint; set at least {_clock(2 * grace_s + 60)}")

@@ -284,8 +284,9 @@ class Slurm(_Section):
     account: str | None = Field(default=None, pattern=_SLURM_NAME)
     """Slurm account."""
     time: str = Field(default="04:00:00", pattern=r"^(\d+-)?\d{1,3}:\d{2}(:\d{2})?$")
-    """Wall-clock limit, [D-]HH:MM[:SS]. The job is warned (SIGUSR1) ahead of it,
-    checkpoints and requeues itself."""
+    """Wall-clock limit as Slurm reads it: HH:MM:SS or D-HH:MM[:SS] (a bare MM:SS is
+    minutes and seconds). The job is warned (SIGUSR1) ahead of it, checkpoints and
+    requeues itself."""
     exclusive: bool = False
     """Whole nodes for the job (--exclusive)."""
     setup: list[Annotated[str, Field(pattern=r"^[^\n\r]*$")]] = []

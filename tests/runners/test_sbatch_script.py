@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, recorded, run_cli, run_sbatch
+from fsdpspec_runners.slurm import time_limit_seconds
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
@@ -114,3 +115,10 @@ def test_outside_a_job_the_script_makes_the_log_directory_and_submits(tmp_path: 
     assert (tmp_path / "runs" / "quickstart" / "slurm").is_dir()
     assert (tmp_path / "sbatch.argv").read_text() == f"{script}\n"
     assert not list((tmp_path / "runs" / "quickstart" / "slurm").iterdir())
+
+
+@pytest.mark.parametrize(("time", "seconds"), [
+    ("04:00:00", 14400), ("30:00", 1800), ("1-00:00:00", 86400), ("2-12:30", 217800),
+    ("100:00:00", 360000)])
+def test_time_limits_are_read_as_slurm_reads_them(time: str, seconds: int) -> None:
+    assert time_limit_seconds(time) == seconds
