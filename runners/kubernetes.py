@@ -1,21 +1,25 @@
 """`fsdpspec export kubernetes`: a Kubeflow PyTorchJob (kubeflow.org/v1) manifest.
 
-Pure: JobSpec in, YAML text out. The manifest holds two documents: a ConfigMap with
-the resolved spec, and the PyTorchJob whose pods mount it and run the same torchrun
-argv as `fsdpspec run`. It follows the training operator's admission rules: a
-DNS-1035 job name, exactly one Master replica, Workers only when there are more nodes,
-a container named `pytorch` with an image in every replica.
+Pure: JobSpec in, YAML text out. The manifest holds two documents: a ConfigMap with the
+job spec, and the PyTorchJob whose pods mount it and run `fsdpspec run` on it, one per
+node, so every pod gets the pre-flight checks, the same-job check, the lock, signal
+relay and resume. It follows the training operator's admission rules: a DNS-1035 job
+name, exactly one Master replica, Workers only when there are more nodes, a container
+named `pytorch` with an image in every replica, and a runPolicy.
 
-The operator gives every pod MASTER_ADDR and MASTER_PORT (the Master pod's service);
-the argv's rendezvous endpoint is ``$(MASTER_ADDR):$(MASTER_PORT)``, which Kubernetes
-expands. Spec values are escaped (``$`` → ``$$``) so Kubernetes expands none of theirs.
+The run root is /workspace: the PersistentVolumeClaim ``launch.kubernetes.volume`` when
+given, so checkpoints outlive the pods and every node shares the run directory. The
+operator gives every pod MASTER_ADDR, MASTER_PORT and RANK (the pod's node rank: 0 for
+the Master, 1… for the Workers); the command reads them as ``$(VAR)``, which Kubernetes
+expands. Nothing from the spec reaches the command
+but the job's own name.
 """
 
 from __future__ import annotations
 
 import io
 import json
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -25,66 +29,68 @@ from fsdpspec import __version__
 from fsdpspec.spec.names import kubernetes_name
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.errors import LaunchError
-from fsdpspec_runners.local.resolved import FILENAME, resolved_document
-from fsdpspec_runners.torchrun import build_torchrun_argv, spec_env
+from fsdpspec_runners.resources import node_cpus, node_memory_mib
 
-WORKDIR = PurePosixPath("/workspace")
+RUN_ROOT = PurePosixPath("/workspace")
 SPEC_MOUNT = PurePosixPath("/etc/fsdpspec")
+JOB_FILE = "job.json"
 CONTAINER = "pytorch"  # the name the operator looks for
-_VOLUME = "fsdpspec-spec"
+_SPEC_VOLUME = "fsdpspec-spec"
+_RUNS_VOLUME = "fsdpspec-runs"
 # Containers get 64 MiB of /dev/shm; NCCL's intra-node transport needs far more.
 _SHM = "dshm"
-_OPERATOR_ENDPOINT = "$(MASTER_ADDR):$(MASTER_PORT)"
 
 
-def _no_expansion(value: str) -> str:
-    # Kubernetes expands $(VAR) in command and env values and reads $$ as one $:
-    # doubling every $ gives back the spec's text exactly.
-    return value.replace("$", "$$")
-
-
-def container_run_dir(spec: JobSpec) -> PurePosixPath:
-    """The run directory inside the container (relative dirs live under /workspace)."""
-    return WORKDIR / spec.run_dir()
 
 
 def _command(spec: JobSpec) -> list[str]:
-    """The torchrun argv, reading the mounted resolved spec (which names the run dir)."""
-    argv = build_torchrun_argv(spec, container_run_dir(spec), rdzv_endpoint="operator")
-    argv[-1] = str(SPEC_MOUNT / FILENAME)
-    command = [_no_expansion(arg) for arg in argv]
-    if "--rdzv-endpoint" in argv:
-        command[argv.index("--rdzv-endpoint") + 1] = _OPERATOR_ENDPOINT
+    """`fsdpspec run` on the mounted spec; on several nodes, each pod's node rank and the
+    Master's address from the operator."""
+    command = ["fsdpspec", "run", str(SPEC_MOUNT / JOB_FILE)]
+    if spec.resources.nodes > 1:
+        command += ["--nnodes", str(spec.resources.nodes), "--node-rank", "$(RANK)",
+                    "--rdzv-endpoint", "$(MASTER_ADDR):$(MASTER_PORT)",
+                    "--rdzv-id", kubernetes_name(spec.metadata.name)]
     return command
 
 
+def _resources(spec: JobSpec) -> dict[str, Any]:
+    """Requests equal to limits (Guaranteed QoS: the pod is the last to be evicted)."""
+    amounts = {"cpu": str(node_cpus(spec)), "memory": f"{node_memory_mib(spec)}Mi"}
+    if spec.device().is_gpu:
+        amounts["nvidia.com/gpu"] = str(spec.resources.gpus_per_node)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
 def _container(spec: JobSpec, image: str) -> dict[str, Any]:
-    container: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": image,
-        "workingDir": str(WORKDIR),
-        "command": _command(spec),
-    }
-    env = spec_env(spec)
-    if env:
-        container["env"] = [{"name": k, "value": _no_expansion(v)} for k, v in env.items()]
+    mounts = [{"name": _SPEC_VOLUME, "mountPath": str(SPEC_MOUNT), "readOnly": True}]
+    if spec.launch.kubernetes.volume:
+        mounts.append({"name": _RUNS_VOLUME, "mountPath": str(RUN_ROOT)})
     if spec.device().is_gpu:
-        container["resources"] = {"limits": {"nvidia.com/gpu": spec.resources.gpus_per_node}}
-    container["volumeMounts"] = [{"name": _VOLUME, "mountPath": str(SPEC_MOUNT),
-                                  "readOnly": True}]
-    if spec.device().is_gpu:
-        container["volumeMounts"].append({"name": _SHM, "mountPath": "/dev/shm"})
-    return container
+        mounts.append({"name": _SHM, "mountPath": "/dev/shm"})
+    return {"name": CONTAINER, "image": image, "workingDir": str(RUN_ROOT),
+            "command": _command(spec), "resources": _resources(spec), "volumeMounts": mounts}
 
 
-def _replica(spec: JobSpec, image: str, replicas: int, config_map: str) -> dict[str, Any]:
-    volumes: list[dict[str, Any]] = [{"name": _VOLUME, "configMap": {"name": config_map}}]
+def _volumes(spec: JobSpec, config_map: str) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [{"name": _SPEC_VOLUME, "configMap": {"name": config_map}}]
+    if spec.launch.kubernetes.volume:
+        volumes.append({"name": _RUNS_VOLUME, "persistentVolumeClaim": {
+            "claimName": spec.launch.kubernetes.volume}})
     if spec.device().is_gpu:
         volumes.append({"name": _SHM, "emptyDir": {"medium": "Memory"}})
+    return volumes
+
+
+def _replica(spec: JobSpec, image: str, replicas: int, config_map: str,
+             grace_s: int) -> dict[str, Any]:
     return {
         "replicas": replicas,
-        "restartPolicy": "Never",  # torchrun's --max-restarts decides restarts
-        "template": {"spec": {"containers": [_container(spec, image)], "volumes": volumes}},
+        # A failed pod restarts in place and resumes; runPolicy.backoffLimit bounds it.
+        "restartPolicy": "OnFailure",
+        "template": {"spec": {"terminationGracePeriodSeconds": grace_s,
+                              "containers": [_container(spec, image)],
+                              "volumes": _volumes(spec, config_map)}},
     }
 
 
@@ -95,37 +101,50 @@ def _metadata(spec: JobSpec, name: str) -> dict[str, Any]:
     return metadata
 
 
-def manifest_documents(spec: JobSpec) -> list[dict[str, Any]]:
-    """The ConfigMap and the PyTorchJob, as plain data."""
+def manifest_warnings(spec: JobSpec) -> list[str]:
+    """What the manifest cannot promise, one line each."""
+    if spec.resources.nodes > 1 and not spec.launch.kubernetes.volume:
+        return ["a multi-node job without launch.kubernetes.volume: the pods share no run "
+                "directory, so the workers wait for a resolved-spec.json that never "
+                "appears, and checkpoints die with the pods"]
+    return []
+
+
+def manifest_documents(spec: JobSpec, grace_s: int) -> list[dict[str, Any]]:
+    """The ConfigMap and the PyTorchJob, as plain data. ``grace_s``: the pods'
+    terminationGracePeriodSeconds (the planned checkpoint time)."""
     image = spec.launch.kubernetes.image
     if not image:
         raise LaunchError("launch.kubernetes.image is required for a PyTorchJob "
                           "(an image with fsdpspec[train] installed)")
     name = kubernetes_name(spec.metadata.name)
     config_map = f"{name}-spec"
-    document = resolved_document(spec, Path(container_run_dir(spec)))
-    document["run_dir"] = str(container_run_dir(spec))  # a container path, not this host's
-    replicas = {"Master": _replica(spec, image, 1, config_map)}
+    replicas = {"Master": _replica(spec, image, 1, config_map, grace_s)}
     if spec.resources.nodes > 1:
-        replicas["Worker"] = _replica(spec, image, spec.resources.nodes - 1, config_map)
+        replicas["Worker"] = _replica(spec, image, spec.resources.nodes - 1, config_map,
+                                      grace_s)
+    document = json.dumps(spec.as_written(), indent=2) + "\n"
     return [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(spec, config_map),
-         "data": {FILENAME: LiteralScalarString(json.dumps(document, indent=2) + "\n")}},
+         "data": {JOB_FILE: LiteralScalarString(document)}},
         {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
          "metadata": _metadata(spec, name),
          "spec": {"nprocPerNode": str(spec.resources.gpus_per_node),
+                  "runPolicy": {"backoffLimit": spec.launch.max_restarts},
                   "pytorchReplicaSpecs": replicas}},
     ]
 
 
-def manifest(spec: JobSpec) -> str:
+def manifest(spec: JobSpec, grace_s: int) -> str:
     """The manifest as YAML text, ready for `kubectl apply -f`."""
     yaml = YAML()  # round-trip dumper: keys in written order, the JSON as a block
     yaml.width = 4096
     stream = io.StringIO()
+    storage = (f"the PersistentVolumeClaim {spec.launch.kubernetes.volume}"
+               if spec.launch.kubernetes.volume else "the pod's own disk (lost with it)")
     stream.write(f"# Generated by fsdpspec {__version__} for job {spec.metadata.name}. "
                  "Apply with: kubectl apply -f THIS_FILE\n"
-                 "# Needs the Kubeflow training operator v1.7+. Mount shared storage at "
-                 f"{WORKDIR} to keep checkpoints; input paths must exist in the image.\n")
-    yaml.dump_all(manifest_documents(spec), stream)
+                 "# Needs the Kubeflow training operator v1.7+. The run directory is "
+                 f"under {RUN_ROOT}, on {storage}; input paths must exist in the image.\n")
+    yaml.dump_all(manifest_documents(spec, grace_s), stream)
     return stream.getvalue()

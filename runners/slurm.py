@@ -1,94 +1,194 @@
-"""`fsdpspec export slurm`: an sbatch script that starts one torchrun per node.
+"""`fsdpspec export slurm`: an sbatch script that runs `fsdpspec run` on every node.
 
-Pure: JobSpec and run directory in, script text out. Every value in the script is
-quoted with shlex.quote; the only unquoted expansions are the ones written here
-(the head node's name, taken from the allocation at run time).
+Pure: JobSpec in, script text out. Each node's `fsdpspec run` gets the pre-flight
+checks, the same-job check, the lock, signal relay and resume, exactly as by hand.
+The job spec travels inside the script and is written at job start into the run
+directory, relative to the directory the job was submitted from (the run root).
+
+Preemption: `--signal=B:USR1@<grace>` warns the batch shell before the time limit; its
+trap relays the signal (every node checkpoints and exits) and requeues the job, which
+resumes. On `scancel` or `scontrol requeue` Slurm signals every process itself, so the
+shell only waits for the checkpoint. Every value from the spec is quoted with
+shlex.quote; the script's own variables are the only expansions.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
+from pathlib import PurePosixPath
 
 from fsdpspec import __version__
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.local.resolved import FILENAME, resolved_document
-from fsdpspec_runners.torchrun import build_torchrun_argv, launch_env, rdzv_port
+from fsdpspec_runners.errors import LaunchError
+from fsdpspec_runners.local.rundir import SCHEDULER_DIR
+from fsdpspec_runners.resources import node_cpus, node_memory_mib
 
-_HEAD = '"${head_node}"'
+# The relayed warning: `fsdpspec run` exits 128 + SIGUSR1 when it stopped the run.
+WARNING_SIGNAL, STOPPED_BY_WARNING = "USR1", 128 + 10
+# Rendezvous ports: one per job id, below Linux's ephemeral range (32768 and up).
+PORT_BASE = 16384
 
 
-def sbatch_directives(spec: JobSpec) -> list[str]:
-    """The #SBATCH lines: one task per node (torchrun spawns the processes)."""
+def time_limit_seconds(time: str) -> int:
+    """launch.slurm.time in seconds, read as Slurm reads it: MM:SS and HH:MM:SS, or
+    D-HH:MM and D-HH:MM:SS."""
+    days, _, clock = time.rpartition("-")
+    fields = [int(f) for f in clock.split(":")]
+    padding = [0] * (3 - len(fields))
+    hours, minutes, seconds = fields + padding if days else padding + fields
+    return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+def _log_pattern(spec: JobSpec) -> str:
+    """The job's log, one per job id (a requeued job appends to its own)."""
+    # '%' starts a Slurm filename pattern: the run directory's own are doubled.
+    return str(PurePosixPath(spec.run_dir().replace("%", "%%"), SCHEDULER_DIR, "%j.out"))
+
+
+def sbatch_directives(spec: JobSpec, grace_s: int) -> list[str]:
+    """The #SBATCH lines: one task per node (`fsdpspec run` starts the processes)."""
     slurm, resources = spec.launch.slurm, spec.resources
     options = [("job-name", spec.metadata.name), ("nodes", str(resources.nodes)),
-               ("ntasks-per-node", "1")]
+               ("ntasks-per-node", "1"), ("cpus-per-task", str(node_cpus(spec))),
+               ("mem", f"{node_memory_mib(spec)}M")]
     if spec.device().is_gpu:
         options.append(("gpus-per-node", str(resources.gpus_per_node)))
-    else:
-        options.append(("cpus-per-task", str(resources.gpus_per_node)))
     for field in ("partition", "account"):
         value = getattr(slurm, field)
         if value is not None:
             options.append((field, value))  # the schema admits only Slurm names
-    options.append(("time", slurm.time))
-    return [f"#SBATCH --{key}={shlex.quote(value)}" for key, value in options]
+    options += [("time", slurm.time), ("output", _log_pattern(spec)),
+                ("error", _log_pattern(spec)), ("open-mode", "append")]
+    lines = [f"#SBATCH --{key}={shlex.quote(value)}" for key, value in options]
+    if slurm.exclusive:
+        lines.append("#SBATCH --exclusive")
+    return [*lines, "#SBATCH --requeue", f"#SBATCH --signal=B:{WARNING_SIGNAL}@{grace_s}"]
 
 
-def _command_lines(prefix: list[str], argv: list[str], endpoint_index: int | None) -> str:
-    """srun's options, then torchrun's argv an option per line. The rendezvous endpoint
-    (known only at run time) is the head node variable; every other word is quoted."""
-    words = []
-    for index, arg in enumerate(argv):
-        words.append(f"{_HEAD}:{arg.rsplit(':', 1)[1]}" if index == endpoint_index
-                     else shlex.quote(arg))
-    text = " ".join(shlex.quote(word) for word in prefix) + " \\\n  " + words[0]
-    for word in words[1:]:
-        text += " \\\n    " + word if word.startswith("-") else " " + word
-    return text
+def _srun(spec: JobSpec) -> list[str]:
+    """srun's words: one task per node with the job's CPUs (srun does not inherit
+    --cpus-per-task from sbatch in Slurm 22.05+), in the container when there is one."""
+    words = ["srun", f"--nodes={spec.resources.nodes}", "--ntasks-per-node=1",
+             f"--cpus-per-task={node_cpus(spec)}", "--kill-on-bad-exit=1"]
+    if spec.launch.slurm.container:
+        words += [shlex.quote(f"--container-image={spec.launch.slurm.container}"),
+                  '--container-mounts="$PWD"', '--container-workdir="$PWD"']
+    return words
 
 
-def _srun_prefix(spec: JobSpec) -> list[str]:
-    return ["srun", f"--nodes={spec.resources.nodes}", "--ntasks-per-node=1",
-            "--kill-on-bad-exit=1"]
+def _launch(spec: JobSpec) -> list[str]:
+    """The command every node runs, as script lines (started in the background)."""
+    segments = [" ".join(_srun(spec)), '  fsdpspec run "$spec_file"']
+    if spec.resources.nodes > 1:
+        # Only the task knows its node: a fixed `bash -c` reads it; no spec value in it.
+        node_rank = shlex.quote('exec "$@" --node-rank "$SLURM_NODEID"')
+        segments[1:] = [f"  bash -c {node_rank} fsdpspec-node", "    fsdpspec run \"$spec_file\"",
+                        f"    --nnodes {spec.resources.nodes}",
+                        '    --rdzv-endpoint "$head_node:$port"', '    --rdzv-id "$SLURM_JOB_ID"']
+    lines = [segment + " \\" for segment in segments[:-1]] + [segments[-1] + " &", "child=$!"]
+    if spec.resources.nodes > 1:  # the single quotes are meant: the task's bash expands
+        lines.insert(0, "# shellcheck disable=SC2016")
+    return lines
 
 
-def _torchrun_argv(spec: JobSpec, run_dir: Path) -> tuple[list[str], int | None]:
-    """The argv every node runs, and where in it the run-time endpoint goes."""
-    if spec.resources.nodes == 1:
-        return build_torchrun_argv(spec, run_dir), None
-    argv = build_torchrun_argv(spec, run_dir, rdzv_endpoint=f"head:{rdzv_port(spec)}")
-    return argv, argv.index("--rdzv-endpoint") + 1
+def _rendezvous() -> list[str]:
+    # No pipe into `head`: under pipefail its early exit would SIGPIPE scontrol.
+    return ["# Rendezvous on the allocation's first node, on a port of this job's own.",
+            'nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+            "head_node=${nodes%%$'\\n'*}",
+            f"port=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_BASE}))", ""]
 
 
-def sbatch_script(spec: JobSpec, run_dir: Path) -> str:
-    """The whole script; ``run_dir`` should be absolute (srun tasks may start elsewhere)."""
-    spec_file = run_dir / FILENAME
-    spec_tmp = run_dir / f".{FILENAME}.tmp"  # renamed into place: never half a file
-    document = json.dumps(resolved_document(spec, run_dir), indent=2)
-    exports = [f"export {shlex.quote(f'{k}={v}')}" for k, v in launch_env(spec).items()]
-    argv, endpoint_index = _torchrun_argv(spec, run_dir)
-    lines = [
-        "#!/bin/bash",
-        f"# Generated by fsdpspec {__version__} for job {spec.metadata.name}. "
-        "Submit with: sbatch THIS_FILE",
-        "# One torchrun per node; it starts one process per GPU.",
-        *sbatch_directives(spec),
-        "set -euo pipefail",
+def _supervision() -> list[str]:
+    return [
         "",
-        *exports,
-        "",
-        "# The resolved spec the engine reads: this script alone reproduces the run.",
-        f"mkdir -p -- {shlex.quote(str(run_dir))}",
-        f"printf '%s\\n' {shlex.quote(document)} > {shlex.quote(str(spec_tmp))}",
-        f"mv -f -- {shlex.quote(str(spec_tmp))} {shlex.quote(str(spec_file))}",
+        "# Wait for it; a trapped signal ends a wait early, so wait again while it runs.",
+        "status=0",
+        'wait "$child" || status=$?',
+        'while kill -0 "$child" 2>/dev/null; do',
+        '  status=0',
+        '  wait "$child" || status=$?',
+        "done",
+        f'if [ "$warned" = 1 ] && [ "$status" = {STOPPED_BY_WARNING} ]; then',
+        '  echo "fsdpspec: stopped ahead of the time limit; requeueing" >&2',
+        '  scontrol requeue "$SLURM_JOB_ID"',
+        "fi",
+        'exit "$status"',
+    ]
+
+
+def _traps() -> list[str]:
+    return [
+        "# The warning before the time limit: relay it (every node checkpoints and exits),",
+        "# then requeue. On scancel or requeue Slurm signals every process itself:",
+        "# TERM is only caught so that this shell waits for the checkpoint.",
+        'warned=0 child=""',
+        f"trap 'warned=1; kill -{WARNING_SIGNAL} \"$child\" 2>/dev/null || true' "
+        f"{WARNING_SIGNAL}",
+        "trap : TERM",
         "",
     ]
-    if endpoint_index is not None:
-        # No pipe into `head`: under pipefail its early exit would SIGPIPE scontrol.
-        lines += ["# Rendezvous on the first node of the allocation.",
-                  'nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")',
-                  "head_node=${nodes%%$'\\n'*}"]
-    lines.append(_command_lines(_srun_prefix(spec), argv, endpoint_index))
+
+
+def _setup(spec: JobSpec) -> list[str]:
+    lines = spec.launch.slurm.setup
+    if not lines:
+        return []
+    # Environment scripts (module, conda) often read unset variables.
+    return ["# launch.slurm.setup, verbatim.", "set +u", *lines, "set -u", ""]
+
+
+def check_time(spec: JobSpec, grace_s: int) -> None:
+    """A job must train before its warning: the time limit has to exceed twice the
+    grace period, or each run would be warned as it starts and requeue forever."""
+    if time_limit_seconds(spec.launch.slurm.time) <= 2 * grace_s:
+        raise LaunchError(f"launch.slurm.time {spec.launch.slurm.time} leaves no time to "
+                          f"train: the job is warned {grace_s} s before its end to "
+                          f"checkpoint; set at least {_clock(2 * grace_s + 60)}")
+
+
+def _clock(seconds: int) -> str:
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def sbatch_script(spec: JobSpec, grace_s: int) -> str:
+    """The whole script. ``grace_s``: how long before the time limit the job is warned
+    (the planned checkpoint time, fsdpspec.plan.checkpoint)."""
+    check_time(spec, grace_s)
+    if any(c in spec.run_dir() for c in "\n\r"):
+        raise LaunchError("checkpoint.dir holds a line break, which an #SBATCH --output "
+                          "line cannot carry: choose a run directory without one")
+    run_dir = shlex.quote(spec.run_dir())
+    document = json.dumps(spec.as_written(), indent=2)
+    lines = [
+        "#!/bin/bash",
+        f"# Generated by fsdpspec {__version__} for job {spec.metadata.name}.",
+        "# Submit from the run root (checkpoint.dir is relative to it): `bash THIS_FILE`",
+        f"# makes {SCHEDULER_DIR}/ in the run directory for the logs and submits;",
+        "# `sbatch THIS_FILE` does the same once it exists.",
+        *sbatch_directives(spec, grace_s),
+        "set -euo pipefail",
+        "",
+        f"run_dir={run_dir}",
+        'if [ -z "${SLURM_JOB_ID:-}" ]; then',
+        f'  mkdir -p -- "$run_dir/{SCHEDULER_DIR}"',
+        '  exec sbatch "$0"',
+        "fi",
+        "",
+        *_setup(spec),
+        "# The job as its file wrote it. `fsdpspec run` checks it against the run",
+        "# directory (the same job resumes, another is refused) and writes resolved-spec.json.",
+        f'mkdir -p -- "$run_dir/{SCHEDULER_DIR}"',
+        f'spec_file="$run_dir/{SCHEDULER_DIR}/job-$SLURM_JOB_ID.json"',
+        f"printf '%s\\n' {shlex.quote(document)} > \"$spec_file.tmp\"",
+        'mv -f -- "$spec_file.tmp" "$spec_file"',
+        "",
+        *(_rendezvous() if spec.resources.nodes > 1 else []),
+        *_traps(),
+        "# One `fsdpspec run` per node; node 0 prepares the run directory, the others join.",
+        *_launch(spec),
+        *_supervision(),
+    ]
     return "\n".join(lines) + "\n"
+

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 
-from fsdpspec.semantics import DEFAULT_RDZV_PORT
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.local.resolved import FILENAME
 
@@ -18,25 +17,20 @@ ENGINE_MODULE = "fsdpspec_runners.engine"
 TORCHRUN: tuple[str, ...] = ("torchrun",)
 
 
-def rdzv_port(spec: JobSpec) -> int:
-    """The rendezvous port: the one in launch.rdzv_endpoint, else torchrun's usual."""
-    endpoint = spec.launch.rdzv_endpoint
-    return int(endpoint.rsplit(":", 1)[1]) if endpoint else DEFAULT_RDZV_PORT
-
-
 def engine_argv(run_dir: PurePath) -> list[str]:
     """The module torchrun starts in each process, and the one file it reads."""
     return ["-m", ENGINE_MODULE, "--spec", str(run_dir / FILENAME)]
 
 
-def _rendezvous_args(spec: JobSpec, node_rank: int | None, endpoint: str | None) -> list[str]:
+def _rendezvous_args(spec: JobSpec, node_rank: int | None, endpoint: str | None,
+                     rdzv_id: str | None) -> list[str]:
     nodes = spec.resources.nodes
     if nodes == 1:
         return ["--standalone", "--nnodes", "1"]
     endpoint = endpoint or spec.launch.rdzv_endpoint
     assert endpoint is not None, "validation (FS025) requires rdzv_endpoint when nodes > 1"
     args = ["--nnodes", str(nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-            "--rdzv-id", spec.metadata.name]
+            "--rdzv-id", rdzv_id or spec.metadata.name]
     if node_rank is not None:
         args += ["--node-rank", str(node_rank)]
     return args
@@ -48,17 +42,19 @@ def build_torchrun_argv(
     *,
     node_rank: int | None = None,
     rdzv_endpoint: str | None = None,
+    rdzv_id: str | None = None,
     launcher: Sequence[str] = TORCHRUN,
 ) -> list[str]:
     """torchrun's argv: `--standalone` on one node, c10d rendezvous on several.
 
     ``rdzv_endpoint`` replaces the spec's (Slurm learns its host only at run time);
+    ``rdzv_id`` replaces the job name as the rendezvous id (Slurm's job id);
     ``launcher`` replaces the `torchrun` executable (`fsdpspec run` uses this Python's
     ``-m torch.distributed.run`` so the child is the installed torch, whatever PATH says).
     """
     return [
         *launcher,
-        *_rendezvous_args(spec, node_rank, rdzv_endpoint),
+        *_rendezvous_args(spec, node_rank, rdzv_endpoint, rdzv_id),
         "--nproc-per-node", str(spec.resources.gpus_per_node),
         "--max-restarts", str(spec.launch.max_restarts),
         *engine_argv(run_dir),

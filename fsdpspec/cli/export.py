@@ -10,26 +10,35 @@ import click
 from fsdpspec.catalog.modelconfig import layer_classes
 from fsdpspec.cli.options import exit_on_errors, load_spec, set_option
 from fsdpspec.cli.output import deliver, output_option
+from fsdpspec.plan.checkpoint import stop_grace_seconds
+from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.spec.yamltext import dump_yaml
 from fsdpspec.validate import FileReport
 from fsdpspec_runners.errors import LaunchError
 from fsdpspec_runners.local.resolved import absolute_inputs
 
 
+def _scheduled(report: FileReport) -> tuple[JobSpec, int]:
+    """The spec with absolute input paths, and the seconds a stop signal must precede
+    the kill (the planned checkpoint time)."""
+    assert report.spec is not None
+    grace_s = stop_grace_seconds(report.spec, report.model_config)
+    return absolute_inputs(report.spec, report.base_dir), grace_s
+
+
 def _slurm(report: FileReport) -> str:
-    from fsdpspec_runners.local.rundir import run_dir_path
     from fsdpspec_runners.slurm import sbatch_script
 
-    assert report.spec is not None
-    spec = absolute_inputs(report.spec, report.base_dir)
-    return sbatch_script(spec, run_dir_path(spec))
+    return sbatch_script(*_scheduled(report))
 
 
 def _kubernetes(report: FileReport) -> str:
-    from fsdpspec_runners.kubernetes import manifest
+    from fsdpspec_runners.kubernetes import manifest, manifest_warnings
 
-    assert report.spec is not None
-    return manifest(absolute_inputs(report.spec, report.base_dir))
+    spec, grace_s = _scheduled(report)
+    for warning in manifest_warnings(spec):
+        click.echo(f"{report.file}: warning: {warning}", err=True)
+    return manifest(spec, grace_s)
 
 
 def _accelerate(report: FileReport) -> str:

@@ -105,7 +105,7 @@ def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
     from fsdpspec_runners.local.supervise import run_supervised
 
     try:
-        with run_lock(spec, run_dir):  # held until torchrun ends
+        with run_lock(spec, run_dir, node_rank):  # held until torchrun ends
             if node_rank:  # node 0 prepares the shared directory; the others join it
                 join_run_dir(spec, run_dir)
                 click.echo(f"joining {spec.metadata.name} in {run_dir}", err=True)
@@ -146,7 +146,10 @@ def _after_stop(run_dir: Path) -> str:
               help="This node's rank, when launching by hand on each node.")
 @click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
               help="Rendezvous endpoint (overrides launch.rdzv_endpoint).")
-def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint) -> None:
+@click.option("--rdzv-id", default=None, metavar="ID",
+              help="Rendezvous id shared by the nodes (default: metadata.name); a "
+                   "scheduler's job id keeps two runs of one job apart.")
+def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint, rdzv_id) -> None:
     """Validate FILE, then train it with torchrun on this machine.
 
     Errors are printed and nothing starts. The run directory (checkpoint.dir) gets
@@ -161,7 +164,8 @@ def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint) -> None:
                                f"{spec.resources.nodes}")
     click.echo(_plan_line(report), err=True)
     run_dir = run_dir_path(spec)
-    argv = build_torchrun_argv(spec, run_dir, node_rank=node_rank, launcher=LAUNCHER)
+    argv = build_torchrun_argv(spec, run_dir, node_rank=node_rank, rdzv_id=rdzv_id,
+                               launcher=LAUNCHER)
     env = launch_env(spec, os.environ, os.cpu_count())
     if dry_run:
         added = {k: v for k, v in env.items() if os.environ.get(k) != v}

@@ -69,7 +69,10 @@ class Resources(_Section):
     {name, memory_gib, bf16_tflops, …}."""
     host_memory_gib: FiniteFloat = Field(default=64.0, gt=0)
     """Host RAM per node in GiB; checked for CPU offload, weight loading and rank-0
-    full-state-dict gathers."""
+    full-state-dict gathers. Requested from Slurm (--mem) and Kubernetes (memory)."""
+    cpus_per_node: PositiveInt | None = None
+    """CPU cores per node requested from Slurm (--cpus-per-task) and Kubernetes (cpu);
+    null = 4 per GPU, or one per process on CPU."""
     memory_headroom: FiniteFloat = Field(default=0.10, ge=0, lt=1)
     """Fraction of device memory kept free when judging whether the job fits."""
 
@@ -326,14 +329,27 @@ class Slurm(_Section):
     account: str | None = Field(default=None, pattern=_SLURM_NAME)
     """Slurm account."""
     time: str = Field(default="04:00:00", pattern=r"^(\d+-)?\d{1,3}:\d{2}(:\d{2})?$")
-    """Wall-clock limit, [D-]HH:MM[:SS]."""
+    """Wall-clock limit as Slurm reads it: HH:MM:SS or D-HH:MM[:SS] (a bare MM:SS is
+    minutes and seconds). The job is warned (SIGUSR1) ahead of it, checkpoints and
+    requeues itself."""
+    exclusive: bool = False
+    """Whole nodes for the job (--exclusive)."""
+    setup: list[Annotated[str, Field(pattern=r"^[^\n\r]*$")]] = []
+    """Shell lines run before launching, verbatim (module load …, source venv/bin/activate).
+    They are shell code: write them as you would in the script."""
+    container: str | None = Field(default=None, pattern=r"^[^\s]+$")
+    """Container image for the job's tasks (pyxis: srun --container-image); the run root
+    is mounted at the same path."""
 
 
 class Kubernetes(_Section):
     namespace: str = "default"
     """Namespace of the PyTorchJob."""
     image: str | None = None
-    """Container image with fsdpspec[train] installed."""
+    """Container image with fsdpspec[train] installed (required to export)."""
+    volume: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """An existing PersistentVolumeClaim mounted at the run root (/workspace): the run
+    directory outlives the pods and every node shares it."""
 
 
 class Launch(_Section):
@@ -424,3 +440,8 @@ class JobSpec(_Section):
     def as_json_data(self) -> dict[str, Any]:
         """Plain JSON data with every default filled in (the resolved spec)."""
         return self.model_dump(mode="json")
+
+    def as_written(self) -> dict[str, Any]:
+        """Plain JSON data of the fields the document set, defaults left out: a spec
+        that validates as the original did (lint rules see only what was written)."""
+        return self.model_dump(mode="json", exclude_unset=True)

@@ -1,4 +1,6 @@
-"""Preemption: SIGTERM or SIGINT asks the loop to finish its step, checkpoint and exit 0.
+"""Preemption: SIGTERM, SIGINT or SIGUSR1 (Slurm's warning before a time limit, which
+srun delivers to every process of the step) asks the loop to finish its step,
+checkpoint and exit 0.
 
 The handler only records the request; the loop agrees on it across ranks once per step
 so every rank stops after the same step.
@@ -11,13 +13,13 @@ from types import FrameType
 
 
 class StopRequest:
-    """Set by SIGTERM / SIGINT; read once per step."""
+    """Set by SIGTERM / SIGINT / SIGUSR1; read once per step."""
 
     def __init__(self) -> None:
         self.signal_name: str | None = None
 
     def install(self) -> StopRequest:
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             signal.signal(signum, self._handle)
         return self
 

@@ -126,24 +126,8 @@ def _check_writable(run_dir: Path) -> Path:
     return base
 
 
-def checkpoint_bytes(spec: JobSpec, model_config: dict | None) -> int | None:
-    """Bytes of one sharded checkpoint, summed over ranks: fp32 parameters plus the
-    optimizer's fp32 states (the planner's counts). None when the model has no geometry."""
-    from fsdpspec.plan.geometry import GeometryError, geometry_from_config
-    from fsdpspec.plan.workload import workload
-    from fsdpspec.semantics import MASTER_BYTES
-
-    if model_config is None:
-        return None
-    try:
-        geometry = geometry_from_config(model_config)
-    except GeometryError:
-        return None
-    states = workload(spec, geometry).optimizer_states
-    return geometry.total_params * MASTER_BYTES * (1 + states)
-
-
 def _check_room(spec: JobSpec, model_config: dict | None, run_dir: Path, base: Path) -> None:
+    from fsdpspec.plan.checkpoint import checkpoint_bytes
     from fsdpspec.plan.memory import GIB
 
     needed = checkpoint_bytes(spec, model_config)

@@ -50,4 +50,8 @@ def run(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # Slurm's warning (SIGUSR1) reaches every process of a step, this one too: the
+    # workers checkpoint on it themselves, so torchrun must outlive it, not die of it.
+    # A handler, not SIG_IGN: the workers would inherit an ignored signal.
+    signal.signal(signal.SIGUSR1, lambda *_: None)
     raise SystemExit(run(sys.argv[1:]))

@@ -25,10 +25,12 @@ _INPUT_PATHS = (
 
 def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:
     """A copy of the spec whose input paths are absolute (they are relative to the spec
-    file's directory when written) and whose Hub ids are their cached snapshots."""
-    data = spec.as_json_data()
+    file's directory when written) and whose Hub ids are their cached snapshots. The
+    fields the file left out stay unset, so ``as_written()`` of the copy is still what
+    the file said."""
+    data = spec.as_written()
     for section, key in _INPUT_PATHS:
-        value = data[section][key]
+        value = data.get(section, {}).get(key)
         if value is not None:
             resolve = resolve_model_input if (section, key) in HUB_INPUTS else \
                 resolve_input_path

@@ -34,6 +34,11 @@ RESUMABLE_CHANGES = (
 )
 
 
+# Written by a scheduler before `fsdpspec run` starts (the job's log and its spec), so a
+# new run directory may already hold it.
+SCHEDULER_DIR = "slurm"
+
+
 class RunDirError(ValueError):
     """The run directory cannot be used for this job; the message is one line."""
 
@@ -92,6 +97,11 @@ def _check_same_job(spec: JobSpec, run_dir: Path, document: dict[str, Any]) -> N
                           "remove the old run")
 
 
+def _bookkeeping(path: Path) -> bool:
+    """Whether ``path`` is a lock or the scheduler's directory, not a run's output."""
+    return is_lock_file(path) or (path.name == SCHEDULER_DIR and path.is_dir())
+
+
 def prepare_run_dir(spec: JobSpec, run_dir: Path) -> bool:
     """Create (or check and reuse) the run directory and write resolved-spec.json.
 
@@ -105,7 +115,7 @@ def prepare_run_dir(spec: JobSpec, run_dir: Path) -> bool:
         if spec.checkpoint.resume == "never":
             raise RunDirError(f"{run_dir} already holds a run of {spec.metadata.name!r} and "
                               "checkpoint.resume is never: remove it, or use resume: auto")
-    elif run_dir.is_dir() and any(not is_lock_file(p) for p in run_dir.iterdir()):
+    elif run_dir.is_dir() and any(not _bookkeeping(p) for p in run_dir.iterdir()):
         raise RunDirError(f"{run_dir} exists and is not an fsdpspec run directory: "
                           "set checkpoint.dir to another directory")
     try:

@@ -6,8 +6,9 @@ run can say who holds it. The kernel drops an flock when its holder dies, so a l
 left behind by a killed run (its pid dead) is stale and simply taken over.
 
 A multi-node job starts one `fsdpspec run` per node on a shared run directory, so its
-lock is per host: one run of the directory per machine. On a filesystem without flock
-(Lustre mounted without ``-o flock``) the lock cannot be held and runs are not stopped.
+lock is per node rank: one run of each node of the directory (two node ranks may share a
+host). On a filesystem without flock (Lustre mounted without ``-o flock``) the lock
+cannot be held and runs are not stopped.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ def is_lock_file(path: Path) -> bool:
     return path.name.startswith(LOCK_PREFIX) and path.name.endswith(".lock")
 
 
-def lock_path(spec: JobSpec, run_dir: Path) -> Path:
-    """The lock file of ``run_dir``: one per directory, or one per host for multi-node."""
+def lock_path(spec: JobSpec, run_dir: Path, node_rank: int | None = None) -> Path:
+    """The lock file of ``run_dir``: one per directory, or one per node rank for
+    multi-node."""
     if spec.resources.nodes == 1:
         return run_dir / f"{LOCK_PREFIX}.lock"
-    return run_dir / f"{LOCK_PREFIX}.{socket.gethostname()}.lock"
+    return run_dir / f"{LOCK_PREFIX}.node{node_rank or 0}.lock"
 
 
 def _holder(fd: int) -> str:
@@ -87,14 +89,14 @@ def _missing_dirs(path: Path) -> list[Path]:
 
 
 @contextmanager
-def run_lock(spec: JobSpec, run_dir: Path) -> Iterator[None]:
+def run_lock(spec: JobSpec, run_dir: Path, node_rank: int | None = None) -> Iterator[None]:
     """Hold the run directory's lock (creating the directory) for the ``with`` body.
 
     On the way out the lock file goes, and so do the directories made for it when they
     are left empty (a run refused before it wrote anything leaves nothing behind).
     """
     created = _missing_dirs(run_dir)
-    path = lock_path(spec, run_dir)
+    path = lock_path(spec, run_dir, node_rank)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         fd = _lock_fd(path)

@@ -4,7 +4,10 @@ so the engine checkpoints and stops.
 torchrun answers SIGINT/SIGTERM by signalling its workers, waiting 30 s and then killing
 them, and exits with a traceback. So the first signal goes to the workers themselves
 (torchrun's children): each finishes its step, checkpoints and exits 0, and torchrun
-then ends normally. A second signal kills the whole process group.
+then ends normally. A second Ctrl-C kills the whole process group. A scheduler's
+signals (SIGTERM, Slurm's SIGUSR1 warning) are relayed once: Slurm sends SIGTERM to
+every process of a job, through srun as well, so repeats are the same request, and
+the scheduler kills what is left when its grace period ends.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from pathlib import Path
 from types import FrameType
 
 # SIGHUP (the terminal closed) stops the run like SIGTERM: without it the workers, in a
-# session of their own, would train on with nobody to stop them.
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# session of their own, would train on with nobody to stop them. SIGUSR1 is Slurm's
+# warning before a time limit. The engine hears SIGINT or SIGTERM.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+_AS_SIGTERM = (signal.SIGHUP, signal.SIGUSR1)
 
 
 def _children(pid: int) -> list[int]:
@@ -41,13 +46,14 @@ class _Forwarder:
 
     def __call__(self, signum: int, _frame: FrameType | None) -> None:
         if self.received is not None:
-            try:
-                os.killpg(self.child.pid, signal.SIGKILL)
-            except ProcessLookupError:  # the group ended between the two signals
-                pass
+            if signum == signal.SIGINT:  # a person pressing Ctrl-C again: stop now
+                try:
+                    os.killpg(self.child.pid, signal.SIGKILL)
+                except ProcessLookupError:  # the group ended between the two signals
+                    pass
             return
         self.received = signal.Signals(signum)
-        relayed = signal.SIGTERM if signum == signal.SIGHUP else signum
+        relayed = signal.SIGTERM if signum in _AS_SIGTERM else signum
         workers = _children(self.child.pid)
         for pid in workers or [self.child.pid]:
             try:

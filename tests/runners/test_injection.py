@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
-from sbatch_stub import recorded, run_sbatch
 
-from conftest import run_cli
+from conftest import recorded, run_cli, run_sbatch
 from fsdpspec.catalog.presets import preset_config
+from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.validate import check_file
-from fsdpspec_runners.torchrun import build_torchrun_argv
+from fsdpspec_runners.local.resolved import absolute_inputs
 
 
 def payload(markers: Path, tag: str) -> str:
@@ -110,18 +110,26 @@ def test_run_on_cpu(hostile, tmp_path: Path) -> None:
 
 
 def test_sbatch_script(hostile, tmp_path: Path) -> None:
+    """Every value reaches the job intact: the spec file the script writes is the spec.
+    (A line break cannot live in an #SBATCH line: such a run directory is refused.)"""
     path, _ = hostile
     script = tmp_path / "job.sbatch"
-    result = run_cli("export", "slurm", str(path), "-o", str(script), cwd=tmp_path)
+    refused = run_cli("export", "slurm", str(path), "-o", str(script), cwd=tmp_path)
+    assert refused.returncode == 1 and not script.exists()
+    assert refused.stderr.strip().splitlines()[-1].startswith(
+        "Error: checkpoint.dir holds a line break")
+    one_line = "runs/{name}/" + payload(tmp_path / "markers", "dir").replace("\n", " ")
+    overrides = ("--set", f"checkpoint.dir={json.dumps(one_line)}")
+    result = run_cli("export", "slurm", str(path), *overrides, "-o", str(script), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     ran = run_sbatch(script.read_text(), tmp_path)
     assert ran.returncode == 0, ran.stderr
-    report = check_file(path)
-    spec = report.spec
+    spec = check_file(path, list(overrides[1:])).spec
     assert spec is not None
-    run_dir = tmp_path / spec.run_dir()
-    srun = recorded(tmp_path / "srun.argv")
-    assert srun[3:] == build_torchrun_argv(spec, run_dir)  # every value arrived intact
+    spec_file = f"{spec.run_dir()}/slurm/job-4242.json"
+    assert recorded(tmp_path / "srun.argv")[4:] == ["fsdpspec", "run", spec_file]
+    written = JobSpec.model_validate(json.loads((tmp_path / spec_file).read_text()))
+    assert written == absolute_inputs(spec, path.parent)
     assert_no_markers(tmp_path)
 
 
@@ -141,15 +149,13 @@ def test_manifest(hostile, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     config_map, job = YAML(typ="safe").load_all(result.stdout)
     container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
-    assert container["command"][0] == "torchrun"  # an argv: no shell anywhere
+    # An argv of fixed words: every spec value travels in the ConfigMap, as data.
+    assert container["command"] == ["fsdpspec", "run", "/etc/fsdpspec/job.json"]
     assert container["image"] == spec["launch"]["kubernetes"]["image"]
-    # Kubernetes would expand $(VAR) in env values; it reads $$ as a literal $.
-    env_value = spec["launch"]["env"]["FSDPSPEC_TEST_VALUE"]
-    assert container["env"] == [{"name": "FSDPSPEC_TEST_VALUE",
-                                 "value": env_value.replace("$", "$$")}]
     assert job["metadata"]["labels"] == spec["metadata"]["labels"]
-    document = json.loads(config_map["data"]["resolved-spec.json"])
-    assert document["spec"]["metadata"]["description"] == spec["metadata"]["description"]
+    document = json.loads(config_map["data"]["job.json"])
+    assert document["metadata"]["description"] == spec["metadata"]["description"]
+    assert document["launch"]["env"] == spec["launch"]["env"]
     assert_no_markers(tmp_path)
 
 

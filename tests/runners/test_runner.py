@@ -1,28 +1,28 @@
 """Runner goldens: the torchrun argv (one node, several, CPU), the sbatch script (bash -n,
 then run against stub `srun` and `scontrol` that record their argv) and the PyTorchJob
-manifest. Regenerate the text goldens with FSDPSPEC_REGEN=1, then read them."""
+manifest. Regenerate the text goldens with FSDPSPEC_REGEN=1, then read them. The real
+Slurm runs are in tests/runners/test_slurm_cluster.py."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 from ruamel.yaml import YAML
-from sbatch_stub import recorded, run_sbatch
 
-from conftest import ROOT
+from conftest import ROOT, recorded, recorded_calls, run_sbatch, sbatch_env
 from fsdpspec.spec.names import kubernetes_name
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.errors import LaunchError
 from fsdpspec_runners.kubernetes import manifest, manifest_documents
-from fsdpspec_runners.local.resolved import resolved_document
 from fsdpspec_runners.slurm import sbatch_script
 from fsdpspec_runners.torchrun import build_torchrun_argv, launch_env
 
@@ -98,29 +98,35 @@ def test_gpu_env_has_no_thread_default() -> None:
 
 # ---- Slurm --------------------------------------------------------------------------------
 
+GRACE_S = 90
+
+
 def test_sbatch_golden() -> None:
-    check_golden("sbatch-multinode.sh", sbatch_script(MULTI, RUN_DIR))
-    check_golden("sbatch-single.sh", sbatch_script(SINGLE, RUN_DIR))
+    check_golden("sbatch-multinode.sh", sbatch_script(MULTI, GRACE_S))
+    check_golden("sbatch-single.sh", sbatch_script(SINGLE, GRACE_S))
 
 
 @pytest.mark.parametrize("spec", [MULTI, SINGLE, CPU], ids=["multi", "single", "cpu"])
 def test_sbatch_passes_bash_n(spec: JobSpec, tmp_path: Path) -> None:
     script = tmp_path / "job.sbatch"
-    script.write_text(sbatch_script(spec, RUN_DIR))
+    script.write_text(sbatch_script(spec, GRACE_S))
     result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
-def test_sbatch_runs_one_torchrun_per_node_on_the_head_node(tmp_path: Path) -> None:
-    run_dir = tmp_path / "runs" / "llama-sft"
-    result = run_sbatch(sbatch_script(MULTI, run_dir), tmp_path)
+def test_sbatch_runs_fsdpspec_run_on_every_node_with_the_head_node(tmp_path: Path) -> None:
+    result = run_sbatch(sbatch_script(MULTI, GRACE_S), tmp_path)
     assert result.returncode == 0, result.stderr
     assert recorded(tmp_path / "scontrol.argv") == ["show", "hostnames", "gpu-node-[07-10]"]
-    expected = build_torchrun_argv(MULTI, run_dir, rdzv_endpoint="gpu-node-07:29400")
+    spec_file = "runs/llama-sft/slurm/job-4242.json"
+    port = str(16384 + 4242 % 16384)
     assert recorded(tmp_path / "srun.argv") == [
-        "--nodes=4", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *expected]
-    written = json.loads((run_dir / "resolved-spec.json").read_text())
-    assert written == resolved_document(MULTI, run_dir)
+        "--nodes=4", "--ntasks-per-node=1", "--cpus-per-task=32", "--kill-on-bad-exit=1",
+        "bash", "-c", 'exec "$@" --node-rank "$SLURM_NODEID"', "fsdpspec-node",
+        "fsdpspec", "run", spec_file, "--nnodes", "4",
+        "--rdzv-endpoint", f"gpu-node-07:{port}", "--rdzv-id", "4242"]
+    written = json.loads((tmp_path / spec_file).read_text())
+    assert JobSpec.model_validate(written) == MULTI
 
 
 def test_schema_refuses_a_partition_that_would_break_out() -> None:
@@ -131,68 +137,45 @@ def test_schema_refuses_a_partition_that_would_break_out() -> None:
 # ---- Kubernetes ---------------------------------------------------------------------------
 
 def test_manifest_golden() -> None:
-    check_golden("pytorchjob-multinode.yaml", manifest(MULTI))
+    check_golden("pytorchjob-multinode.yaml", manifest(MULTI, GRACE_S))
 
 
 def test_manifest_follows_the_training_operator_rules() -> None:
-    config_map, job_doc = YAML(typ="safe").load_all(manifest(MULTI))
+    config_map, job_doc = YAML(typ="safe").load_all(manifest(MULTI, GRACE_S))
     assert job_doc["apiVersion"] == "kubeflow.org/v1" and job_doc["kind"] == "PyTorchJob"
     assert job_doc["metadata"] == {"name": "llama-sft", "namespace": "training",
                                    "labels": {"team": "nlp"}}
     assert job_doc["spec"]["nprocPerNode"] == "8"
+    assert job_doc["spec"]["runPolicy"] == {"backoffLimit": 2}
     replicas = job_doc["spec"]["pytorchReplicaSpecs"]
     assert set(replicas) == {"Master", "Worker"}
     assert replicas["Master"]["replicas"] == 1 and replicas["Worker"]["replicas"] == 3
     for replica in replicas.values():
         pod = replica["template"]["spec"]
+        assert pod["terminationGracePeriodSeconds"] == GRACE_S
         (container,) = pod["containers"]
         assert container["name"] == "pytorch"
         assert container["image"] == "ghcr.io/acme/fsdp:1"
-        assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
-        assert container["command"][:7] == [
-            "torchrun", "--nnodes", "4", "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", "$(MASTER_ADDR):$(MASTER_PORT)"]
-        assert container["command"][-4:] == [
-            "-m", "fsdpspec_runners.engine", "--spec", "/etc/fsdpspec/resolved-spec.json"]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
+        assert container["command"] == [
+            "fsdpspec", "run", "/etc/fsdpspec/job.json", "--nnodes", "4",
+            "--node-rank", "$(RANK)", "--rdzv-endpoint",
+            "$(MASTER_ADDR):$(MASTER_PORT)", "--rdzv-id", "llama-sft"]
         assert pod["volumes"][0]["configMap"]["name"] == config_map["metadata"]["name"]
-    spec_json = json.loads(config_map["data"]["resolved-spec.json"])
-    assert spec_json["run_dir"] == "/workspace/runs/llama-sft"
-    assert JobSpec.model_validate(spec_json["spec"]) == MULTI
+    assert JobSpec.model_validate(json.loads(config_map["data"]["job.json"])) == MULTI
 
 
 def test_single_node_manifest_has_only_a_master() -> None:
-    _, job_doc = manifest_documents(SINGLE.model_copy(update={"launch": MULTI.launch}))
+    _, job_doc = manifest_documents(SINGLE.model_copy(update={"launch": MULTI.launch}), GRACE_S)
     assert list(job_doc["spec"]["pytorchReplicaSpecs"]) == ["Master"]
-
-
-def kubelet_expand(text: str, env: dict[str, str]) -> str:
-    """Kubernetes' expansion of command and env values: $$ is a literal $, $(VAR) is the
-    variable when it is defined (and left as written when not)."""
-    def one(match: re.Match) -> str:
-        token = match.group(0)
-        if token == "$$":
-            return "$"
-        return env.get(match.group(1), token)
-    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", one, text)
-
-
-def test_manifest_values_survive_kubernetes_expansion() -> None:
-    tricky = "$(HOME) $$(HOME) $x $"
-    spec = MULTI.model_copy(update={"launch": MULTI.launch.model_copy(
-        update={"env": {"TRICKY": tricky}})})
-    _, job_doc = manifest_documents(spec)
-    container = job_doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"][
-        "containers"][0]
-    env = {"HOME": "/root", "MASTER_ADDR": "master-0", "MASTER_PORT": "23456"}
-    values = {e["name"]: kubelet_expand(e["value"], env) for e in container["env"]}
-    assert values["TRICKY"] == tricky
-    command = [kubelet_expand(word, env) for word in container["command"]]
-    assert command[5:7] == ["--rdzv-endpoint", "master-0:23456"]  # the one meant reference
+    (container,) = job_doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"][
+        "containers"]
+    assert container["command"] == ["fsdpspec", "run", "/etc/fsdpspec/job.json"]
 
 
 def test_manifest_needs_an_image() -> None:
     with pytest.raises(LaunchError, match="launch.kubernetes.image"):
-        manifest(SINGLE)
+        manifest(SINGLE, GRACE_S)
 
 
 @pytest.mark.parametrize(("name", "expected"), [
@@ -203,3 +186,45 @@ def test_kubernetes_names(name: str, expected: str) -> None:
 
 def test_bash_is_available() -> None:
     assert shutil.which("bash"), "the sbatch tests need bash"
+
+
+def test_the_warning_is_relayed_and_the_job_requeued(tmp_path: Path) -> None:
+    """Slurm's SIGUSR1 to the batch shell: the trap relays it to srun (which stops, as
+    `fsdpspec run` does, with 128 + SIGUSR1), then requeues the job."""
+    script = tmp_path / "job.sbatch"
+    script.write_text(sbatch_script(CPU, GRACE_S))
+    srun_body = ("trap 'kill $nap; exit 138' USR1\n"
+                 "sleep 30 >/dev/null 2>&1 & nap=$!\n"
+                 f"touch {tmp_path}/srun.started\n"
+                 "wait $nap\n")
+    shell = subprocess.Popen(["bash", str(script)], cwd=tmp_path, text=True,
+                             env=sbatch_env(tmp_path, srun_body), stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "srun.started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    shell.send_signal(signal.SIGUSR1)
+    _, stderr = shell.communicate(timeout=20)
+    assert shell.returncode == 138, stderr
+    assert recorded_calls(tmp_path / "scontrol.argv") == [["requeue", "4242"]]
+    assert "requeueing" in stderr
+
+
+def test_a_stop_by_scancel_is_not_requeued(tmp_path: Path) -> None:
+    """SIGTERM (scancel, requeue, the time limit) reaches every process from Slurm; the
+    shell waits for its child's checkpoint and requeues nothing itself."""
+    script = tmp_path / "job.sbatch"
+    script.write_text(sbatch_script(CPU, GRACE_S))
+    srun_body = (f"touch {tmp_path}/srun.started\n"
+                 f"while [ ! -e {tmp_path}/stop ]; do sleep 0.05; done\nexit 143\n")
+    shell = subprocess.Popen(["bash", str(script)], cwd=tmp_path, text=True,
+                             env=sbatch_env(tmp_path, srun_body), stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "srun.started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    shell.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert shell.poll() is None  # still waiting for its child
+    (tmp_path / "stop").touch()
+    _, stderr = shell.communicate(timeout=20)
+    assert shell.returncode == 143, stderr
+    assert not (tmp_path / "scontrol.argv").exists()
