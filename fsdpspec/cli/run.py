@@ -71,6 +71,7 @@ def _dry_run(argv: list[str], env_added: dict[str, str], spec: JobSpec, run_dir:
 
 def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
            node_rank: int | None) -> int:
+    from fsdpspec_runners.local.events import append_event
     from fsdpspec_runners.local.runlock import RunLockError, run_lock
     from fsdpspec_runners.local.supervise import run_supervised
 
@@ -83,7 +84,11 @@ def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
                 resumed = prepare_run_dir(spec, run_dir)
                 click.echo(f"{'resuming' if resumed else 'starting'} {spec.metadata.name} in "
                            f"{run_dir}", err=True)
-            code, stopped_by = run_supervised(argv, env)
+            title = spec.metadata.name if sys.stdout.isatty() else None
+            code, stopped_by = run_supervised(argv, env, progress_title=title)
+            if not node_rank:
+                append_event(run_dir, "exit", code=code,
+                             signal=stopped_by.name if stopped_by else None)
     except (RunDirError, RunLockError) as exc:
         raise click.ClickException(str(exc)) from None
     if stopped_by is None:

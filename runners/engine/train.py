@@ -38,6 +38,7 @@ from fsdpspec_runners.engine.wrap import (
     shard_fsdp2,
     wrap_fsdp1,
 )
+from fsdpspec_runners.local.events import append_event
 from fsdpspec_runners.local.resolved import read_resolved_spec
 
 
@@ -106,6 +107,8 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
         full = spec.fsdp.state_dict_type == "FULL_STATE_DICT"
         load_checkpoint(state, resume_from, runtime, full_state_dict=full)
         console(runtime, f"resumed from {resume_from} (step {state.step})")
+    sink = MetricsSink(spec, run_dir, runtime.is_main, resumed_step=state.step)
+    sink.started(state.step, runtime.world_size, resume_from)
     return Trainer(
         spec=spec,
         runtime=runtime,
@@ -113,7 +116,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
         state=state,
         scaler=build_grad_scaler(spec, runtime.device),
         stop=StopRequest().install(),
-        sink=MetricsSink(spec, run_dir, runtime.is_main, resumed_step=state.step),
+        sink=sink,
         flops_per_token=flops_per_token(
             count_parameters(model, geometry), geometry, spec.data.seq_len),
         peak_flops=peak_tflops(spec) * 1e12,
@@ -136,24 +139,26 @@ def _read_spec(path: Path) -> tuple[JobSpec, Path]:
     return spec, run_dir
 
 
-def _report(runtime: Runtime | None, exc: BaseException) -> None:
+def _report(runtime: Runtime | None, exc: BaseException) -> str:
     """One line per failure: from rank 0, and from the first rank of every other node (a
-    node-local path missing on node 2 must not fail in silence)."""
-    if runtime is not None and runtime.local_rank != 0:
-        return
+    node-local path missing on node 2 must not fail in silence). Returns the message."""
     message = str(exc)
     if isinstance(exc, torch.OutOfMemoryError):
         message = (f"out of device memory: {first_line(exc)}; lower data.micro_batch_size, "
                    "or turn on fsdp.activation_checkpointing or fsdp.cpu_offload "
                    "(`fsdpspec plan` shows the terms)")
+    if runtime is not None and runtime.local_rank != 0:
+        return message
     prefix = "" if runtime is None or runtime.is_main else f"rank {runtime.rank}: "
     print(f"fsdpspec engine: error: {prefix}{message}", file=sys.stderr, flush=True)
+    return message
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one training job; returns the process exit status."""
     args = _parse_args(argv)
     runtime: Runtime | None = None
+    run_dir: Path | None = None
     clean = False
     try:
         spec, run_dir = _read_spec(args.spec)
@@ -166,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         clean = True
         return 0
     except (EngineError, torch.OutOfMemoryError) as exc:
-        _report(runtime, exc)
+        message = _report(runtime, exc)
+        if run_dir is not None and runtime is not None and runtime.is_main:
+            append_event(run_dir, "end", outcome="failed", message=message)
         return 1
     except KeyboardInterrupt:  # Ctrl-C before the stop handler is installed: nothing to save
         if runtime is None or runtime.is_main:
