@@ -49,6 +49,8 @@ class Wandb:
         self._run = wandb.init(
             project=settings.project, name=settings.name or spec.metadata.name,
             mode=settings.mode, dir=str(run_dir), config=spec.as_json_data(),
+            # The console is fsdpspec's (progress records included); W&B gets the metrics.
+            settings=wandb.Settings(console="off"),
         )
 
     def log(self, scalars: dict[str, float], step: int) -> None:
