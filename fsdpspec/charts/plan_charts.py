@@ -9,7 +9,7 @@ from typing import Any
 
 from fsdpspec.charts import page
 from fsdpspec.charts.figures import PALETTE, figure, mark_data, png_bytes, svg_text
-from fsdpspec.charts.specfacts import spec_facts
+from fsdpspec.charts.specfacts import parameter_count, spec_facts
 from fsdpspec.plan.memory import GIB
 from fsdpspec.plan.planner import Plan
 from fsdpspec.plan.scaling import curve_counts, peak_by_gpu_count
@@ -94,7 +94,7 @@ def _header(plan: Plan) -> list[tuple[str, str]]:
     verdict = "fits" if plan.fits else "does not fit"
     return [
         *spec_facts(plan.spec),
-        ("parameters", f"{plan.parameters / 1e9:.3g} B"),
+        ("parameters", parameter_count(plan.parameters)),
         ("planned for", f"{plan.workload.world_size} × {plan.accelerator.name} "
                         f"(shard group {plan.workload.shard_size})"),
         ("peak per device", f"{plan.device.total / GIB:.2f} of {plan.capacity / GIB:.2f} GiB "

@@ -10,7 +10,7 @@ from fsdpspec.catalog.modelconfig import ModelConfigError, model_config
 from fsdpspec.charts import page
 from fsdpspec.charts.figures import PALETTE, figure, mark_data, svg_text
 from fsdpspec.charts.rundata import RunData
-from fsdpspec.charts.specfacts import spec_facts
+from fsdpspec.charts.specfacts import parameter_count, spec_facts
 from fsdpspec.plan.geometry import GeometryError
 from fsdpspec.plan.memory import GIB
 from fsdpspec.plan.planner import Plan, plan_job
@@ -81,7 +81,8 @@ def memory_pairs(run: RunData, plan: Plan | None) -> list[tuple[str, float | Non
             ("peak reserved", plan and plan.device.peak_reserved / GIB,
              _measured(run, "peak_mem_reserved_gib")),
         ]
-    return [("peak per process", plan and plan.device.total / GIB, _measured(run, "peak_rss_gib"))]
+    return [("per process\n(measured: whole\nresident set)", plan and plan.device.total / GIB,
+             _measured(run, "peak_rss_gib"))]
 
 
 def memory_figure(pairs: list[tuple[str, float | None, float | None]],
@@ -118,11 +119,11 @@ def _header(run: RunData, plan: Plan | None) -> str:
     checkpoint = run.last_checkpoint
     pairs = [
         *spec_facts(run.spec),
-        ("parameters", f"{plan.parameters / 1e9:.3g} B" if plan else "not counted"),
+        ("parameters", parameter_count(plan.parameters) if plan else "not counted"),
         ("steps", f"{run.last_step} of {run.spec.train.max_steps}"),
         ("resumed at", ", ".join(map(str, run.resumes)) or "never"),
         ("last checkpoint", f"step {checkpoint['step']}" if checkpoint else "none"),
-        ("run directory", str(run.run_dir)),
+        ("run directory", str(run.run_dir.resolve())),
     ]
     badge = f'<span class="status {_BADGE[status.state]}">{escape(status.state)}</span>'
     return (f"<h1>Run: {escape(run.spec.metadata.name)}</h1>"

@@ -11,6 +11,14 @@ def model_label(spec: JobSpec) -> str:
     return model.preset or model.hf_config or model.factory or "model"
 
 
+def parameter_count(count: int) -> str:
+    """A parameter count the way papers write it: 8.03 B, 124 M, 115 k."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return str(count)
+
+
 def spec_facts(spec: JobSpec) -> list[tuple[str, str]]:
     """(label, value) pairs, in reading order."""
     precision = spec.fsdp.mixed_precision

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import ROOT, run_cli
+import pytest
 
-SCREENSHOTS = ROOT / "tests" / "charts" / "screenshots"
+from conftest import run_cli
 
+# A real 2-process training run (the trained_run fixture, ~40 s on 2 cores).
+pytestmark = pytest.mark.slow
 
 def test_report_of_a_resumed_run_draws_every_chart_offline(
         trained_run: dict, view_page, tmp_path: Path) -> None:

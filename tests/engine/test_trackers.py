@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# A real 2-process training run (the trained_run fixture, ~40 s on 2 cores).
+pytestmark = pytest.mark.slow
+
 
 def wandb_history(path: Path) -> list[dict]:
     """The history rows of an offline .wandb file: a LevelDB-style log (32 KiB blocks of

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+# A real 2-process training run (the trained_run fixture, ~40 s on 2 cores).
+pytestmark = pytest.mark.slow
+
 ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
