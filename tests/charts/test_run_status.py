@@ -3,6 +3,8 @@ its events.jsonl, written by real runs."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,15 @@ def test_not_a_run_directory_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr == f"Error: {tmp_path}: not a run directory (no resolved-spec.json)\n"
     assert not (tmp_path / "r.html").exists()
+
+
+def test_the_report_reads_files_and_never_loads_torch(trained_run: dict, tmp_path: Path) -> None:
+    code = ("import sys\nfrom fsdpspec.cli.main import cli\n"
+            f"try:\n    cli(['report', {str(trained_run['run_dir'])!r}, '-o', "
+            f"{str(tmp_path / 'r.html')!r}])\n"
+            "except SystemExit as exit:\n    assert not exit.code\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'transformers')), file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.stderr.strip().splitlines()[-1] == "[]", result.stderr
