@@ -114,8 +114,10 @@ def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint) -> None:
     """Validate FILE, then train it with torchrun on this machine.
 
     Errors are printed and nothing starts. The run directory (checkpoint.dir) gets
-    resolved-spec.json, metrics.jsonl, checkpoints/ and final/. Ctrl-C checkpoints and
-    stops; running again resumes.
+    resolved-spec.json, metrics.jsonl, events.jsonl (starts, resumes, checkpoints, how
+    each launch ended), checkpoints/ and final/. On a terminal a live progress bar shows
+    the training; otherwise plain log lines. Ctrl-C checkpoints and stops; running again
+    resumes. `fsdpspec report RUN_DIR` draws the run.
     """
     from fsdpspec_runners.torchrun import build_torchrun_argv, launch_env
 

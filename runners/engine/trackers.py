@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.engine.errors import EngineError
+from fsdpspec_runners.engine.errors import EngineError, first_line
 
 
 class Tracker(Protocol):
@@ -94,12 +94,21 @@ class Mlflow:
 
 
 def open_trackers(spec: JobSpec, run_dir: Path) -> list[Tracker]:
-    """The trackers the spec turns on."""
+    """The trackers the spec turns on. One that cannot start (a server that does not
+    answer, a bad URI) fails the run with one line, whatever its library raised."""
+    wanted = [
+        ("logging.tensorboard", spec.logging.tensorboard, lambda: TensorBoard(run_dir)),
+        ("logging.wandb", spec.logging.wandb is not None, lambda: Wandb(spec, run_dir)),
+        ("logging.mlflow", spec.logging.mlflow is not None, lambda: Mlflow(spec, run_dir)),
+    ]
     trackers: list[Tracker] = []
-    if spec.logging.tensorboard:
-        trackers.append(TensorBoard(run_dir))
-    if spec.logging.wandb is not None:
-        trackers.append(Wandb(spec, run_dir))
-    if spec.logging.mlflow is not None:
-        trackers.append(Mlflow(spec, run_dir))
+    for field, on, start in wanted:
+        if not on:
+            continue
+        try:
+            trackers.append(start())
+        except EngineError:
+            raise
+        except Exception as exc:  # each library raises its own types
+            raise EngineError(f"{field}: cannot start: {first_line(exc)}") from None
     return trackers

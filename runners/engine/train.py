@@ -17,7 +17,14 @@ from pydantic import ValidationError
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.checkpoint import TrainState, find_resume_checkpoint, load_checkpoint
 from fsdpspec_runners.engine.data import Batches, SequenceSource
-from fsdpspec_runners.engine.dist import Runtime, build_mesh, console, init_runtime, teardown
+from fsdpspec_runners.engine.dist import (
+    Runtime,
+    all_reduce_sum,
+    build_mesh,
+    console,
+    init_runtime,
+    teardown,
+)
 from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.loop import Trainer, train
 from fsdpspec_runners.engine.metrics import (
@@ -91,6 +98,22 @@ def _prepare_layers(model: torch.nn.Module, spec: JobSpec) -> list[torch.nn.Modu
     return layers
 
 
+def _open_sink(spec: JobSpec, run_dir: Path, runtime: Runtime, step: int) -> MetricsSink:
+    """Rank 0 opens the run's outputs (trackers may fail to start); every rank learns
+    whether it could, so none is left waiting in a collective for a rank that stopped."""
+    failure = None
+    try:
+        sink = MetricsSink(spec, run_dir, runtime.is_main, resumed_step=step)
+    except EngineError as exc:
+        failure = exc
+    (failed,) = all_reduce_sum([float(failure is not None)], runtime.device)
+    if failure is not None:
+        raise failure
+    if failed:
+        raise EngineError("rank 0 could not open the run's outputs")
+    return sink
+
+
 def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     """Model, optimizer, schedule, data, and the state resumed from a checkpoint."""
     geometry = model_geometry(spec)
@@ -107,7 +130,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
         full = spec.fsdp.state_dict_type == "FULL_STATE_DICT"
         load_checkpoint(state, resume_from, runtime, full_state_dict=full)
         console(runtime, f"resumed from {resume_from} (step {state.step})")
-    sink = MetricsSink(spec, run_dir, runtime.is_main, resumed_step=state.step)
+    sink = _open_sink(spec, run_dir, runtime, state.step)
     sink.started(state.step, runtime.world_size, resume_from)
     return Trainer(
         spec=spec,

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import QUICKSTART, run_cli
+
 # A real 2-process training run (the trained_run fixture, ~40 s on 2 cores).
 pytestmark = pytest.mark.slow
 
@@ -65,3 +67,14 @@ def test_mlflow_file_store_holds_every_logged_step(trained_run: dict) -> None:
     assert [m.step for m in history] == [1, 4, 6]
     by_step = {r["step"]: r["loss"] for r in _metrics(trained_run["run_dir"])}
     assert all(m.value == pytest.approx(by_step[m.step]) for m in history)
+
+
+def test_a_tracker_that_cannot_start_fails_the_run_in_one_line(tmp_path: Path) -> None:
+    result = run_cli("run", str(QUICKSTART), "--set", "train.max_steps=6",
+                     "--set", "logging.mlflow.tracking_uri=bogus://nowhere",
+                     cwd=tmp_path, timeout=300)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith(
+        "fsdpspec engine: error: logging.mlflow: cannot start: "), result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
