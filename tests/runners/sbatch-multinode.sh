@@ -18,7 +18,7 @@ export NCCL_DEBUG=INFO
 mkdir -p -- /scratch/runs/llama-sft
 printf '%s\n' '{
   "fsdpspec_version": "0.1.0",
-  "content_hash": "a94c52ab99c681d976bdfa98ee9025640e9ea2ac64add5e13b39551aab400e47",
+  "content_hash": "8bfa53a422db85e25575ea90a01b05454d9d78bce03976f2098769d7bbacdfb2",
   "run_dir": "/scratch/runs/llama-sft",
   "spec": {
     "apiVersion": "fsdpspec/v1",
@@ -115,7 +115,9 @@ printf '%s\n' '{
     "logging": {
       "interval_steps": 10,
       "jsonl": true,
-      "tensorboard": false
+      "tensorboard": false,
+      "wandb": null,
+      "mlflow": null
     },
     "launch": {
       "backend": "auto",

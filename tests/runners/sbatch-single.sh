@@ -15,7 +15,7 @@ export NCCL_DEBUG=WARN
 mkdir -p -- /scratch/runs/llama-sft
 printf '%s\n' '{
   "fsdpspec_version": "0.1.0",
-  "content_hash": "3f28770664f8d60077cf24a89692f0ea4b42191323bbd901b1fdf2f7bd141a2e",
+  "content_hash": "7e4da62018f70f0f4efcda53ab1e318bab6a6af5ae7304cc6e61998c23873224",
   "run_dir": "/scratch/runs/llama-sft",
   "spec": {
     "apiVersion": "fsdpspec/v1",
@@ -110,7 +110,9 @@ printf '%s\n' '{
     "logging": {
       "interval_steps": 10,
       "jsonl": true,
-      "tensorboard": false
+      "tensorboard": false,
+      "wandb": null,
+      "mlflow": null
     },
     "launch": {
       "backend": "auto",
