@@ -67,3 +67,137 @@ def recorded(path: Path) -> list[str]:
 def recorded_calls(path: Path) -> list[list[str]]:
     """Every call's argv a stub recorded, in order."""
     return [call.split("\0") for call in path.read_text().split("\0\n")[:-1]]
+
+
+# Debian's Chromium, installed by .ci/run with apt; playwright only drives it.
+CHROMIUM = Path("/usr/lib/chromium/chromium")
+# No traffic of the browser's own (updates, safe browsing, metrics) beside the page's.
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-default-apps", "--disable-sync",
+    "--disable-domain-reliability", "--disable-client-side-phishing-detection",
+    "--no-first-run", "--metrics-recording-only",
+]
+# Per chart: how many data groups it drew and how many points they hold (coordinate
+# pairs of their paths plus placed markers).
+_CHART_DATA_JS = """() => [...document.querySelectorAll('figure.chart')].map(f => {
+  const groups = [...f.querySelectorAll('g[id^="data-"]')];
+  let points = 0;
+  for (const g of groups) {
+    for (const p of g.querySelectorAll('path')) {
+      points += ((p.getAttribute('d') || '').match(/-?\\d+(\\.\\d+)?/g) || []).length / 2;
+    }
+    points += g.querySelectorAll('use').length;
+  }
+  const box = f.querySelector('svg').getBoundingClientRect();
+  return {name: f.dataset.chart, groups: groups.length, points, width: box.width,
+          height: box.height, ids: groups.map(g => g.id)};
+})"""
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium (the system's, through playwright)."""
+    from playwright.sync_api import sync_playwright
+
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (.ci/run does)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def view_page(browser):
+    """Open an HTML file, screenshot it, and return (charts' data, requests that tried to
+    leave the page, the page's text). Every request other than the file itself is
+    recorded and refused."""
+
+    def view(html: Path, screenshot: Path) -> tuple[list[dict], list[str], str]:
+        url = html.resolve().as_uri()
+        outside: list[str] = []
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.on("request", lambda r: None if r.url == url else outside.append(r.url))
+
+        def guard(route):
+            if route.request.url == url:
+                route.continue_()
+            else:
+                route.abort()
+
+        page.route("**/*", guard)
+        try:
+            page.goto(url, wait_until="load")
+            page.screenshot(path=str(screenshot), full_page=True)
+            return page.evaluate(_CHART_DATA_JS), outside, page.inner_text("body")
+        finally:
+            page.close()
+
+    return view
+
+
+def run_in_terminal(argv: list[str], cwd: Path, timeout: float,
+                    env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run ``argv`` on a pseudo-terminal of 160 columns, as a user at a terminal would;
+    returns (exit code, everything it wrote)."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    process = subprocess.Popen(argv, cwd=cwd, stdin=slave, stdout=slave, stderr=slave,
+                               env={**os.environ, **(env or {}), "TERM": "xterm-256color"})
+    os.close(slave)
+    output = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([master], [], [], 1.0)[0]:
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every holder of the terminal has closed it
+                break
+            if not chunk:
+                break
+            output += chunk
+    finally:
+        os.close(master)
+        if process.poll() is None:
+            process.kill()
+    return process.wait(timeout=30), output.decode("utf-8", "replace")
+
+
+# The quickstart, shortened: logged every 4 steps (so the last step, 6 then 12, is
+# logged only because it is the last), checkpointed every 3.
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+SHORT_RUN = ("--set", "logging.interval_steps=4", "--set", "checkpoint.interval_steps=3")
+TRACKERS = ("--set", "logging.wandb.project=fsdpspec-test", "--set", "logging.wandb.mode=offline",
+            "--set", "logging.mlflow.experiment=fsdpspec-test")
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory) -> dict:
+    """A real 2-process CPU run of the quickstart in two launches: 6 steps on a terminal
+    with the W&B (offline) and MLflow (file store) trackers, then resumed without a
+    terminal to 12 steps. Returns the run directory and both launches' output."""
+    cwd = tmp_path_factory.mktemp("trained")
+    # wandb keeps its settings and cache out of $HOME
+    wandb_env = {"WANDB_CONFIG_DIR": str(cwd / ".wandb-config"),
+                 "WANDB_CACHE_DIR": str(cwd / ".wandb-cache"), "WANDB_SILENT": "true"}
+    first = [sys.executable, "-m", "fsdpspec", "run", str(QUICKSTART), *SHORT_RUN, *TRACKERS,
+             "--set", "train.max_steps=6"]
+    code, terminal = run_in_terminal(first, cwd, timeout=300, env=wandb_env)
+    assert code == 0, terminal
+    second = subprocess.run(
+        [sys.executable, "-m", "fsdpspec", "run", str(QUICKSTART), *SHORT_RUN,
+         "--set", "train.max_steps=12"],
+        cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    return {"run_dir": cwd / "runs" / "quickstart", "terminal": terminal,
+            "plain": second.stdout + second.stderr}

@@ -15,6 +15,7 @@ COMMANDS: dict[str, str] = {
     "plan": "plan",
     "schema": "schema",
     "run": "run",
+    "report": "report",
     "show": "show",
     "export": "export",
     "import": "import_accelerate",

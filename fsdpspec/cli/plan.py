@@ -70,6 +70,24 @@ def _trace_text(trace: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write_picture(plan: Plan, kind: str, target: Path) -> None:
+    """Draw the plan (matplotlib, imported only here) and write it atomically."""
+    from fsdpspec.charts.figures import ChartsUnavailable
+    from fsdpspec.charts.output import write_atomically
+
+    try:
+        from fsdpspec.charts.plan_charts import device_memory_image, plan_html
+
+        data = (plan_html(plan).encode() if kind == "html"
+                else device_memory_image(plan, kind))
+        write_atomically(target, data)
+    except ChartsUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {target}: {exc.strerror or exc}") from None
+    click.echo(f"wrote {target}", err=True)
+
+
 @click.command("plan")
 @click.argument("file", metavar="FILE")
 @click.option("--gpus", type=click.IntRange(min=1), default=None,
@@ -81,15 +99,29 @@ def _trace_text(trace: dict) -> str:
               default="text", help="Output format.")
 @click.option("--trace", is_flag=True,
               help="Also run the model on fake tensors (needs torch) and compare.")
-def command(file, gpus, accelerator, overrides, output_format, trace) -> None:
+@click.option("--html", "picture", flag_value="html", default=None,
+              help="Also write the charts and suggestions as one self-contained HTML page.")
+@click.option("--svg", "picture", flag_value="svg",
+              help="Also write the device memory chart as SVG.")
+@click.option("--png", "picture", flag_value="png",
+              help="Also write the device memory chart as PNG.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Where --html/--svg/--png write (default plan.html/.svg/.png).")
+def command(file, gpus, accelerator, overrides, output_format, trace, picture,
+            output) -> None:
     """Predict per-GPU and host memory of a job spec, term by term.
 
     Exit 0 when the job fits, 1 when it does not (or the spec has errors), 2 on usage
-    errors. JSON keys are stable: see docs/memory.md.
+    errors. JSON keys are stable: see docs/memory.md. The pictures need matplotlib
+    (pip install 'fsdpspec[report]').
     """
+    if output is not None and picture is None:
+        raise click.UsageError("-o/--output needs --html, --svg or --png")
     report = _load(file, overrides)
     plan = plan_job(report.spec, report.model_config, world_size=gpus, accelerator=accelerator,
                     geometry=_geometry(report.model_config))
+    if picture is not None:
+        _write_picture(plan, picture, Path(output or f"plan.{picture}"))
     traced = _trace(plan, report.model_config, report.base_dir) if trace else None
     if output_format == "json":
         data = plan_json(plan) | ({"trace": traced} if traced else {})

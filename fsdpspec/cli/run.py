@@ -101,6 +101,7 @@ def _dry_run(argv: list[str], env_added: dict[str, str], spec: JobSpec, run_dir:
 
 def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
            node_rank: int | None) -> int:
+    from fsdpspec_runners.local.events import append_event
     from fsdpspec_runners.local.runlock import RunLockError, run_lock
     from fsdpspec_runners.local.supervise import run_supervised
 
@@ -113,7 +114,11 @@ def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
                 resumed = prepare_run_dir(spec, run_dir)
                 click.echo(f"{'resuming' if resumed else 'starting'} {spec.metadata.name} in "
                            f"{run_dir}", err=True)
-            code, stopped_by = run_supervised(argv, env)
+            title = spec.metadata.name if sys.stdout.isatty() else None
+            code, stopped_by = run_supervised(argv, env, progress_title=title)
+            if not node_rank:
+                append_event(run_dir, "exit", code=code,
+                             signal=stopped_by.name if stopped_by else None)
     except (RunDirError, RunLockError) as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:  # Ctrl-C before the supervisor took over the signals
@@ -153,8 +158,10 @@ def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint, rdzv_id)
     """Validate FILE, then train it with torchrun on this machine.
 
     Errors are printed and nothing starts. The run directory (checkpoint.dir) gets
-    resolved-spec.json, metrics.jsonl, checkpoints/ and final/. Ctrl-C checkpoints and
-    stops; running again resumes.
+    resolved-spec.json, metrics.jsonl, events.jsonl (starts, resumes, checkpoints, how
+    each launch ended), checkpoints/ and final/. On a terminal a live progress bar shows
+    the training; otherwise plain log lines. Ctrl-C checkpoints and stops; running again
+    resumes. `fsdpspec report RUN_DIR` draws the run.
     """
     from fsdpspec_runners.torchrun import build_torchrun_argv, launch_env
 

@@ -307,6 +307,23 @@ class Checkpoint(_Section):
     """Full-weights export at the end of training."""
 
 
+class Wandb(_Section):
+    project: str = Field(min_length=1)
+    """W&B project."""
+    name: str | None = None
+    """Run name (default: metadata.name)."""
+    mode: Literal["online", "offline", "disabled"] = "online"
+    """offline writes run_dir/wandb only (no network; `wandb sync` uploads it later)."""
+
+
+class Mlflow(_Section):
+    tracking_uri: str | None = None
+    """Tracking server or store, e.g. http://host:5000, sqlite:///mlflow.db or
+    file:/path/mlruns (default: the file store run_dir/mlruns)."""
+    experiment: str | None = None
+    """Experiment name (default: metadata.name)."""
+
+
 class Logging(_Section):
     interval_steps: PositiveInt = 10
     """Log every this many steps."""
@@ -314,6 +331,10 @@ class Logging(_Section):
     """Write run_dir/metrics.jsonl."""
     tensorboard: bool = False
     """Write TensorBoard events to run_dir/tensorboard."""
+    wandb: Wandb | None = None
+    """Log the metrics to Weights & Biases (needs the wandb package)."""
+    mlflow: Mlflow | None = None
+    """Log the metrics to MLflow (needs the mlflow-skinny or mlflow package)."""
 
 
 # As Slurm writes them; anything else (a newline above all) would end an #SBATCH line.

@@ -165,10 +165,12 @@ def train(trainer: Trainer) -> None:
     clock = _Clock(state.step)
     while state.step < spec.train.max_steps:
         result = train_step(trainer)
-        if state.step % spec.logging.interval_steps == 0 or state.step == 1:
+        last = state.step == spec.train.max_steps or result.stop_requested
+        if state.step % spec.logging.interval_steps == 0 or state.step == 1 or last:
             trainer.sink.write(_record(trainer, result, clock))
         if result.stop_requested:
             _save(trainer)
+            trainer.sink.ended("stopped", state.step)
             console(
                 trainer.runtime,
                 f"stopped by {trainer.stop.signal_name or 'a signal'} at "
@@ -191,6 +193,7 @@ def train(trainer: Trainer) -> None:
             target = export_checkpoint(checkpoint, spec, trainer.run_dir / FINAL_DIR)
             console(trainer.runtime, f"final weights: {target}")
         dist.barrier()
+    trainer.sink.ended("finished", state.step)
 
 
 def _eval_due(trainer: Trainer) -> bool:
@@ -215,6 +218,7 @@ def _save(trainer: Trainer) -> int:
         full_state_dict=trainer.spec.fsdp.state_dict_type == "FULL_STATE_DICT",
     )
     console(trainer.runtime, f"checkpoint: {path}")
+    trainer.sink.checkpointed(trainer.state.step, path)
     return trainer.state.step
 
 

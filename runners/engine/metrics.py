@@ -1,13 +1,12 @@
 """Throughput, MFU, peak memory, and where the numbers go: metrics.jsonl, the console
-(with a progress line on a terminal) and TensorBoard."""
+(or the live bar of `fsdpspec run`), the trackers and the run's events."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import resource
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,9 @@ from fsdpspec.atomicio import write_text
 from fsdpspec.plan.geometry import GeometryError, geometry_from_config
 from fsdpspec.semantics import model_flops_per_token
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.engine.errors import EngineError
+from fsdpspec_runners.engine.trackers import Tracker, open_trackers
+from fsdpspec_runners.local.events import append_event
+from fsdpspec_runners.local.progress import PROGRESS_ENV, progress_line
 
 _GIB = 1 << 30
 
@@ -76,66 +77,78 @@ def _logged_step(line: str) -> float:
 
 
 class MetricsSink:
-    """Rank 0's outputs for one run."""
+    """Rank 0's outputs for one run: metrics.jsonl, the trackers, the console (plain
+    lines, or progress records for `fsdpspec run`'s live bar) and events.jsonl."""
 
     def __init__(self, spec: JobSpec, run_dir: Path, enabled: bool, resumed_step: int) -> None:
         self._enabled = enabled
+        self._run_dir = run_dir
         self._max_steps = spec.train.max_steps
         self._jsonl = None
-        if enabled and spec.logging.jsonl:
+        self._trackers: list[Tracker] = []
+        self._progress = enabled and os.environ.get(PROGRESS_ENV) == "1"
+        if not enabled:
+            return
+        if spec.logging.jsonl:
             path = run_dir / "metrics.jsonl"
             _forget_steps_after(path, resumed_step)
             self._jsonl = open(path, "a", encoding="utf-8")
-        # Every rank checks for TensorBoard so a missing package fails all ranks alike.
-        writer = _summary_writer() if spec.logging.tensorboard else None
-        self._board = writer(log_dir=str(run_dir / "tensorboard")) if writer and enabled else None
-        self._tty = enabled and sys.stdout.isatty()
-        self._started = time.monotonic()
-        self._first_step: int | None = None
+        self._trackers = open_trackers(spec, run_dir)
+
+    def started(self, step: int, world_size: int, resumed_from: Path | None) -> None:
+        """Record a launch: fresh, or resumed from a checkpoint at ``step``."""
+        if self._enabled:
+            append_event(self._run_dir, "start", step=step, max_steps=self._max_steps,
+                         world_size=world_size,
+                         resumed_from=str(resumed_from) if resumed_from else None)
+            self._emit_progress({"kind": "start", "step": step, "total": self._max_steps})
 
     def write(self, record: dict[str, Any]) -> None:
-        """One metrics record: a jsonl line, a console line, TensorBoard scalars."""
+        """One metrics record: a jsonl line, tracker scalars, a console line (on a
+        terminal a progress record instead, but the last step is always a line)."""
         if not self._enabled:
             return
         if self._jsonl is not None:
             self._jsonl.write(json.dumps(record) + "\n")
             self._jsonl.flush()
-        if self._board is not None:
-            for key, value in record.items():
-                if key != "step" and isinstance(value, (int, float)):
-                    self._board.add_scalar(key, value, record["step"])
-        print(self._console_line(record), flush=True)
+        scalars = {k: v for k, v in record.items()
+                   if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        for tracker in self._trackers:
+            tracker.log(scalars, record["step"])
+        evaluated = "eval_loss" in record  # an evaluation is always a line of its own
+        if not evaluated:
+            self._emit_progress({"kind": "step", **record})
+        if evaluated or not self._progress or record["step"] == self._max_steps:
+            print(_console_line(record, self._max_steps), flush=True)
 
-    def _console_line(self, record: dict[str, Any]) -> str:
-        if "eval_loss" in record:
-            return (f"step {record['step']}/{self._max_steps}  eval_loss "
-                    f"{record['eval_loss']:.4f}  perplexity {record['eval_perplexity']:.2f}")
-        line = (
-            f"step {record['step']}/{self._max_steps}  loss {record['loss']:.4f}  "
-            f"lr {record['lr']:.3g}  grad_norm {record['grad_norm']:.3f}  "
-            f"tok/s {record['tokens_per_s']:.0f}  mfu {record['mfu']:.2%}"
-        )
-        return line + self._eta(record["step"]) if self._tty else line
+    def checkpointed(self, step: int, path: Path) -> None:
+        """Record a saved checkpoint."""
+        if self._enabled:
+            append_event(self._run_dir, "checkpoint", step=step, path=str(path))
+            self._emit_progress({"kind": "checkpoint", "step": step, "path": path.name})
 
-    def _eta(self, step: int) -> str:
-        """A progress suffix with the remaining time, for terminals."""
-        if self._first_step is None:
-            self._first_step, self._started = step, time.monotonic()
-            return ""
-        rate = (time.monotonic() - self._started) / max(1, step - self._first_step)
-        done = step / self._max_steps
-        return f"  [{'#' * int(20 * done):<20}] eta {rate * (self._max_steps - step):.0f}s"
+    def ended(self, outcome: str, step: int, message: str | None = None) -> None:
+        """Record how this launch ended: finished, stopped or failed."""
+        if self._enabled:
+            append_event(self._run_dir, "end", outcome=outcome, step=step, message=message)
+
+    def _emit_progress(self, record: dict[str, Any]) -> None:
+        if self._progress:
+            print(progress_line(record), flush=True)
 
     def close(self) -> None:
         if self._jsonl is not None:
             self._jsonl.close()
-        if self._board is not None:
-            self._board.close()
+        for tracker in self._trackers:
+            tracker.close()
 
 
-def _summary_writer() -> Any:
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise EngineError("logging.tensorboard needs the tensorboard package installed") from None
-    return SummaryWriter
+def _console_line(record: dict[str, Any], max_steps: int) -> str:
+    if "eval_loss" in record:
+        return (f"step {record['step']}/{max_steps}  eval_loss {record['eval_loss']:.4f}  "
+                f"perplexity {record['eval_perplexity']:.2f}")
+    return (
+        f"step {record['step']}/{max_steps}  loss {record['loss']:.4f}  "
+        f"lr {record['lr']:.3g}  grad_norm {record['grad_norm']:.3f}  "
+        f"tok/s {record['tokens_per_s']:.0f}  mfu {record['mfu']:.2%}"
+    )

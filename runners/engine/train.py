@@ -25,6 +25,7 @@ from fsdpspec_runners.engine.data import Batches, SequenceSource
 from fsdpspec_runners.engine.datasource import dataset_sources
 from fsdpspec_runners.engine.dist import (
     Runtime,
+    all_reduce_sum,
     build_mesh,
     console,
     first_to_fail,
@@ -42,6 +43,7 @@ from fsdpspec_runners.engine.model import build_model, load_weights, materialise
 from fsdpspec_runners.engine.optim import build_grad_scaler, build_optimizer, build_scheduler
 from fsdpspec_runners.engine.signals import StopRequest
 from fsdpspec_runners.engine.wrap import fsdp1_syncs_states, parallelize
+from fsdpspec_runners.local.events import append_event
 from fsdpspec_runners.local.resolved import read_resolved_spec
 
 
@@ -83,6 +85,22 @@ def _describe(spec: JobSpec, runtime: Runtime, num_units: int) -> None:
     )
 
 
+def _open_sink(spec: JobSpec, run_dir: Path, runtime: Runtime, step: int) -> MetricsSink:
+    """Rank 0 opens the run's outputs (trackers may fail to start); every rank learns
+    whether it could, so none is left waiting in a collective for a rank that stopped."""
+    failure = None
+    try:
+        sink = MetricsSink(spec, run_dir, runtime.is_main, resumed_step=step)
+    except EngineError as exc:
+        failure = exc
+    (failed,) = all_reduce_sum([float(failure is not None)], runtime.device)
+    if failure is not None:
+        raise failure
+    if failed:
+        raise EngineError("rank 0 could not open the run's outputs")
+    return sink
+
+
 def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     """Model, optimizer, schedule, data, and the state resumed from a checkpoint."""
     geometry = model_geometry(spec)
@@ -102,6 +120,8 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     if resume_from is not None:
         load_checkpoint(state, resume_from, runtime)
         console(runtime, f"resumed from {resume_from} (step {state.step})")
+    sink = _open_sink(spec, run_dir, runtime, state.step)
+    sink.started(state.step, runtime.world_size, resume_from)
     return Trainer(
         spec=spec,
         runtime=runtime,
@@ -109,7 +129,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
         state=state,
         scaler=build_grad_scaler(spec, runtime.device),
         stop=StopRequest().install(),
-        sink=MetricsSink(spec, run_dir, runtime.is_main, resumed_step=state.step),
+        sink=sink,
         flops_per_token=flops_per_token(model, geometry, spec.data.seq_len),
         peak_flops=peak_tflops(spec) * 1e12,
         eval_sequences=eval_sequences,
@@ -143,25 +163,27 @@ def _cause(exc: BaseException) -> str:
     return first_line(exc)
 
 
-def _report(runtime: Runtime | None, exc: BaseException) -> None:
+def _report(runtime: Runtime | None, exc: BaseException) -> str:
     """One line for the job's failure, from the first rank that saw it (see
-    first_to_fail): the others are mostly waiting in a collective, or already killed."""
-    if runtime is not None and not first_to_fail():
-        return
+    first_to_fail): the others are mostly waiting in a collective, or already killed.
+    Returns the message."""
     message = str(exc) if isinstance(exc, EngineError) else _cause(exc)
     if isinstance(exc, torch.OutOfMemoryError):
         message = (f"out of device memory: {first_line(exc)}; lower data.micro_batch_size, "
                    "or turn on fsdp.activation_checkpointing or fsdp.cpu_offload "
                    "(`fsdpspec plan` shows the terms)")
-    # No rank in the line: ranks that fail together (a non-finite norm is all-reduced)
-    # race for the store, and the cause reads the same from each.
-    print(f"fsdpspec engine: error: {message}", file=sys.stderr, flush=True)
+    if runtime is None or first_to_fail():
+        # No rank in the line: ranks that fail together (a non-finite norm is all-reduced)
+        # race for the store, and the cause reads the same from each.
+        print(f"fsdpspec engine: error: {message}", file=sys.stderr, flush=True)
+    return message
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one training job; returns the process exit status."""
     args = _parse_args(argv)
     runtime: Runtime | None = None
+    run_dir: Path | None = None
     clean = False
     try:
         spec, run_dir = _read_spec(args.spec)
@@ -174,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         clean = True
         return 0
     except (EngineError, torch.OutOfMemoryError, OSError, CheckpointException) as exc:
-        _report(runtime, exc)  # OSError: a full disk, an unreadable file…
+        message = _report(runtime, exc)  # OSError: a full disk, an unreadable file…
+        if run_dir is not None and runtime is not None and runtime.is_main:
+            append_event(run_dir, "end", outcome="failed", message=message)
         return 1
     except KeyboardInterrupt:  # Ctrl-C before the stop handler is installed: nothing to save
         return 128 + signal.SIGINT  # silently: `fsdpspec run` says what stopped and what is kept

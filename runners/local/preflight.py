@@ -55,6 +55,10 @@ def _packages(spec: JobSpec) -> list[tuple[str, str]]:
     needed = []
     if spec.logging.tensorboard:
         needed.append(("/logging/tensorboard", "tensorboard"))
+    if spec.logging.wandb is not None:
+        needed.append(("/logging/wandb", "wandb"))
+    if spec.logging.mlflow is not None:
+        needed.append(("/logging/mlflow", "mlflow"))
     if spec.model.attention == "flash_attention_2":
         needed.append(("/model/attention", "flash_attn"))
     if spec.data.source == "dataset":

@@ -79,6 +79,24 @@ def _lock_fd(path: Path) -> int:
         os.close(fd)
 
 
+def is_held(run_dir: Path) -> bool:
+    """Whether an `fsdpspec run` holds ``run_dir`` now (seen from this host)."""
+    for path in run_dir.glob(f"{LOCK_PREFIX}*.lock"):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:  # removed as its run ended
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:  # no locks on this filesystem: nothing can be said
+            continue
+        finally:
+            os.close(fd)
+    return False
+
+
 def _missing_dirs(path: Path) -> list[Path]:
     """``path`` and its ancestors that do not exist yet, deepest first."""
     missing = []

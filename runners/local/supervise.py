@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from fsdpspec_runners.local.progress import PROGRESS_ENV, relay
+
 # SIGHUP (the terminal closed) stops the run like SIGTERM: without it the workers, in a
 # session of their own, would train on with nobody to stop them. SIGUSR1 is Slurm's
 # warning before a time limit. The engine hears SIGINT or SIGTERM.
@@ -63,17 +65,25 @@ class _Forwarder:
 
 
 def run_supervised(
-    argv: Sequence[str], env: dict[str, str]
+    argv: Sequence[str], env: dict[str, str], progress_title: str | None = None
 ) -> tuple[int, signal.Signals | None]:
-    """Run ``argv`` (never through a shell) to completion.
+    """Run ``argv`` (never through a shell) to completion. With ``progress_title`` its
+    output is read and shown under a live progress bar (for a terminal); without, it
+    goes straight to ours.
 
     Returns (exit code, the signal that was forwarded, if one was).
     """
+    piped = {}
+    if progress_title is not None:
+        env = env | {PROGRESS_ENV: "1"}
+        piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
     # A session of its own: a terminal's Ctrl-C reaches only us, and we relay it once.
-    child = subprocess.Popen(list(argv), env=env, start_new_session=True)
+    child = subprocess.Popen(list(argv), env=env, start_new_session=True, **piped)
     forwarder = _Forwarder(child)
     previous = {sig: signal.signal(sig, forwarder) for sig in FORWARDED}
     try:
+        if progress_title is not None:
+            relay(child.stdout, progress_title)
         code = child.wait()
     finally:
         for sig, handler in previous.items():

@@ -1,0 +1,92 @@
+"""The live progress bar `fsdpspec run` draws on a terminal, and the line protocol the
+engine feeds it.
+
+With ``FSDPSPEC_PROGRESS=1`` in its environment (set only when `fsdpspec run` is on a
+terminal and reads the engine's output), the engine's rank 0 prints each metrics record
+and checkpoint as one ``fsdpspec-progress {json}`` line instead of its plain step line.
+Everything else the engine prints passes through above the bar. Without a terminal none
+of this happens and the plain log lines go straight to the output.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import IO, Any
+
+PROGRESS_ENV = "FSDPSPEC_PROGRESS"
+_PREFIX = "fsdpspec-progress "
+
+
+def progress_line(record: dict[str, Any]) -> str:
+    """One progress record as a line of output."""
+    return _PREFIX + json.dumps(record)
+
+
+def parse_progress(line: str) -> dict[str, Any] | None:
+    """The record of a progress line; None for any other line."""
+    if not line.startswith(_PREFIX):
+        return None
+    try:
+        record = json.loads(line[len(_PREFIX):])
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _stats(record: dict[str, Any]) -> str:
+    return (f"loss {record['loss']:.4f}  tok/s {record['tokens_per_s']:.0f}  "
+            f"mfu {record['mfu']:.1%}")
+
+
+class LiveProgress:
+    """A rich progress bar fed with the engine's output lines: step/total, ETA, loss,
+    tokens/s, MFU and the last checkpoint. Other lines print above it."""
+
+    def __init__(self, title: str) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[stats]}"),
+            TextColumn("[dim]{task.fields[checkpoint]}"), transient=False,
+        )
+        self._title = title
+        self._task: Any = None
+
+    def __enter__(self) -> LiveProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def feed(self, line: str) -> None:
+        """Take one line of the engine's output."""
+        record = parse_progress(line)
+        if record is None:
+            self._progress.console.print(line, markup=False, highlight=False, end="")
+        elif record.get("kind") == "start":
+            self._start(record["step"], record["total"])
+        elif self._task is not None and record.get("kind") == "step":
+            self._progress.update(self._task, completed=record["step"], stats=_stats(record))
+        elif self._task is not None and record.get("kind") == "checkpoint":
+            self._progress.update(self._task, checkpoint=f"ckpt {record['path']}")
+
+    def _start(self, step: int, total: int) -> None:
+        if self._task is not None:
+            self._progress.remove_task(self._task)
+        self._task = self._progress.add_task(
+            self._title, total=total, completed=step, stats="", checkpoint="")
+
+
+def relay(stream: IO[bytes], title: str) -> None:
+    """Read the engine's output to its end, drawing the bar."""
+    with LiveProgress(title) as live:
+        for raw in stream:
+            live.feed(raw.decode("utf-8", errors="replace"))
