@@ -77,6 +77,11 @@ LOAD_CODES = _codes(
     ("FS025", "invariant", "fields that are valid alone contradict each other",
      "Exactly one model source; multi-node needs `launch.rdzv_endpoint`; text and jsonl "
      "sources need `data.path`; `geometry` only describes a factory model."),
+    ("FS031", "hub-not-cached", "a Hub id names files the local cache does not hold",
+     "`model.weights` or `data.tokenizer` names a Hub repository (`org/name[@revision]`) "
+     "that is not in the Hugging Face cache: an error offline (`HF_HUB_OFFLINE=1`), a "
+     "warning online, where `fsdpspec run` fetches it first. The message gives the "
+     "`huggingface-cli download` command."),
     ("FS030", "model-config", "the model's config cannot be used",
      "`model.hf_config` is unreadable, or its config.json lacks or mistypes a field the "
      "planner needs."),

@@ -17,6 +17,7 @@ from torch import nn
 from fsdpspec_runners.engine.data import stack
 from fsdpspec_runners.engine.dist import Runtime, all_reduce_sum
 from fsdpspec_runners.engine.examples import IGNORE
+from fsdpspec_runners.engine.loss import causal_lm_loss
 from fsdpspec_runners.engine.packing import Sequences
 
 
@@ -24,7 +25,6 @@ def evaluate(
     model: nn.Module, sequences: Sequences, micro_batch_size: int, runtime: Runtime
 ) -> dict[str, float]:
     """``eval_loss`` and ``eval_perplexity`` of the model on ``sequences``."""
-    from fsdpspec_runners.engine.loop import causal_lm_loss  # the loop calls evaluate
 
     count = len(sequences["input_ids"])
     mine = list(range(runtime.rank, count, runtime.world_size))

@@ -127,7 +127,7 @@ def train_step(spec: JobSpec, model: Any, optimizer: Any, device: Any,
     import torch
 
     from fsdpspec_runners.engine.adapter import Fsdp2
-    from fsdpspec_runners.engine.loop import causal_lm_loss
+    from fsdpspec_runners.engine.loss import causal_lm_loss
 
     micro = min(2, accumulation_steps(spec))
     shape = (spec.data.micro_batch_size, spec.data.seq_len)

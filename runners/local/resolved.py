@@ -38,8 +38,10 @@ def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:
             # the pre-flight check to report with the field's position.
             data[section][key] = os.path.realpath(resolve(value, base_dir))
     hub = spec.data.source == "dataset"
-    for holder in (data["data"], data["data"]["eval"]):
-        holder["path"] = _data_location(holder["path"], base_dir, hub=hub)
+    written = data.get("data", {})
+    for holder in (written, written.get("eval", {})):
+        if holder.get("path") is not None:
+            holder["path"] = _data_location(holder["path"], base_dir, hub=hub)
     return JobSpec.model_validate(data)
 
 
