@@ -313,6 +313,8 @@ def test_the_time_limit_is_warned_and_checkpointed_before_the_kill(
         assert time.monotonic() < deadline, requeued
         time.sleep(1)
         requeued = slurm.job(job_id)
+    # The requeue passes through COMPLETING (the step's processes end) to PENDING.
+    requeued = slurm.wait_for(job_id, {"PENDING", "TIMEOUT", "FAILED", "COMPLETED"}, 120)
     slurm.run("scancel", job_id)
     text = log_of(tmp_path, job_id)
     assert requeued["JobState"] == "PENDING" and requeued["Restarts"] == "1", text
