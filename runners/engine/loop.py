@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -188,18 +187,24 @@ def train(trainer: Trainer) -> None:
             _evaluate(trainer)
         if interval and state.step % interval == 0:
             saved_at = _save(trainer)
+    _finish(trainer, saved_at)
+
+
+def _finish(trainer: Trainer, saved_at: int) -> None:
+    """The end of a run: the last evaluation, the last checkpoint, and the final export,
+    which rank 0 converts from that checkpoint while the other ranks exit."""
+    spec, step = trainer.spec, trainer.state.step
     if trainer.eval_sequences is not None and not _eval_due(trainer):
-        _evaluate(trainer)  # the end of the run, unless the interval just ran it
+        _evaluate(trainer)  # unless the interval just ran it
     final = spec.checkpoint.final.enabled
-    # The final export converts the last checkpoint, so the run ends with one.
-    checkpoint = checkpoint_root(trainer.run_dir) / step_dir_name(state.step)
-    if (interval or final) and (saved_at != state.step or not is_complete(checkpoint)):
+    checkpoint = checkpoint_root(trainer.run_dir) / step_dir_name(step)
+    if (spec.checkpoint.interval_steps or final) and (
+        saved_at != step or not is_complete(checkpoint)
+    ):
         _save(trainer)
-    if final:
-        if trainer.runtime.is_main:
-            target = export_checkpoint(checkpoint, spec, trainer.run_dir / FINAL_DIR)
-            console(trainer.runtime, f"final weights: {target}")
-        dist.barrier()
+    if final and trainer.runtime.is_main:
+        target = export_checkpoint(checkpoint, spec, trainer.run_dir / FINAL_DIR)
+        console(trainer.runtime, f"final weights: {target}")
 
 
 def _eval_due(trainer: Trainer) -> bool:

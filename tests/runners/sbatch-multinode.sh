@@ -18,7 +18,7 @@ export NCCL_DEBUG=INFO
 mkdir -p -- /scratch/runs/llama-sft
 printf '%s\n' '{
   "fsdpspec_version": "0.1.0",
-  "content_hash": "a94c52ab99c681d976bdfa98ee9025640e9ea2ac64add5e13b39551aab400e47",
+  "content_hash": "d6b44ed19b4c9b6b1191deae224c6a0af20a3cdc577bda09c5f4fbb8ec9b6cac",
   "run_dir": "/scratch/runs/llama-sft",
   "spec": {
     "apiVersion": "fsdpspec/v1",
@@ -71,7 +71,19 @@ printf '%s\n' '{
     "data": {
       "source": "corpus",
       "path": null,
+      "split": "train",
+      "streaming": false,
+      "format": "text",
       "text_field": "text",
+      "messages_field": "messages",
+      "prompt_field": "prompt",
+      "completion_field": "completion",
+      "packing": true,
+      "eval": {
+        "path": null,
+        "split": null,
+        "fraction": 0.0
+      },
       "tokenizer": null,
       "seq_len": 2048,
       "micro_batch_size": 1,
@@ -99,7 +111,8 @@ printf '%s\n' '{
       "seed": 0,
       "compile": false,
       "loss_scaling": "dynamic",
-      "on_nonfinite": "stop"
+      "on_nonfinite": "stop",
+      "eval_interval_steps": 0
     },
     "checkpoint": {
       "dir": "runs/{name}",
@@ -109,7 +122,8 @@ printf '%s\n' '{
       "final": {
         "enabled": true,
         "format": "safetensors",
-        "dtype": "bfloat16"
+        "dtype": "bfloat16",
+        "max_shard_mb": 5000
       }
     },
     "logging": {

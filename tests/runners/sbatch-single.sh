@@ -15,7 +15,7 @@ export NCCL_DEBUG=WARN
 mkdir -p -- /scratch/runs/llama-sft
 printf '%s\n' '{
   "fsdpspec_version": "0.1.0",
-  "content_hash": "3f28770664f8d60077cf24a89692f0ea4b42191323bbd901b1fdf2f7bd141a2e",
+  "content_hash": "ee16c9dd26234a025d4046e5785af9770b57fa496549b5b57005a5266018d423",
   "run_dir": "/scratch/runs/llama-sft",
   "spec": {
     "apiVersion": "fsdpspec/v1",
@@ -66,7 +66,19 @@ printf '%s\n' '{
     "data": {
       "source": "corpus",
       "path": null,
+      "split": "train",
+      "streaming": false,
+      "format": "text",
       "text_field": "text",
+      "messages_field": "messages",
+      "prompt_field": "prompt",
+      "completion_field": "completion",
+      "packing": true,
+      "eval": {
+        "path": null,
+        "split": null,
+        "fraction": 0.0
+      },
       "tokenizer": null,
       "seq_len": 2048,
       "micro_batch_size": 1,
@@ -94,7 +106,8 @@ printf '%s\n' '{
       "seed": 0,
       "compile": false,
       "loss_scaling": "dynamic",
-      "on_nonfinite": "stop"
+      "on_nonfinite": "stop",
+      "eval_interval_steps": 0
     },
     "checkpoint": {
       "dir": "runs/{name}",
@@ -104,7 +117,8 @@ printf '%s\n' '{
       "final": {
         "enabled": true,
         "format": "safetensors",
-        "dtype": "bfloat16"
+        "dtype": "bfloat16",
+        "max_shard_mb": 5000
       }
     },
     "logging": {
