@@ -266,3 +266,26 @@ def chat_without_template(ctx: LintContext) -> Iterator[Diagnostic]:
     if directory.is_dir() and not has_chat_template(directory):
         yield diagnostic("FS520", f"the tokenizer at {data.tokenizer} has no chat template",
                          "/data/tokenizer")
+
+
+@rule("FS521", "eval-interval-without-eval", Severity.WARNING,
+      "train.eval_interval_steps is set but data.eval names no evaluation set",
+      "set data.eval (a split, a path or a held-out fraction), or remove eval_interval_steps")
+def eval_interval_without_eval(ctx: LintContext) -> Iterator[Diagnostic]:
+    """Evaluation runs on `data.eval`: a separate `split` or `path`, or a held-out
+    `fraction` of the training records. Without one, `train.eval_interval_steps` is
+    ignored and no `eval_loss` is ever logged.
+
+    FAIL:
+
+        data: {source: dataset, path: chats.parquet}
+        train: {eval_interval_steps: 100}
+
+    PASS:
+
+        data: {source: dataset, path: chats.parquet, eval: {fraction: 0.05}}
+        train: {eval_interval_steps: 100}
+    """
+    if ctx.is_set("/train/eval_interval_steps") and not ctx.spec.data.evaluates():
+        yield diagnostic("FS521", "eval_interval_steps is set but data.eval names no "
+                         "evaluation set: nothing is evaluated", "/train/eval_interval_steps")

@@ -42,7 +42,10 @@ _LAYER = re.compile(r"^(.*?\.\d+)\.")  # a key inside a numbered layer: that lay
 def export_checkpoint(checkpoint: Path, spec: JobSpec, target: Path) -> Path:
     """Write ``target`` (via a temp dir renamed into place) from a DCP checkpoint of a
     run of ``spec``."""
-    module = build_model(spec, on_meta=True)  # config, key order and tied keys; no storage
+    # The model's config, key order and tied keys, with no storage; eager attention, so
+    # converting needs no attention kernel installed.
+    eager = spec.model.model_copy(update={"attention": "eager"})
+    module = build_model(spec.model_copy(update={"model": eager}), on_meta=True)
     final = spec.checkpoint.final
     tmp = target.with_name(f".tmp-{target.name}")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine import faults
@@ -126,9 +125,9 @@ def _apply_update(trainer: Trainer, loss: float, grad_norm: float) -> bool:
     return skipped
 
 
-def train(trainer: Trainer) -> None:
-    """Run to ``max_steps`` (or until a signal), checkpointing and logging on schedule,
-    then export the final weights."""
+def train(trainer: Trainer) -> bool:
+    """Run to ``max_steps`` (or until a signal), checkpointing, evaluating and logging on
+    schedule; returns whether the run finished (rather than stopped)."""
     spec, state = trainer.spec, trainer.state
     interval, saved_at = spec.checkpoint.interval_steps, state.step
     clock = _Clock(state.step)
@@ -145,24 +144,39 @@ def train(trainer: Trainer) -> None:
                 f"stopped by {trainer.stop.signal_name or 'a signal'} at "
                 f"step {state.step}; checkpoint saved",
             )
-            return
+            return False
         if _eval_due(trainer):
             _evaluate(trainer)
         if interval and state.step % interval == 0:
             saved_at = _save(trainer)
+    _finish(trainer, saved_at)
+    return True
+
+
+def _finish(trainer: Trainer, saved_at: int) -> None:
+    """The end of a run: the last evaluation, and the last checkpoint (which the final
+    export converts)."""
+    spec, step = trainer.spec, trainer.state.step
     if trainer.eval_sequences is not None and not _eval_due(trainer):
-        _evaluate(trainer)  # the end of the run, unless the interval just ran it
+        _evaluate(trainer)  # unless the interval just ran it
     final = spec.checkpoint.final.enabled
-    # The final export converts the last checkpoint, so the run ends with one.
-    checkpoint = checkpoint_root(trainer.run_dir) / step_dir_name(state.step)
-    if (interval or final) and (saved_at != state.step or not is_complete(checkpoint)):
+    checkpoint = checkpoint_root(trainer.run_dir) / step_dir_name(step)
+    if (spec.checkpoint.interval_steps or final) and (
+        saved_at != step or not is_complete(checkpoint)
+    ):
         _save(trainer)
-    if final:
-        if trainer.runtime.is_main:
-            target = export_checkpoint(checkpoint, spec, trainer.run_dir / FINAL_DIR)
-            console(trainer.runtime, f"final weights: {target}")
-        dist.barrier()
-    trainer.sink.ended("finished", state.step)
+    trainer.sink.ended("finished", step)
+
+
+def export_final(trainer: Trainer) -> None:
+    """Rank 0 converts the run's last checkpoint into ``run_dir/final``. Called after the
+    process group is left: the conversion needs no peer, and however long it takes for a
+    large model, no other rank waits on a collective with a timeout."""
+    if not (trainer.spec.checkpoint.final.enabled and trainer.runtime.is_main):
+        return
+    checkpoint = checkpoint_root(trainer.run_dir) / step_dir_name(trainer.state.step)
+    target = export_checkpoint(checkpoint, trainer.spec, trainer.run_dir / FINAL_DIR)
+    console(trainer.runtime, f"final weights: {target}")
 
 
 def _eval_due(trainer: Trainer) -> bool:

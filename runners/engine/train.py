@@ -33,7 +33,7 @@ from fsdpspec_runners.engine.dist import (
     teardown,
 )
 from fsdpspec_runners.engine.errors import EngineError, first_line
-from fsdpspec_runners.engine.loop import Trainer, train
+from fsdpspec_runners.engine.loop import Trainer, export_final, train
 from fsdpspec_runners.engine.metrics import (
     MetricsSink,
     flops_per_token,
@@ -190,9 +190,12 @@ def main(argv: list[str] | None = None) -> int:
         runtime = init_runtime(spec)
         trainer = build_trainer(spec, run_dir, runtime)
         try:
-            train(trainer)
+            finished = train(trainer)
         finally:
             trainer.sink.close()
+        teardown(clean=True)  # every rank is done with collectives
+        if finished:
+            export_final(trainer)
         clean = True
         return 0
     except (EngineError, torch.OutOfMemoryError, OSError, CheckpointException) as exc:

@@ -170,8 +170,11 @@ def test_resume_is_bit_identical(straight: Path, inputs: Path, tmp_path: Path) -
     spec = write_spec(tmp_path, merged(_job(inputs), {}))
     first = ok(torchrun(spec, env={**_env(inputs), "FSDPSPEC_TEST_SIGNAL_AT_STEP": "15"}))
     assert "stopped by SIGTERM at step 15" in first.stdout
+    [cache] = (tmp_path / "data-cache").glob("*.pt")
+    written = cache.stat().st_mtime_ns
     second = ok(torchrun(spec, env=_env(inputs)))
     assert "(step 15)" in second.stdout
+    assert cache.stat().st_mtime_ns == written  # the resumed run read the tokens back
     assert _train_losses(tmp_path) == _train_losses(straight)
     assert _eval_losses(tmp_path)[30] == _eval_losses(straight)[30]
     for shard in sorted((straight / "final").glob("model-*.safetensors")):

@@ -108,3 +108,16 @@ def test_hub_dataset_ids_read_the_local_cache_only(
     with pytest.raises(EngineError, match=r"acme/other is not in the local cache; fetch it "
                        r"with `huggingface-cli download --repo-type dataset acme/other`"):
         load_records("acme/other", "train", streaming=False)
+
+
+def test_a_held_out_fraction_is_seeded_and_disjoint(tmp_path: Path) -> None:
+    from fsdpspec_runners.engine.records import load_record_sets
+
+    location = str(chat_parquet(tmp_path / "chats", train=20, test=1))
+    data = Data(source="dataset", path=location, format="chat", eval={"fraction": 0.25})
+    first, again = load_record_sets(data, seed=3), load_record_sets(data, seed=3)
+    assert (len(first.train), len(first.eval)) == (15, 5)
+    assert first.eval["messages"] == again.eval["messages"]
+    everything = load_record_sets(Data(source="dataset", path=location), seed=3).train
+    split = [*first.train["messages"], *first.eval["messages"]]
+    assert sorted(map(str, split)) == sorted(map(str, everything["messages"]))
