@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_state_dict,
@@ -38,7 +39,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from fsdpspec.atomicio import publish_dir, write_text
 from fsdpspec_runners.engine.dist import Runtime, console
-from fsdpspec_runners.engine.errors import EngineError
+from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.manifest import verification_problem, write_manifest
 
 PAUSE_ENV = "FSDPSPEC_TEST_PAUSE_IN_SAVE"
@@ -170,7 +171,11 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     dist.barrier()
-    dcp.save(_checkpoint_state(state, runtime, full_state_dict), checkpoint_id=str(tmp))
+    try:
+        dcp.save(_checkpoint_state(state, runtime, full_state_dict), checkpoint_id=str(tmp))
+    # DCP wraps each rank's failure in a BaseException; torch's zip writer drops errno.
+    except (Exception, CheckpointException) as exc:
+        raise EngineError(_save_failure(final, exc)) from None
     dist.barrier()  # every rank's shards and rank 0's metadata are written
     if runtime.is_main:
         write_manifest(tmp)
@@ -182,6 +187,22 @@ def save_checkpoint(
         _rotate(run_dir, keep_last)
     dist.barrier()
     return final
+
+
+_FULL_BELOW = 64 << 20  # bytes free under which a failed save is blamed on a full disk
+
+
+def _save_failure(final: Path, exc: BaseException) -> str:
+    """One line for a save that failed: a full disk by name (the usual cause, which
+    torch reports as "unexpected pos"), anything else by its first line."""
+    free = shutil.disk_usage(final.parent).free
+    if free < _FULL_BELOW:
+        return (f"checkpoint {final.name}: no space left on the device holding "
+                f"{final.parent} ({free >> 20} MiB free); free space or lower "
+                "checkpoint.keep_last")
+    inner = getattr(exc, "failures", {})
+    cause = next(iter(inner.values()))[0] if inner else exc
+    return f"checkpoint {final.name} failed: {first_line(cause)}"
 
 
 def _publish(tmp: Path, final: Path) -> None:
