@@ -50,7 +50,7 @@ def _preset_for(loaded_data: object) -> str:
 def command(kind, config, output, name, preset, hf_config, accelerator) -> None:
     """Write an accelerate config as a v1 spec. Keys with no v1 equivalent, and keys
     accelerate itself ignores, are listed on stderr with their lines."""
-    from fsdpspec.convert.accelerate import import_config
+    from fsdpspec.convert.accelerate import ImportRefused, import_config
 
     if preset and hf_config:
         raise click.UsageError("give --preset or --hf-config, not both")
@@ -68,9 +68,13 @@ def command(kind, config, output, name, preset, hf_config, accelerator) -> None:
                                    "fsdp_* keys; nothing imported")
     model = {"hf_config": hf_config} if hf_config else {
         "preset": preset or _preset_for(loaded.data)}
-    imported = import_config(loaded, name=name or kubernetes_name(Path(config).stem), model=model,
-                             base_dir=Path.cwd(),
-                             accelerator=accelerator)
+    try:
+        imported = import_config(loaded, name=name or kubernetes_name(Path(config).stem),
+                                 model=model, base_dir=Path.cwd(), accelerator=accelerator)
+    except ImportRefused as refused:
+        for note in refused.notes:
+            click.echo(f"{config}:{note.line}: {note.message}; nothing imported", err=True)
+        raise SystemExit(1) from None
     for note in imported.notes:
         line = f":{note.line}" if note.line else ""
         click.echo(f"{config}{line}: {note.message}", err=True)

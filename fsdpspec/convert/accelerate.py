@@ -43,6 +43,28 @@ class _NotCarried(ValueError):
     """A value with no v1 equivalent; the message says why."""
 
 
+class ImportRefused(ValueError):
+    """Values no accelerate config can hold (accelerate itself would fail on them): the
+    import stops, and each is a note naming its key."""
+
+    def __init__(self, notes: list[Note]):
+        super().__init__("; ".join(n.message for n in notes))
+        self.notes = notes
+
+
+def _malformed(key: str, value: Any) -> str | None:
+    """Why a value is of no shape accelerate writes for ``key`` (None when it is one)."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list) and key != "fsdp_transformer_layer_cls_to_wrap":
+        return "a list"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+        return "an integer out of range"
+    if isinstance(value, str) and value.isdigit() and not value.isascii():
+        return f"{value!r}, digits that are not ASCII"
+    return None
+
+
 def _boolean(value: Any) -> bool:
     # accelerate writes booleans as YAML booleans, older configs as "true"/"false".
     if isinstance(value, bool):
@@ -134,6 +156,7 @@ class _Reading:
     values: dict[str, Any] = field(default_factory=dict)
     lines: dict[str, int] = field(default_factory=dict)
     notes: list[Note] = field(default_factory=list)
+    malformed: list[Note] = field(default_factory=list)
 
 
 def _key_line(loaded: Loaded, pointer: str) -> int | None:
@@ -152,7 +175,10 @@ def _read(loaded: Loaded) -> _Reading:
             line = _key_line(loaded, join(pointer, key))
             if value is None and key in _CONVERT:
                 continue  # accelerate writes null for "not set"
-            if key in _CONVERT:
+            problem = _malformed(key, value) if key in _CONVERT else None
+            if problem:
+                reading.malformed.append(Note(line, f"{key} is {problem}"))
+            elif key in _CONVERT:
                 try:
                     reading.values[key] = _CONVERT[key](value)
                     reading.lines[key] = line
@@ -275,6 +301,8 @@ def import_config(loaded: Loaded, *, name: str, model: dict[str, str],
     positions by fsdpspec.spec.load); ``model`` and ``accelerator`` fill what accelerate
     configs do not say (an hf_config path is relative to ``base_dir``)."""
     reading = _read(loaded)
+    if reading.malformed:
+        raise ImportRefused(reading.malformed)
     draft = _Draft()
     notes = reading.notes + _special_notes(loaded)
     notes += _apply_topology(reading, draft)

@@ -170,15 +170,15 @@ def host_memory(ctx: LintContext) -> Iterator[Diagnostic]:
 
 @rule("FS204", "unplannable-model", Severity.ERROR,
       "the model config cannot be counted",
-      "give positive integer sizes (hidden_size, num_hidden_layers, …) in the config")
+      "give sizes that divide as the model needs (hidden_size by num_attention_heads, …)")
 def unplannable_model(ctx: LintContext) -> Iterator[Diagnostic]:
-    """The model's config (a local config.json, or `model.geometry`) lacks a size the
-    planner needs, or holds one that is not a positive integer, so neither the memory
-    plan nor the engine can build the model.
+    """The model's sizes do not fit together (a hidden size that the attention heads do
+    not divide, with no head_dim), so neither the memory plan nor the engine can build
+    the model. A size of the wrong type in config.json is FS030 already, naming the key.
 
     FAIL:
 
-        model: {hf_config: models/broken-llama/}   # config.json: "hidden_size": "2k"
+        model: {hf_config: models/indivisible-llama/}   # "hidden_size": 2000, 32 heads
 
     PASS:
 

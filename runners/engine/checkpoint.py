@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_state_dict,
@@ -210,10 +211,14 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     dist.barrier()
-    if full_state_dict:
-        _save_full(state, tmp, runtime)
-    else:
-        dcp.save(_sharded_state(state, runtime), checkpoint_id=str(tmp))
+    try:
+        if full_state_dict:
+            _save_full(state, tmp, runtime)
+        else:
+            dcp.save(_sharded_state(state, runtime), checkpoint_id=str(tmp))
+    # DCP wraps each rank's failure in a BaseException; torch's zip writer drops errno.
+    except (Exception, CheckpointException) as exc:
+        raise EngineError(_save_failure(final, exc)) from None
     dist.barrier()  # every rank's shards and rank 0's metadata (or rank 0's file) are written
     if runtime.is_main:
         write_manifest(tmp)
@@ -223,6 +228,22 @@ def save_checkpoint(
         _rotate(run_dir, keep_last)
     dist.barrier()
     return final
+
+
+_FULL_BELOW = 64 << 20  # bytes free under which a failed save is blamed on a full disk
+
+
+def _save_failure(final: Path, exc: BaseException) -> str:
+    """One line for a save that failed: a full disk by name (the usual cause, which
+    torch reports as "unexpected pos"), anything else by its first line."""
+    free = shutil.disk_usage(final.parent).free
+    if free < _FULL_BELOW:
+        return (f"checkpoint {final.name}: no space left on the device holding "
+                f"{final.parent} ({free >> 20} MiB free); free space or lower "
+                "checkpoint.keep_last")
+    inner = getattr(exc, "failures", {})
+    cause = next(iter(inner.values()))[0] if inner else exc
+    return f"checkpoint {final.name} failed: {first_line(cause)}"
 
 
 def _publish(tmp: Path, final: Path) -> None:

@@ -99,7 +99,9 @@ def _unreadable(path: Path, want_dir: bool) -> str | None:
     if not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
         return "is a FIFO, device or socket, not a regular file"
     try:
-        if path.is_dir():
+        if want_dir:
+            return _unreadable_entry(path)
+        if path.is_dir():  # a data directory: data_files checks the files it reads
             with os.scandir(path) as entries:
                 next(entries, None)
         else:
@@ -107,6 +109,20 @@ def _unreadable(path: Path, want_dir: bool) -> str | None:
             os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
     except OSError as exc:
         return f"cannot be read ({exc.strerror})"
+    return None
+
+
+def _unreadable_entry(directory: Path) -> str | None:
+    """Why a file in an input directory (weights, tokenizer) would hang or fail the
+    reader that opens it: a FIFO, a device, a dangling link or a symlink loop."""
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            try:
+                mode = entry.stat().st_mode
+            except OSError as exc:
+                return f"holds {entry.name}, which cannot be read ({exc.strerror})"
+            if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+                return f"holds {entry.name}, a FIFO, device or socket"
     return None
 
 

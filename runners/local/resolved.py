@@ -77,10 +77,11 @@ def model_config_digest(spec: JobSpec) -> str | None:
 
 
 def resolved_document(spec: JobSpec, run_dir: Path) -> dict[str, Any]:
+    digest = model_config_digest(spec)
     return {
         "fsdpspec_version": __version__,
         "content_hash": content_hash(spec),
-        MODEL_CONFIG_DIGEST: model_config_digest(spec),
+        **({MODEL_CONFIG_DIGEST: digest} if digest else {}),  # only with a config.json
         "run_dir": str(run_dir.resolve()),
         "spec": spec.as_json_data(),
     }

@@ -27,6 +27,8 @@ def _fifo(path: Path) -> None:
 
 
 def _device(path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("making a device node needs root (CI runs as root)")
     os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # what /dev/null is
 
 

@@ -1,6 +1,6 @@
-"""`fsdpspec import accelerate` on hostile configs (issue 11, item 4): every value of a
-wrong type is one line naming the key; a non-mapping fsdp_config or a tag stops the
-import with one line and nothing written."""
+"""`fsdpspec import accelerate` on hostile configs (issue 11, item 4): lists, dicts,
+huge ints, unicode digits, tags or a non-mapping fsdp_config stop the import with one
+line naming the key and nothing written; a value fsdpspec does not know is a note."""
 
 from __future__ import annotations
 
@@ -20,11 +20,22 @@ HEAD = "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processe
     (HEAD + "fsdp_config:\n  fsdp_min_num_params: " + "9" * 40 + "\n", "fsdp_min_num_params"),
     (HEAD + "fsdp_config:\n  fsdp_version: [2]\n", "fsdp_version"),
 ])
-def test_a_wrongly_typed_value_is_one_line_naming_the_key(text, key, tmp_path: Path) -> None:
+def test_a_malformed_value_is_one_line_naming_the_key_and_writes_nothing(
+    text: str, key: str, tmp_path: Path
+) -> None:
     (tmp_path / "a.yaml").write_text(text)
+    result = run_cli("import", "accelerate", "a.yaml", "-o", "out.yaml", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"a.yaml:5: {key} is "), lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml"]
+
+
+def test_a_value_fsdpspec_does_not_know_is_a_note_naming_the_key(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(HEAD + "fsdp_config:\n  fsdp_sharding_strategy: NOPE\n")
     result = run_cli("import", "accelerate", "a.yaml", cwd=tmp_path)
     assert result.returncode == 0 and "Traceback" not in result.stderr
-    notes = [line for line in result.stderr.splitlines() if key in line]
+    notes = [line for line in result.stderr.splitlines() if "fsdp_sharding_strategy" in line]
     assert len(notes) == 1 and notes[0].startswith("a.yaml:5: ") and "not imported" in notes[0]
 
 

@@ -57,7 +57,15 @@ def _loop_weights(tmp: Path) -> str:
         "data: {source: corpus, seq_len: 32, micro_batch_size: 1, global_batch_size: 4}\n")
 
 
+def _fifo_in_tokenizer(tmp: Path) -> str:
+    (tmp / "tok").mkdir()
+    os.mkfifo(tmp / "tok" / "tokenizer.json")
+    return HEAD + ("data: {source: corpus, tokenizer: tok, seq_len: 32, "
+                   "micro_batch_size: 1, global_batch_size: 4}\n")
+
+
 PREFLIGHT: dict[str, tuple[Callable[[Path], str], str]] = {
+    "fifo-inside-tokenizer-directory": (_fifo_in_tokenizer, "job.yaml:7:"),
     "fifo-as-data-file": (_fifo_file, "job.yaml:7:"),
     "fifo-inside-data-directory": (_fifo_in_directory, "job.yaml:7:"),
     "symlink-loop-inside-data-directory": (_loop_in_directory, "job.yaml:7:"),
