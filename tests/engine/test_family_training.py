@@ -72,3 +72,17 @@ def test_moe_loss_includes_the_weighted_load_balancing_loss() -> None:
     expected = cross_entropy + coefficient * output.aux_loss
     assert torch.allclose(causal_lm_loss(model, batch), expected)
     assert coefficient * output.aux_loss > 0
+
+
+@pytest.mark.slow
+def test_a_family_without_an_analytic_plan_trains(tmp_path: Path, train_engine) -> None:
+    # GPT-2: wrapped at the block class transformers declares (_no_split_modules).
+    config = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
+              "vocab_size": 320, "n_positions": 64, "bos_token_id": 256, "eos_token_id": 256}
+    (tmp_path / "gpt2").mkdir()
+    (tmp_path / "gpt2" / "config.json").write_text(json.dumps(config))
+    spec = job("tiny-llama", 2)
+    spec["model"] = {"hf_config": str(tmp_path / "gpt2")}
+    done = train_engine(spec, tmp_path / "run")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(losses(tmp_path / "run")) == 4
