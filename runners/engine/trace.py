@@ -54,6 +54,9 @@ def check_traceable(spec: JobSpec, config: dict[str, Any]) -> None:
     if found is not None and found.eager_only and spec.model.attention != "eager":
         raise TraceError(f"transformers builds {found.model_type} with eager attention only; "
                          "set model.attention: eager")
+    if found is not None and found.moe and spec.fsdp.mixed_precision.param_dtype != "bfloat16":
+        raise TraceError("--trace runs a Mixture-of-Experts model's grouped expert matmul, "
+                         "which takes bf16 only; set fsdp.mixed_precision: bf16")
 
 
 def trace_job(spec: JobSpec, config: dict[str, Any], base_dir: Path) -> TraceResult:
