@@ -149,6 +149,11 @@ class Geometry:
         e = self.experts
         return self.hidden_size * (e.count * e.width if e else self.intermediate_size)
 
+    @property
+    def experts_numel(self) -> int:
+        """Parameters of one layer's experts (0 for a dense model)."""
+        return _expert_numel(self) if self.experts else 0
+
 
 def _norm_tensors(g: Geometry, names: tuple[str, ...]) -> list[tuple[str, Shape]]:
     params = ("weight", "bias") if g.norm_bias else ("weight",)

@@ -48,7 +48,7 @@ def test_experts_that_divide_the_group_are_not_padded() -> None:
 def test_dispatch_buffers_per_routed_token() -> None:
     # 8 tokens routed to 2 experts each: 16 rows of hidden 64 and expert width 128.
     rows = 8 * 2
-    dense = act.layer_activation_bytes(TINY, 2, 1, 8, "sdpa") - act._mlp_bytes(TINY, 2, 8)
+    dense = act.layer_activation_bytes(TINY, 2, 1, 8, "sdpa") - act.mlp_activation_bytes(TINY, 2, 8)
     moe = (2 * rows * (2 * 64 + 4 * 128)   # gathered rows, expert output; gate_up, act, product
            + 4 * 8 * 4 + 40 * rows)        # fp32 router probabilities, routing indices
     assert act.layer_activation_bytes(TINY, 2, 1, 8, "sdpa") == dense + moe
