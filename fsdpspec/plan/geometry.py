@@ -80,6 +80,8 @@ class Geometry:
     # the root's parameters, as built.
     built_layer: tuple[tuple[str, Shape], ...] | None = None
     built_root: tuple[tuple[str, Shape], ...] | None = None
+    # Its exact count (layers that differ are sharded as the largest of them).
+    built_params: int | None = None
 
     @property
     def introspected(self) -> bool:
@@ -127,6 +129,8 @@ class Geometry:
     @property
     def total_params(self) -> int:
         """Parameters transformers instantiates (tied embeddings counted once)."""
+        if self.built_params is not None:
+            return self.built_params
         return self.num_layers * self.layer_params + self.root_params
 
     @property
