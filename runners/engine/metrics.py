@@ -40,7 +40,9 @@ def flops_per_token(num_params: int, config: dict[str, Any] | None, seq_len: int
     """Training FLOPs per token: 6·N for the matmuls plus attention scores and values
     (12·layers·width·seq_len), as in the PaLM paper's MFU."""
     flops = 6.0 * num_params
-    if config is not None:
+    # A family outside the registry may name its sizes otherwise (GPT-2: n_layer, n_embd):
+    # its matmuls are counted, not its attention.
+    if config is not None and {"num_hidden_layers", "hidden_size"} <= config.keys():
         flops += 12.0 * config["num_hidden_layers"] * config["hidden_size"] * seq_len
     return flops
 
