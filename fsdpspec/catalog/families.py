@@ -12,7 +12,7 @@ A bias rule is ``True``/``False``, or the name of the config key that switches i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 Bias = bool | str
@@ -30,7 +30,8 @@ NORMS = {
 
 @dataclass(frozen=True)
 class Moe:
-    """Where a Mixture-of-Experts config keeps its expert shape and aux-loss weight."""
+    """A Mixture-of-Experts block: where its config keeps the expert shape, and what it
+    builds and saves."""
 
     experts_key: str
     # Expert MLP width: its own key, or the dense intermediate_size.
@@ -85,7 +86,7 @@ class Family:
     # Module classes with parameters beyond the usual ones (lint FS111 accepts them).
     extra_modules: tuple[str, ...] = ()
     # Built-in presets of this family, the first being the one an import picks.
-    presets: tuple[str, ...] = field(default=())
+    presets: tuple[str, ...] = ()
 
     @property
     def layer_class(self) -> str:
