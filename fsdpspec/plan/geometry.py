@@ -25,7 +25,8 @@ class GeometryError(ValueError):
 
 
 class UnknownFamilyError(GeometryError):
-    """A model_type without an analytic family (the planner may introspect it)."""
+    """A model without an analytic geometry: a model_type outside the registry, or a
+    layout its family's formulas do not cover (the planner may introspect it)."""
 
 
 @dataclass(frozen=True)
@@ -288,13 +289,14 @@ def _experts(fam: Family, merged: dict[str, Any]) -> Experts | None:
     if fam.moe is None:
         return None
     m = fam.moe
+    # Dense layers between expert layers: planned from the model built on the meta device.
     for key in ("mlp_only_layers", "first_k_dense_replace"):
         if merged.get(key):
-            raise GeometryError(f"config {key} mixes dense and expert layers, which the "
-                                "planner does not count")
+            raise UnknownFamilyError(f"config {key} mixes dense and expert layers, which "
+                                     "the analytic planner does not count")
     if merged.get("decoder_sparse_step", 1) != 1:
-        raise GeometryError("config decoder_sparse_step mixes dense and expert layers, "
-                            "which the planner does not count")
+        raise UnknownFamilyError("config decoder_sparse_step mixes dense and expert layers, "
+                                 "which the analytic planner does not count")
     count = _positive_int(m.experts_key, merged.get(m.experts_key))
     return Experts(count=count, active=_positive_int("num_experts_per_tok",
                                                      merged.get("num_experts_per_tok")),

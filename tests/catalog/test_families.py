@@ -10,7 +10,8 @@ import pytest
 from fsdpspec.catalog.families import FAMILIES, family
 from fsdpspec.catalog.modelconfig import layer_classes
 from fsdpspec.catalog.presets import PRESETS, preset_config
-from fsdpspec.plan.geometry import GeometryError, geometry_from_config
+from fsdpspec.plan.geometry import UnknownFamilyError, geometry_from_config
+from fsdpspec.plan.introspect import model_geometry
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -84,8 +85,11 @@ def test_gpt_neox_ignores_key_value_heads_as_transformers_does() -> None:
         p.numel() for p in meta_model(config).parameters())
 
 
-def test_dense_layers_between_expert_layers_are_refused_in_one_line() -> None:
+def test_dense_layers_between_expert_layers_are_left_to_introspection() -> None:
     config = preset_config("tiny-qwen3-moe") | {"mlp_only_layers": [0]}
-    with pytest.raises(GeometryError, match="mlp_only_layers") as caught:
+    with pytest.raises(UnknownFamilyError, match="mlp_only_layers") as caught:
         geometry_from_config(config)
     assert "\n" not in str(caught.value)
+    introspected = model_geometry(config)
+    assert introspected.introspected
+    assert introspected.total_params == sum(p.numel() for p in meta_model(config).parameters())
