@@ -12,7 +12,7 @@ A bias rule is ``True``/``False``, or the name of the config key that switches i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 Bias = bool | str
@@ -30,7 +30,8 @@ NORMS = {
 
 @dataclass(frozen=True)
 class Moe:
-    """Where a Mixture-of-Experts config keeps its expert shape and aux-loss weight."""
+    """A Mixture-of-Experts block: where its config keeps the expert shape, and what it
+    builds and saves."""
 
     experts_key: str
     # Expert MLP width: its own key, or the dense intermediate_size.
@@ -78,12 +79,14 @@ class Family:
     # or "layer_types" (only the layers so marked).
     window: str = "never"
     attention_sinks: bool = False
+    # transformers builds the family with eager attention only (no SDPA).
+    eager_only: bool = False
     lm_head_bias: Bias = False
     moe: Moe | None = None
     # Module classes with parameters beyond the usual ones (lint FS111 accepts them).
     extra_modules: tuple[str, ...] = ()
     # Built-in presets of this family, the first being the one an import picks.
-    presets: tuple[str, ...] = field(default=())
+    presets: tuple[str, ...] = ()
 
     @property
     def layer_class(self) -> str:
@@ -130,7 +133,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "sliding_window": 4096, "attn_logit_softcapping": 50.0,
         "final_logit_softcapping": 30.0},
         norm_placement="sandwich", fp32_norm=True, softcap=True, window="always",
-        extra_modules=("Gemma2TextScaledWordEmbedding",), presets=("gemma2-9b",),
+        eager_only=True, extra_modules=("Gemma2TextScaledWordEmbedding",), presets=("gemma2-9b",),
         **_LLAMA_BIAS),
     Family("gemma3_text", "Gemma3", {
         "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
@@ -198,9 +201,10 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
         "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
         "vocab_size": 201088, "tie_word_embeddings": False, "attention_bias": True,
-        "sliding_window": 128, "sliding_window_pattern": 2, "num_local_experts": 128, "num_experts_per_tok": 4,
-        "router_aux_loss_coef": 0.001, "max_position_embeddings": 131072},
-        window="layer_types", attention_sinks=True, fp32_norm=True,
+        "sliding_window": 128, "sliding_window_pattern": 2, "num_local_experts": 128,
+        "num_experts_per_tok": 4, "router_aux_loss_coef": 0.001,
+        "max_position_embeddings": 131072},
+        window="layer_types", attention_sinks=True, fp32_norm=True, eager_only=True,
         moe=Moe("num_local_experts", router_bias=True, expert_bias=True, router="router",
                 width_saves=7),
         presets=("gpt-oss-20b", "tiny-gpt-oss"), **_LLAMA_BIAS),

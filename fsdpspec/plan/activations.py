@@ -68,7 +68,8 @@ def _attention_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) 
     return total
 
 
-def _mlp_bytes(g: Geometry, b: int, t: int) -> int:
+def mlp_activation_bytes(g: Geometry, b: int, t: int) -> int:
+    """What the MLP (or the expert block) of one layer saves, over ``t`` tokens."""
     e = g.experts
     if e is None:
         return (2 if g.mlp == "plain" else 4) * b * t * g.intermediate_size
@@ -88,7 +89,7 @@ def layer_activation_bytes(g: Geometry, b: int, batch: int, seq: int, attention:
         # Their outputs feed the rotary embedding, which saves nothing of them.
         total += (8 if g.fp32_norm else 4 + b) * t * (g.q_width + g.kv_width)
     total += _attention_bytes(g, b, batch, seq, attention)
-    return total + _mlp_bytes(g, b, t)
+    return total + mlp_activation_bytes(g, b, t)
 
 
 def checkpointed_layer_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:

@@ -25,7 +25,8 @@ class GeometryError(ValueError):
 
 
 class UnknownFamilyError(GeometryError):
-    """A model_type without an analytic family (the planner may introspect it)."""
+    """A model without an analytic geometry: a model_type outside the registry, or a
+    layout its family's formulas do not cover (the planner may introspect it)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ class Geometry:
     # the root's parameters, as built.
     built_layer: tuple[tuple[str, Shape], ...] | None = None
     built_root: tuple[tuple[str, Shape], ...] | None = None
+    # Its exact count (layers that differ are sharded as the largest of them).
+    built_params: int | None = None
 
     @property
     def introspected(self) -> bool:
@@ -127,6 +130,8 @@ class Geometry:
     @property
     def total_params(self) -> int:
         """Parameters transformers instantiates (tied embeddings counted once)."""
+        if self.built_params is not None:
+            return self.built_params
         return self.num_layers * self.layer_params + self.root_params
 
     @property
@@ -148,6 +153,11 @@ class Geometry:
         makes in a layer."""
         e = self.experts
         return self.hidden_size * (e.count * e.width if e else self.intermediate_size)
+
+    @property
+    def experts_numel(self) -> int:
+        """Parameters of one layer's experts (0 for a dense model)."""
+        return _expert_numel(self) if self.experts else 0
 
 
 def _norm_tensors(g: Geometry, names: tuple[str, ...]) -> list[tuple[str, Shape]]:
@@ -279,13 +289,14 @@ def _experts(fam: Family, merged: dict[str, Any]) -> Experts | None:
     if fam.moe is None:
         return None
     m = fam.moe
+    # Dense layers between expert layers: planned from the model built on the meta device.
     for key in ("mlp_only_layers", "first_k_dense_replace"):
         if merged.get(key):
-            raise GeometryError(f"config {key} mixes dense and expert layers, which the "
-                                "planner does not count")
+            raise UnknownFamilyError(f"config {key} mixes dense and expert layers, which "
+                                     "the analytic planner does not count")
     if merged.get("decoder_sparse_step", 1) != 1:
-        raise GeometryError("config decoder_sparse_step mixes dense and expert layers, "
-                            "which the planner does not count")
+        raise UnknownFamilyError("config decoder_sparse_step mixes dense and expert layers, "
+                                 "which the analytic planner does not count")
     count = _positive_int(m.experts_key, merged.get(m.experts_key))
     return Experts(count=count, active=_positive_int("num_experts_per_tok",
                                                      merged.get("num_experts_per_tok")),

@@ -60,7 +60,8 @@ def _layers(model: Any) -> list[Any]:
 
 def _geometry_of(model: Any, c: Any, model_type: str) -> Geometry:
     layers = _layers(model)
-    # Layers that differ (dense first layers, say) are planned as the largest of them.
+    # Layers that differ (dense first layers, say) are sharded as the largest of them;
+    # the count stays exact.
     largest = max(layers, key=lambda m: sum(p.numel() for p in m.parameters()))
     layer = tuple((n, tuple(p.shape)) for n, p in largest.named_parameters())
     in_layers = {id(p) for m in layers for p in m.parameters()}
@@ -80,4 +81,5 @@ def _geometry_of(model: Any, c: Any, model_type: str) -> Geometry:
         max_position_embeddings=int(getattr(c, "max_position_embeddings", None) or 4096),
         built_layer=layer,
         built_root=root,
+        built_params=sum(p.numel() for p in model.parameters()),
     )

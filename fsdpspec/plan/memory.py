@@ -104,10 +104,10 @@ class _Parts:
 
 
 def _gathered_bytes(sh: Sharding, w: Workload, unit: Unit) -> int:
-    # FSDP2 copies the all-gather output into unpadded parameters; FSDP1 keeps the
-    # padded flat parameter.
-    numel = unit.numel if w.fsdp_version == 2 else sh.gathered_numel(unit)
-    return w.compute_bytes * numel
+    # FSDP2's unsharded parameters are views of each parameter's padded all-gather
+    # output, FSDP1's of the padded flat parameter: the padding stays allocated (a
+    # Mixture of Experts with fewer experts than ranks gathers one row per rank).
+    return w.compute_bytes * sh.gathered_numel(unit)
 
 
 def _units_kept_after_forward(w: Workload, sh: Sharding) -> int:
@@ -234,12 +234,34 @@ def _layer_point(w: Workload, p: _Parts, index: int) -> Point:
     })
 
 
+def _experts_point(w: Workload, p: _Parts, index: int) -> Point:
+    """Later in a Mixture-of-Experts layer's backward, at its gate_up weight gradient:
+    every expert's gradients exist at once (the grouped matmul computes whole expert
+    tensors), while the layer's expert activations are freed but for the rows gathered
+    for the experts."""
+    g, b, t = w.geometry, w.compute_bytes, w.tokens
+    e = g.experts
+    assert e is not None
+    rows = t * e.active
+    point = _layer_point(w, p, index)
+    freed = act.mlp_activation_bytes(g, b, t) - b * rows * g.hidden_size
+    grads = (1 if p.unit_grads else 0) * b * g.experts_numel
+    return Point(f"backward: layer {index} experts", point.terms | {
+        "activations": point.terms["activations"] - freed,
+        "unsharded_gradients": p.head_grads + grads,
+        "backward_temporaries": b * rows * (2 * e.width + g.hidden_size),
+    })
+
+
 def _layer_points(w: Workload, p: _Parts) -> list[Point]:
     """The layers whose backward can peak: the last two (most activations alive) and the
     first two (most gradients reduced; with checkpointing, as many activations)."""
     last = w.geometry.num_layers - 1
     indices = sorted({i for i in (last, last - 1, 1, 0) if 0 <= i <= last}, reverse=True)
-    return [_layer_point(w, p, i) for i in indices]
+    points = [_layer_point(w, p, i) for i in indices]
+    if w.geometry.experts:
+        points += [_experts_point(w, p, i) for i in indices]
+    return points
 
 
 def _points(w: Workload, p: _Parts) -> list[Point]:

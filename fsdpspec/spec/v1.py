@@ -107,13 +107,17 @@ class Model(_Section):
     """A built-in architecture (listed in docs/spec.md and by `fsdpspec init --help`);
     tiny-* presets are for tests."""
     hf_config: str | None = Field(default=None, min_length=1)
-    """A LOCAL Hugging Face config.json, or a directory holding one. Nothing is downloaded."""
+    """A Hugging Face config.json, a directory holding one, or a Hub id `org/name[@revision]`
+    read from the local Hugging Face cache (a local path of that name wins). Any
+    model_type: one without a built-in family is planned by building it on the meta
+    device (needs fsdpspec[train])."""
     factory: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     """"package.module:function" returning an nn.Module (plan needs `geometry`)."""
     geometry: Geometry | None = None
     """Shape of a factory model, for planning."""
     weights: str | None = Field(default=None, min_length=1)
-    """Local directory of safetensors (or .bin) weights; null for random init."""
+    """Directory of safetensors (or .bin) weights, or a cached Hub id `org/name[@revision]`
+    (`fsdpspec run` fetches it when online); null for random init."""
     attention: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
     """Attention implementation."""
 
@@ -226,7 +230,8 @@ class Data(_Section):
     eval: EvalData = EvalData()
     """dataset: the evaluation set (a separate path/split, or a held-out fraction)."""
     tokenizer: str | None = Field(default=None, min_length=1)
-    """Local tokenizer directory; null = byte-level (256 byte ids, then EOS)."""
+    """Tokenizer directory, or a cached Hub id `org/name[@revision]`; null = byte-level
+    (256 byte ids, then EOS)."""
     seq_len: PositiveInt = 2048
     """Tokens per sequence (documents are packed)."""
     micro_batch_size: PositiveInt = 1

@@ -54,11 +54,16 @@ def _build_transformers_model(spec: JobSpec) -> nn.Module:
     config.use_cache = False
     # A Mixture-of-Experts model returns its load-balancing loss only when asked for the
     # router logits; the loop adds it to the loss it optimises.
+    options: dict[str, Any] = {}
     if hasattr(config, "output_router_logits"):
         config.output_router_logits = True
+        # transformers' grouped expert matmul takes bf16 only on a GPU: other compute
+        # dtypes loop over the experts (the same tensors are saved for backward).
+        if spec.fsdp.mixed_precision.param_dtype != "bfloat16":
+            options["experts_implementation"] = "eager"
     try:
         return AutoModelForCausalLM.from_config(
-            config, attn_implementation=spec.model.attention, dtype=torch.float32
+            config, attn_implementation=spec.model.attention, dtype=torch.float32, **options
         )
     except (ImportError, ValueError) as exc:  # e.g. flash_attention_2 not installed
         raise EngineError(f"model: cannot build the model: {first_line(exc)}") from None

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from fsdpspec.catalog.families import family
 from fsdpspec.semantics import accumulation_steps, shard_group_size
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.local.resolved import absolute_inputs
@@ -49,9 +50,13 @@ def check_traceable(spec: JobSpec, config: dict[str, Any]) -> None:
                          "memory; drop fsdp.cpu_offload to trace")
     if spec.model.factory is not None:
         raise TraceError("--trace builds transformers models only (preset or hf_config)")
-    if config.get("model_type") == "gemma2" and spec.model.attention != "eager":
-        raise TraceError("transformers builds Gemma 2 with eager attention only; set "
-                         "model.attention: eager")
+    found = family(config.get("model_type"))
+    if found is not None and found.eager_only and spec.model.attention != "eager":
+        raise TraceError(f"transformers builds {found.model_type} with eager attention only; "
+                         "set model.attention: eager")
+    if found is not None and found.moe and spec.fsdp.mixed_precision.param_dtype != "bfloat16":
+        raise TraceError("--trace runs a Mixture-of-Experts model's grouped expert matmul, "
+                         "which takes bf16 only; set fsdp.mixed_precision: bf16")
 
 
 def trace_job(spec: JobSpec, config: dict[str, Any], base_dir: Path) -> TraceResult:

@@ -1,0 +1,95 @@
+"""The model-family registry against transformers itself: exact parameter counts (total
+and active), the decoder layer the wrap policy infers, and the classes lint accepts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fsdpspec.catalog.families import FAMILIES, family
+from fsdpspec.catalog.modelconfig import layer_classes
+from fsdpspec.catalog.presets import PRESETS, preset_config
+from fsdpspec.plan.geometry import UnknownFamilyError, geometry_from_config
+from fsdpspec.plan.introspect import model_geometry
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+NEW_FAMILIES = ["gemma3_text", "olmo2", "gpt_neox", "starcoder2", "mixtral", "qwen3_moe",
+                "olmoe", "phimoe", "gpt_oss"]
+
+
+def meta_model(config: dict):
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**config))
+
+
+def tiny_preset(model_type: str) -> str:
+    return next(p for p in FAMILIES[model_type].presets if p.startswith("tiny-"))
+
+
+def test_every_new_family_is_registered_with_a_tiny_and_a_published_preset() -> None:
+    for model_type in NEW_FAMILIES:
+        presets = FAMILIES[model_type].presets
+        assert all(p in PRESETS for p in presets), model_type
+        assert any(p.startswith("tiny-") for p in presets)
+        assert any(not p.startswith("tiny-") for p in presets)
+
+
+@pytest.mark.parametrize("model_type", NEW_FAMILIES)
+def test_family_defaults_count_as_transformers(model_type: str) -> None:
+    # A config.json holding only the widths takes every other key from the family's
+    # transformers config class: the registry's defaults must agree with it.
+    config = {"model_type": model_type, "hidden_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 320}
+    built = meta_model(config)
+    assert geometry_from_config(config).total_params == sum(p.numel()
+                                                            for p in built.parameters())
+
+
+@pytest.mark.parametrize("model_type", NEW_FAMILIES)
+def test_active_parameters_leave_out_the_unrouted_experts(model_type: str) -> None:
+    config = preset_config(tiny_preset(model_type))
+    g = geometry_from_config(config)
+    expert = sum(p.numel() for n, p in meta_model(config).named_parameters()
+                 if ".experts." in n)
+    if g.experts is None:
+        assert expert == 0 and g.active_params == g.total_params
+        return
+    share = (g.experts.count - g.experts.active) / g.experts.count
+    assert g.active_params == g.total_params - math.ceil(share * expert)
+
+
+@pytest.mark.parametrize("model_type", NEW_FAMILIES)
+def test_wrap_infers_the_decoder_layer_transformers_builds(model_type: str) -> None:
+    config = preset_config(tiny_preset(model_type))
+    model = meta_model(config)
+    built = {type(m).__name__ for m in model.modules() if next(m.parameters(), None) is not None}
+    assert layer_classes([], config) == sorted(model._no_split_modules)
+    assert built <= family(model_type).module_classes()
+
+
+def test_published_moe_sizes() -> None:
+    # Mixtral 8x7B: 46.7B parameters, 12.9B active; Qwen3-30B-A3B: 30.5B, 3.3B.
+    mixtral = geometry_from_config(preset_config("mixtral-8x7b"))
+    qwen = geometry_from_config(preset_config("qwen3-30b-a3b"))
+    assert (mixtral.total_params, mixtral.active_params) == (46_702_792_704, 12_879_925_248)
+    assert (qwen.total_params, qwen.active_params) == (30_532_122_624, 3_353_032_704)
+
+
+def test_gpt_neox_ignores_key_value_heads_as_transformers_does() -> None:
+    config = preset_config("tiny-gpt-neox") | {"num_key_value_heads": 2}
+    assert geometry_from_config(config).total_params == sum(
+        p.numel() for p in meta_model(config).parameters())
+
+
+def test_dense_layers_between_expert_layers_are_left_to_introspection() -> None:
+    config = preset_config("tiny-qwen3-moe") | {"mlp_only_layers": [0]}
+    with pytest.raises(UnknownFamilyError, match="mlp_only_layers") as caught:
+        geometry_from_config(config)
+    assert "\n" not in str(caught.value)
+    introspected = model_geometry(config)
+    assert introspected.introspected
+    assert introspected.total_params == sum(p.numel() for p in meta_model(config).parameters())
