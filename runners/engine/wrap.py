@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     CheckpointImpl,
+    CheckpointWrapper,
     checkpoint_wrapper,
 )
 from torch.distributed.device_mesh import DeviceMesh
@@ -62,27 +63,34 @@ def apply_activation_checkpointing(
     return wrapped
 
 
-def size_units(model: nn.Module, min_num_params: int) -> list[nn.Module]:
+def size_units(
+    model: nn.Module, min_num_params: int, *, whole_checkpointed: bool = False
+) -> list[nn.Module]:
     """FSDP1's size policy, bottom-up: a module whose not-yet-wrapped parameters reach
     ``min_num_params`` becomes a unit (the root is always one). Containers are never
     units: a ModuleList or ModuleDict is not called, so it could never gather. Nor is a
     module holding a tied parameter (an input embedding shared with ``lm_head``), or
     one above it: FSDP needs every holder of a shared parameter in one unit, and the
-    holders meet only at the root."""
+    holders meet only at the root. With ``whole_checkpointed`` nothing inside a
+    checkpointed layer becomes a unit (FSDP1 cannot map optimizer state to names through
+    a checkpoint wrapper with units inside it, so such a run could never resume)."""
     units: list[nn.Module] = []
     tied = _tied_holders(model)
 
     def visit(module: nn.Module) -> tuple[int, bool]:
-        below = [visit(child) for child in module.children()]
-        remaining = sum(count for count, _ in below)
-        remaining += sum(p.numel() for p in module.parameters(recurse=False))
-        holds_tied = id(module) in tied or any(flag for _, flag in below)
+        if whole_checkpointed and isinstance(module, CheckpointWrapper):
+            count = sum(p.numel() for p in module.parameters())
+            holds_tied = any(id(m) in tied for m in module.modules())
+        else:
+            below = [visit(child) for child in module.children()]
+            count = sum(n for n, _ in below)
+            count += sum(p.numel() for p in module.parameters(recurse=False))
+            holds_tied = id(module) in tied or any(flag for _, flag in below)
         container = isinstance(module, (nn.ModuleList, nn.ModuleDict))
-        if (remaining >= min_num_params and module is not model and not container
-                and not holds_tied):
+        if count >= min_num_params and module is not model and not container and not holds_tied:
             units.append(module)
             return 0, False
-        return remaining, holds_tied
+        return count, holds_tied
 
     visit(model)
     return units
@@ -103,7 +111,7 @@ def choose_units(model: nn.Module, layers: list[nn.Module], fsdp: Fsdp) -> list[
     if fsdp.auto_wrap_policy == "transformer":
         return layers
     if fsdp.auto_wrap_policy == "size":
-        return size_units(model, fsdp.min_num_params)
+        return size_units(model, fsdp.min_num_params, whole_checkpointed=fsdp.version == 1)
     return []
 
 
