@@ -158,14 +158,14 @@ def wrap_fsdp1(
     prefetch = (
         None if fsdp.backward_prefetch == "NONE" else BackwardPrefetch[fsdp.backward_prefetch]
     )
-    hybrid = fsdp.sharding_strategy.startswith("HYBRID")
+    strategy, hybrid_mesh = _fsdp1_layout(fsdp.sharding_strategy, mesh)
     on_meta = any(p.is_meta for p in model.parameters())
     return FSDP(
         model,
         auto_wrap_policy=functools.partial(
             lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in unit_ids
         ),
-        sharding_strategy=_fsdp1_strategy(fsdp.sharding_strategy),
+        sharding_strategy=_fsdp1_strategy(strategy),
         mixed_precision=_fsdp1_precision(fsdp.mixed_precision),
         cpu_offload=CPUOffload(offload_params=fsdp.cpu_offload),
         backward_prefetch=prefetch,
@@ -175,8 +175,20 @@ def wrap_fsdp1(
         sync_module_states=fsdp1_syncs_states(fsdp, device),
         param_init_fn=(lambda m: m.to_empty(device=device, recurse=False)) if on_meta else None,
         device_id=device,
-        device_mesh=mesh if hybrid else None,
+        device_mesh=hybrid_mesh,
     )
+
+
+def _fsdp1_layout(strategy: str, mesh: DeviceMesh) -> tuple[str, DeviceMesh | None]:
+    """The FSDP1 strategy and the 2-D (replicate, shard) mesh it takes, if hybrid.
+    Shard groups of one rank are NO_SHARD over every rank: given them, FSDP1 switches
+    each group to NO_SHARD and never reduces gradients across the replicas, which then
+    train apart."""
+    if not strategy.startswith("HYBRID"):
+        return strategy, None
+    if mesh.size(1) == 1:
+        return "NO_SHARD", None
+    return strategy, mesh
 
 
 def _fsdp1_strategy(name: str) -> Any:
