@@ -17,7 +17,8 @@ pytest.importorskip("torch")
 
 @pytest.mark.slow
 def test_twenty_sampled_specs_are_refused_or_train() -> None:
-    # Seed 7: 8 of the 20 validate (one compiles), the rest are refused by 8 codes.
+    # Seed 7: 8 of the 20 validate (one compiles); 12 are refused (FS508, FS302, FS501,
+    # FS903, FS132).
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "soundness.py"), "--samples", "20",
          "--seed", "7"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
