@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
-from fsdpspec.spec.v1 import Fsdp
+from fsdpspec.spec.v1 import HYBRID_STRATEGIES, Fsdp
 
 
 def _fsdp1_only(fsdp: Fsdp, is_set: Callable[[str], bool]) -> Iterator[str]:
@@ -99,3 +99,34 @@ def flat_params_with_checkpointing(ctx: LintContext) -> Iterator[Diagnostic]:
             and fsdp.activation_checkpointing != "none"):
         yield diagnostic("FS903", "use_orig_params false with activation checkpointing: "
                          "checkpoints of this run cannot be loaded", "/fsdp/use_orig_params")
+
+
+@rule("FS904", "flat-params-with-hybrid", Severity.ERROR,
+      "FSDP1 with use_orig_params: false and several hybrid shard groups cannot checkpoint",
+      "set fsdp.use_orig_params: true (the default here), or fsdp.version: 2")
+def flat_params_with_hybrid(ctx: LintContext) -> Iterator[Diagnostic]:
+    """With `use_orig_params: false` FSDP1 gathers the optimizer state of a checkpoint by
+    broadcasting parameter names from global rank 0 inside each shard group. Under a
+    hybrid strategy with more than one shard group, rank 0 is not in the other groups,
+    and torch fails at the first checkpoint ("Global rank 0 is not part of group").
+    `use_orig_params: true` trains the same model and checkpoints.
+
+    FAIL:
+
+        resources: {gpus_per_node: 2}
+        fsdp: {version: 1, sharding_strategy: HYBRID_SHARD, shard_group_size: 1,
+               use_orig_params: false}
+
+    PASS:
+
+        resources: {gpus_per_node: 2}
+        fsdp: {version: 1, sharding_strategy: HYBRID_SHARD, shard_group_size: 1,
+               use_orig_params: true}
+    """
+    spec, fsdp = ctx.spec, ctx.spec.fsdp
+    group = fsdp.shard_group_size or spec.resources.gpus_per_node
+    if (fsdp.version == 1 and fsdp.use_orig_params is False
+            and fsdp.sharding_strategy in HYBRID_STRATEGIES and spec.world_size > group):
+        yield diagnostic("FS904", f"use_orig_params false with {spec.world_size // group} "
+                         "hybrid shard groups: the first checkpoint fails",
+                         "/fsdp/use_orig_params")

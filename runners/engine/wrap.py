@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     CheckpointImpl,
+    CheckpointWrapper,
     checkpoint_wrapper,
 )
 from torch.distributed.device_mesh import DeviceMesh
@@ -79,27 +80,34 @@ def apply_activation_checkpointing(
     return wrapped
 
 
-def size_units(model: nn.Module, min_num_params: int) -> list[nn.Module]:
+def size_units(
+    model: nn.Module, min_num_params: int, *, whole_checkpointed: bool = False
+) -> list[nn.Module]:
     """FSDP1's size policy, bottom-up: a module whose not-yet-wrapped parameters reach
     ``min_num_params`` becomes a unit (the root is always one). Containers are never
     units: a ModuleList or ModuleDict is not called, so it could never gather. Nor is a
     module holding a tied parameter (an input embedding shared with ``lm_head``), or
     one above it: FSDP needs every holder of a shared parameter in one unit, and the
-    holders meet only at the root."""
+    holders meet only at the root. With ``whole_checkpointed`` nothing inside a
+    checkpointed layer becomes a unit (FSDP1 cannot map optimizer state to names through
+    a checkpoint wrapper with units inside it, so such a run could never resume)."""
     units: list[nn.Module] = []
     tied = _tied_holders(model)
 
     def visit(module: nn.Module) -> tuple[int, bool]:
-        below = [visit(child) for child in module.children()]
-        remaining = sum(count for count, _ in below)
-        remaining += sum(p.numel() for p in module.parameters(recurse=False))
-        holds_tied = id(module) in tied or any(flag for _, flag in below)
+        if whole_checkpointed and isinstance(module, CheckpointWrapper):
+            count = sum(p.numel() for p in module.parameters())
+            holds_tied = any(id(m) in tied for m in module.modules())
+        else:
+            below = [visit(child) for child in module.children()]
+            count = sum(n for n, _ in below)
+            count += sum(p.numel() for p in module.parameters(recurse=False))
+            holds_tied = id(module) in tied or any(flag for _, flag in below)
         container = isinstance(module, (nn.ModuleList, nn.ModuleDict))
-        if (remaining >= min_num_params and module is not model and not container
-                and not holds_tied):
+        if count >= min_num_params and module is not model and not container and not holds_tied:
             units.append(module)
             return 0, False
-        return remaining, holds_tied
+        return count, holds_tied
 
     visit(model)
     return units
@@ -120,7 +128,7 @@ def choose_units(model: nn.Module, layers: list[nn.Module], fsdp: Fsdp) -> list[
     if fsdp.auto_wrap_policy == "transformer":
         return layers
     if fsdp.auto_wrap_policy == "size":
-        return size_units(model, fsdp.min_num_params)
+        return size_units(model, fsdp.min_num_params, whole_checkpointed=fsdp.version == 1)
     return []
 
 
@@ -167,14 +175,14 @@ def wrap_fsdp1(
     prefetch = (
         None if fsdp.backward_prefetch == "NONE" else BackwardPrefetch[fsdp.backward_prefetch]
     )
-    hybrid = fsdp.sharding_strategy in HYBRID_STRATEGIES
+    strategy, hybrid_mesh = _fsdp1_layout(fsdp.sharding_strategy, mesh)
     on_meta = any(p.is_meta for p in model.parameters())
     return FSDP(
         model,
         auto_wrap_policy=functools.partial(
             lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in unit_ids
         ),
-        sharding_strategy=_fsdp1_strategy(fsdp.sharding_strategy),
+        sharding_strategy=_fsdp1_strategy(strategy),
         mixed_precision=_fsdp1_precision(fsdp.mixed_precision),
         cpu_offload=CPUOffload(offload_params=fsdp.cpu_offload),
         backward_prefetch=prefetch,
@@ -184,8 +192,20 @@ def wrap_fsdp1(
         sync_module_states=fsdp1_syncs_states(fsdp, device),
         param_init_fn=(lambda m: m.to_empty(device=device, recurse=False)) if on_meta else None,
         device_id=device,
-        device_mesh=mesh if hybrid else None,
+        device_mesh=hybrid_mesh,
     )
+
+
+def _fsdp1_layout(strategy: str, mesh: DeviceMesh) -> tuple[str, DeviceMesh | None]:
+    """The FSDP1 strategy and the 2-D (replicate, shard) mesh it takes, if hybrid.
+    Shard groups of one rank are NO_SHARD over every rank: given them, FSDP1 switches
+    each group to NO_SHARD and never reduces gradients across the replicas, which then
+    train apart."""
+    if strategy not in HYBRID_STRATEGIES:
+        return strategy, None
+    if mesh.size(1) == 1:
+        return "NO_SHARD", None
+    return strategy, mesh
 
 
 def _fsdp1_strategy(name: str) -> Any:

@@ -77,7 +77,10 @@ def test_fsdp2_plugin_reads_the_launch_environment(cli, tmp_path: Path, monkeypa
 def test_imported_configs_validate(cli, tmp_path: Path, config: Path) -> None:
     spec = tmp_path / "job.yaml"
     assert cli("import", "accelerate", str(config), "-o", str(spec)).returncode == 0
-    assert not check_file(spec).has_errors
+    errors = [d.code for d in check_file(spec).diagnostics if d.is_error]
+    # FSDP1 flat parameters (fsdp_use_orig_params: false) over 4 hybrid shard groups: torch
+    # fails at the first checkpoint, under accelerate as under fsdpspec.
+    assert errors == (["FS904"] if config.stem == "fsdp1-hybrid-multinode-strings" else [])
 
 
 def test_import_raises_the_host_guess_and_names_a_model_that_does_not_fit(
