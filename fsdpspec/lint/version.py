@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
+from fsdpspec.semantics import HYBRID_STRATEGIES
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
-from fsdpspec.spec.v1 import HYBRID_STRATEGIES, Fsdp
+from fsdpspec.spec.v1 import Fsdp
 
 
 def _fsdp1_only(fsdp: Fsdp, is_set: Callable[[str], bool]) -> Iterator[str]:
