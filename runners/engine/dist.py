@@ -139,3 +139,13 @@ def all_reduce_max(values: list[float], device: torch.device) -> list[float]:
     tensor = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return tensor.tolist()
+
+
+def fail_together(failure: EngineError | None, runtime: Runtime, elsewhere: str) -> None:
+    """Raise on every rank if any rank failed (its own error here, ``elsewhere`` on the
+    others), so no rank is left waiting in a collective for one that stopped."""
+    (failed,) = all_reduce_max([float(failure is not None)], runtime.device)
+    if failure is not None:
+        raise failure
+    if failed:
+        raise EngineError(elsewhere)

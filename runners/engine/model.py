@@ -17,7 +17,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from fsdpspec.catalog.modelconfig import ModelConfigError, model_config
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.engine.dist import Runtime, all_reduce_max
+from fsdpspec_runners.engine.dist import Runtime, fail_together
 from fsdpspec_runners.engine.errors import EngineError, first_line
 
 _ROOT = Path("/")  # input paths in a resolved spec are already absolute
@@ -222,9 +222,5 @@ def _read_agreed(weights_dir: str, runtime: Runtime, *, reads: bool) -> dict[str
             full = read_weights(weights_dir)
         except EngineError as exc:
             failure = exc
-    (failed,) = all_reduce_max([float(failure is not None)], runtime.device)
-    if failure is not None:
-        raise failure
-    if failed:
-        raise EngineError("model.weights: rank 0 could not read the weights")
+    fail_together(failure, runtime, "model.weights: rank 0 could not read the weights")
     return full

@@ -25,9 +25,9 @@ from fsdpspec_runners.engine.data import Batches, SequenceSource
 from fsdpspec_runners.engine.datasource import dataset_sources
 from fsdpspec_runners.engine.dist import (
     Runtime,
-    all_reduce_sum,
     build_mesh,
     console,
+    fail_together,
     first_to_fail,
     init_runtime,
     teardown,
@@ -93,11 +93,7 @@ def _open_sink(spec: JobSpec, run_dir: Path, runtime: Runtime, step: int) -> Met
         sink = MetricsSink(spec, run_dir, runtime.is_main, resumed_step=step)
     except EngineError as exc:
         failure = exc
-    (failed,) = all_reduce_sum([float(failure is not None)], runtime.device)
-    if failure is not None:
-        raise failure
-    if failed:
-        raise EngineError("rank 0 could not open the run's outputs")
+    fail_together(failure, runtime, "rank 0 could not open the run's outputs")
     return sink
 
 
