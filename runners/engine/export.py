@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,10 @@ def _read_unit(checkpoint: Path, unit: dict[str, TensorStorageMetadata]) -> dict
     state = {
         key: torch.empty(meta.size, dtype=meta.properties.dtype) for key, meta in unit.items()
     }
-    dcp.load({"model": state}, checkpoint_id=str(checkpoint), no_dist=True)
+    with warnings.catch_warnings():
+        # Reading without a process group is the point here, not something to warn about.
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load({"model": state}, checkpoint_id=str(checkpoint), no_dist=True)
     return state
 
 
