@@ -29,7 +29,8 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from fsdpspec.atomicio import publish_dir
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.engine.errors import EngineError
+from fsdpspec_runners.engine.checkpoint import FULL_FILE
+from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.model import build_model, tied_weight_keys
 from fsdpspec_runners.engine.wrap import DTYPES
 
@@ -84,8 +85,17 @@ def export_run(run_dir: Path, step: int | None, target: Path) -> Path:
     return export_checkpoint(found[-1], spec, target)
 
 
-def _saved_keys(checkpoint: Path) -> dict[str, TensorStorageMetadata]:
-    """The model tensors a checkpoint holds, by parameter name."""
+def _saved_keys(checkpoint: Path) -> dict[str, Any]:
+    """The model tensors a checkpoint holds, by parameter name: DCP's metadata (each unit
+    is read when its turn comes), or a FULL_STATE_DICT file's tensors, memory-mapped (a
+    tensor is read from disk when it is used)."""
+    full = checkpoint / FULL_FILE
+    if full.is_file():
+        try:
+            payload = torch.load(full, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as exc:  # a truncated or foreign file: say which
+            raise EngineError(f"{full} is not a readable checkpoint: {first_line(exc)}") from None
+        return dict(payload["model"])
     try:
         metadata = dcp.FileSystemReader(str(checkpoint)).read_metadata()
     except (OSError, ValueError) as exc:
@@ -97,7 +107,7 @@ def _saved_keys(checkpoint: Path) -> dict[str, TensorStorageMetadata]:
     }
 
 
-def _units(saved: dict[str, TensorStorageMetadata], module: nn.Module) -> list[dict[str, Any]]:
+def _units(saved: dict[str, Any], module: nn.Module) -> list[dict[str, Any]]:
     """The checkpoint's tensors grouped by unit, in the model's order (tied aliases out)."""
     tied = tied_weight_keys(module)
     order = [k for k in module.state_dict() if k in saved and k not in tied]
@@ -109,8 +119,11 @@ def _units(saved: dict[str, TensorStorageMetadata], module: nn.Module) -> list[d
     return list(units.values())
 
 
-def _read_unit(checkpoint: Path, unit: dict[str, TensorStorageMetadata]) -> dict[str, Any]:
-    """One unit's full tensors, read from every rank's shards."""
+def _read_unit(checkpoint: Path, unit: dict[str, Any]) -> dict[str, Any]:
+    """One unit's full tensors, read from every rank's shards (a full state dict's are
+    its mapped tensors already)."""
+    if all(isinstance(value, torch.Tensor) for value in unit.values()):
+        return dict(unit)
     state = {
         key: torch.empty(meta.size, dtype=meta.properties.dtype) for key, meta in unit.items()
     }

@@ -33,23 +33,24 @@ def write_manifest(directory: Path) -> None:
     write_text(directory / MANIFEST, json.dumps({"files": files}, indent=1) + "\n")
 
 
-def _recorded(directory: Path) -> dict[str, dict]:
+def _recorded(directory: Path, entry_files: tuple[str, ...]) -> dict[str, dict]:
     try:
         files = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))["files"]
     except FileNotFoundError:
         raise ValueError("it has no manifest") from None
     except (OSError, ValueError, KeyError, TypeError):
         raise ValueError(f"its {MANIFEST} is unreadable") from None
-    if not isinstance(files, dict) or ".metadata" not in files:
-        raise ValueError(f"its {MANIFEST} lists no .metadata")
+    if not isinstance(files, dict) or not any(name in files for name in entry_files):
+        raise ValueError(f"its {MANIFEST} lists none of {', '.join(entry_files)}")
     return files
 
 
-def verification_problem(directory: Path) -> str | None:
+def verification_problem(directory: Path, entry_files: tuple[str, ...]) -> str | None:
     """Why the checkpoint in ``directory`` does not verify (None when every recorded
-    file is there with its size and checksum)."""
+    file is there with its size and checksum, and one of ``entry_files``, the files that
+    make a checkpoint complete, is among them)."""
     try:
-        recorded = _recorded(directory)
+        recorded = _recorded(directory, entry_files)
     except ValueError as exc:
         return str(exc)
     for name, entry in recorded.items():
