@@ -61,7 +61,7 @@ def test_family_trains(preset: str, version: int, precision: str, tmp_path: Path
 def test_moe_loss_includes_the_weighted_load_balancing_loss() -> None:
     import torch.nn.functional as F
 
-    from fsdpspec_runners.engine.loop import causal_lm_loss
+    from fsdpspec_runners.engine.loss import causal_lm_loss
     from fsdpspec_runners.engine.model import build_model
 
     spec = JobSpec.model_validate(job("tiny-mixtral", 2))
@@ -74,7 +74,7 @@ def test_moe_loss_includes_the_weighted_load_balancing_loss() -> None:
                                     ignore_index=-100)
     coefficient = preset_config("tiny-mixtral")["router_aux_loss_coef"]
     expected = cross_entropy + coefficient * output.aux_loss
-    assert torch.allclose(causal_lm_loss(model, batch), expected)
+    assert torch.allclose(causal_lm_loss(model, {"input_ids": batch}), expected)
     assert coefficient * output.aux_loss > 0
 
 
