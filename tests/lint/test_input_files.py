@@ -56,11 +56,12 @@ def llama_small_shapes() -> dict[str, list[int]]:
 def test_each_missing_input_is_an_error_at_its_field(tmp_path: Path) -> None:
     (tmp_path / "tok-file").write_text("not a directory")
     spec = write(tmp_path, """\
-model: {hf_config: no/config, weights: no/weights}
+model: {hf_config: ./no/config, weights: ./no/weights}
 data: {source: jsonl, path: no/data.jsonl, tokenizer: tok-file, seq_len: 64}
 """)
+    # `./no/config`, not `no/config`: a bare `org/name` that is no local path is a Hub id.
     found = [(code, line, col) for code, line, col, _ in findings(spec)]
-    assert found == [("FS407", 4, 20), ("FS407", 4, 40), ("FS407", 5, 29), ("FS407", 5, 55)]
+    assert found == [("FS407", 4, 20), ("FS407", 4, 42), ("FS407", 5, 29), ("FS407", 5, 55)]
     messages = [m for *_, m in findings(spec)]
     assert messages[0].startswith("model.hf_config: ") and "does not exist" in messages[0]
     assert messages[3].endswith("tok-file is not a directory")

@@ -53,7 +53,10 @@ def _codes_of_example(rule_code: str, label: str, tmp_path: Path) -> list[str]:
     (tmp_path / "models").symlink_to(ROOT / "tests" / "models")
     spec = tmp_path / f"{label}.yaml"
     spec.write_text(json.dumps(_merge(BASE, fragment)))  # JSON is YAML
-    return [d.code for d in check_file(spec).diagnostics]
+    # Examples name data files they do not ship: a missing input (FS407) counts only in
+    # FS407's own examples.
+    return [d.code for d in check_file(spec).diagnostics
+            if d.code != "FS407" or rule_code == "FS407"]
 
 
 def lint(tmp_path: Path, text: str, *overrides: str) -> list[tuple[int, int, str]]:
