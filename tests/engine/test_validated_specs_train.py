@@ -51,7 +51,8 @@ def test_fsdp1_hybrid_zero2_full_state_dict_is_one_rank0_file_that_resumes_exact
     assert "fsdp1 HYBRID_SHARD_ZERO2" in out
     first = tmp_path / "runs" / "hybrid"
     step2 = first / "checkpoints" / "step-00000002"
-    assert [p.name for p in step2.iterdir()] == ["full_state_dict.pt"]
+    # One file written by rank 0, and the manifest that verifies it.
+    assert sorted(p.name for p in step2.iterdir()) == ["full_state_dict.pt", "manifest.json"]
     saved = torch.load(step2 / "full_state_dict.pt", weights_only=True)
     assert saved["step"] == 2 and len(saved["rng"]) == 2
     assert saved["model"]["model.embed_tokens.weight"].shape == (320, 64)  # gathered whole
