@@ -110,7 +110,7 @@ def measure(row: tuple[Any, ...]) -> tuple[int, int, int, float]:
     plan = plan_job(spec, config)
     start = time.perf_counter()
     traced = trace_job(spec, config, Path.cwd())
-    return (plan.workload.shard_size, plan.device.peak_allocated, traced.peak_bytes,
+    return (plan.job.layout.shard_size, plan.device.peak_allocated, traced.peak_bytes,
             time.perf_counter() - start)
 
 

@@ -40,7 +40,7 @@ def measure(row: tuple, torch) -> tuple[int, int, int, int]:
     spec = row_spec(row)
     config = model_config(spec.model, Path.cwd())
     plan = plan_job(spec, config)
-    shard = plan.workload.shard_size
+    shard = plan.job.layout.shard_size
     dist.init_process_group("fake", rank=0, world_size=shard, store=FakeStore())
     try:
         cuda = torch.device("cuda")

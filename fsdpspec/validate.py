@@ -11,13 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.catalog.hub import HubError, offline, snapshot
-from fsdpspec.catalog.modelconfig import (
-    HUB_INPUTS,
-    ModelConfigError,
-    hub_input,
-    model_config,
-    resolve_input_path,
-)
+from fsdpspec.catalog.modelconfig import HUB_INPUTS, ModelConfigError, hub_input
+from fsdpspec.job.job import Job, resolve
 from fsdpspec.lint import lint_spec
 from fsdpspec.lint.registry import LintContext
 from fsdpspec.spec import LATEST, SUPPORTED
@@ -40,7 +35,12 @@ class FileReport:
     source_map: SourceMap
     diagnostics: list[Diagnostic] = field(default_factory=list)
     spec: JobSpec | None = None
-    model_config: dict[str, Any] | None = None
+    # The resolved job (set once the spec is valid and its model config readable).
+    job: Job | None = None
+
+    @property
+    def model_config(self) -> dict[str, Any] | None:
+        return self.job.config if self.job is not None else None
 
     @property
     def has_errors(self) -> bool:
@@ -86,11 +86,11 @@ def _lint(report: FileReport, select: Sequence[str], ignore: Sequence[str]) -> l
     spec = report.spec
     assert spec is not None
     try:
-        report.model_config = _model_config(spec, report.base_dir)
+        report.job = resolve(spec, report.base_dir)
     except ModelConfigError as exc:
         pointer = "/model/hf_config"
         return [error("FS030", str(exc), pointer, "point hf_config at a local config.json")]
-    ctx = LintContext(spec, report.base_dir, report.model_config, _explicit(report.source_map))
+    ctx = LintContext(report.job, _explicit(report.source_map))
     return _uncached_hub_inputs(spec, report.base_dir) + lint_spec(ctx, select=select,
                                                                    ignore=ignore)
 
@@ -111,16 +111,6 @@ def _uncached_hub_inputs(spec: JobSpec, base_dir: Path) -> list[Diagnostic]:
             severity = Severity.ERROR if offline() else Severity.WARNING
             found.append(Diagnostic("FS031", severity, str(exc), f"/{section}/{key}"))
     return found
-
-
-def _model_config(spec: JobSpec, base_dir: Path) -> dict[str, Any] | None:
-    """The model's config; None when hf_config names a path that does not exist, which
-    FS407 reports (ignorably: a spec may be written for another machine's paths)."""
-    hf_config = spec.model.hf_config
-    if (hf_config is not None and hub_input(hf_config, base_dir) is None
-            and not resolve_input_path(hf_config, base_dir).exists()):
-        return None
-    return model_config(spec.model, base_dir)
 
 
 def _place(report: FileReport, diagnostics: list[Diagnostic]) -> list[Diagnostic]:

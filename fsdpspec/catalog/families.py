@@ -12,7 +12,7 @@ A bias rule is ``True``/``False``, or the name of the config key that switches i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 Bias = bool | str
@@ -85,6 +85,11 @@ class Family:
     moe: Moe | None = None
     # Module classes with parameters beyond the usual ones (lint FS111 accepts them).
     extra_modules: tuple[str, ...] = ()
+    # Module paths transformers spells otherwise than the planner's Llama-style names
+    # (the planner's → the family's), and modules it registers ahead of their siblings:
+    # the FSDP units are named as the built model names them.
+    module_names: dict[str, str] = field(default_factory=dict)
+    modules_first: tuple[str, ...] = ()
     # Built-in presets of this family, the first being the one an import picks.
     presets: tuple[str, ...] = ()
 
@@ -159,14 +164,21 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "max_position_embeddings": 2048},
         decoder_layer="GPTNeoXLayer", fused_qkv=True, mlp="plain", mlp_bias=True,
         norm="layernorm", parallel_residual="use_parallel_residual", gqa=False,
-        head_major_query=True, presets=("pythia-1.4b", "tiny-gpt-neox"), **_LLAMA_BIAS),
+        head_major_query=True, presets=("pythia-1.4b", "tiny-gpt-neox"),
+        module_names={"model": "gpt_neox", "model.embed_tokens": "gpt_neox.embed_in",
+                      "model.norm": "gpt_neox.final_layer_norm", "self_attn": "attention",
+                      "self_attn.qkv_proj": "attention.query_key_value",
+                      "self_attn.o_proj": "attention.dense",
+                      "mlp.up_proj": "mlp.dense_h_to_4h", "mlp.down_proj": "mlp.dense_4h_to_h"},
+        modules_first=("input_layernorm", "post_attention_layernorm"), **_LLAMA_BIAS),
     Family("starcoder2", "Starcoder2", {
         "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30,
         "num_attention_heads": 24, "num_key_value_heads": 2, "vocab_size": 49152,
         "tie_word_embeddings": True, "use_bias": True, "sliding_window": None,
         "max_position_embeddings": 4096},
         qkv_bias="use_bias", o_bias="use_bias", mlp="plain", mlp_bias="use_bias",
-        norm="layernorm", window="always", presets=("starcoder2-3b", "tiny-starcoder2")),
+        norm="layernorm", window="always", presets=("starcoder2-3b", "tiny-starcoder2"),
+        module_names={"mlp.up_proj": "mlp.c_fc", "mlp.down_proj": "mlp.c_proj"}),
     Family("mixtral", "Mixtral", {
         "intermediate_size": 14336, "num_key_value_heads": 8, "vocab_size": 32000,
         "tie_word_embeddings": False, "sliding_window": None, "num_local_experts": 8,
@@ -181,6 +193,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "num_experts_per_tok": 8, "moe_intermediate_size": 768,
         "router_aux_loss_coef": 0.001, "max_position_embeddings": 32768},
         qk_norm="head", window="flag", moe=Moe("num_experts", "moe_intermediate_size"),
+        modules_first=("experts",),
         presets=("qwen3-30b-a3b", "tiny-qwen3-moe"), **_LLAMA_BIAS),
     Family("olmoe", "Olmoe", {
         "hidden_size": 2048, "intermediate_size": 2048, "num_hidden_layers": 16,
@@ -212,7 +225,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": None, "vocab_size": 32064,
         "tie_word_embeddings": False},
-        mlp="gated_fused", fused_qkv=True, window="always", presets=("phi3-mini",)),
+        mlp="gated_fused", fused_qkv=True, window="always", presets=("phi3-mini",),
+        modules_first=("o_proj",)),
 )}
 
 # A factory model described by `model.geometry`: counted as a Llama-style decoder. It has

@@ -65,7 +65,7 @@ def read_hf_config(value: str, base_dir: Path) -> dict[str, Any]:
     except (HubError, ConfigJsonError) as exc:
         raise ModelConfigError(str(exc)) from None
     # Any model_type is accepted: one without an analytic family is planned by building
-    # it on the meta device (fsdpspec.plan.introspect), and trained as transformers builds it.
+    # it on the meta device (fsdpspec.job.introspect), and trained as transformers builds it.
     if not isinstance(data.get("model_type"), str) or not data["model_type"]:
         raise ModelConfigError(f"{path} has no model_type; not a transformers config")
     return data

@@ -60,7 +60,7 @@ def gpu_count_figure(plan: Plan) -> Any:
     """Peak memory per device against GPU count, marking the spec's and the fewest."""
     spec = plan.spec
     counts = curve_counts(spec.world_size, plan.min_gpus)
-    points = peak_by_gpu_count(spec, plan.geometry, plan.accelerator, counts)
+    points = peak_by_gpu_count(plan.job, plan.accelerator, counts)
     fig, ax = figure(7.5, 3.2)
     xs, ys = [n for n, _ in points], [b / GIB for _, b in points]
     mark_data(ax.plot(xs, ys, marker="o", markersize=3, color=PALETTE[0],
@@ -95,8 +95,8 @@ def _header(plan: Plan) -> list[tuple[str, str]]:
     return [
         *spec_facts(plan.spec),
         ("parameters", parameter_count(plan.parameters)),
-        ("planned for", f"{plan.workload.world_size} × {plan.accelerator.name} "
-                        f"(shard group {plan.workload.shard_size})"),
+        ("planned for", f"{plan.job.layout.world_size} × {plan.accelerator.name} "
+                        f"(shard group {plan.job.layout.shard_size})"),
         ("peak per device", f"{plan.device.total / GIB:.2f} of {plan.capacity / GIB:.2f} GiB "
                             f"at {plan.device.peak.name}: {verdict}"),
         ("fewest GPUs that fit", str(plan.min_gpus) if plan.min_gpus else "none"),

@@ -6,12 +6,12 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from fsdpspec.catalog.modelconfig import ModelConfigError, model_config
+from fsdpspec.catalog.modelconfig import ModelConfigError
 from fsdpspec.charts import page
 from fsdpspec.charts.figures import PALETTE, figure, mark_data, svg_text
 from fsdpspec.charts.rundata import RunData
 from fsdpspec.charts.specfacts import parameter_count, spec_facts
-from fsdpspec.plan.geometry import GeometryError
+from fsdpspec.job.job import resolve
 from fsdpspec.plan.memory import GIB
 from fsdpspec.plan.planner import Plan, plan_job
 
@@ -60,10 +60,10 @@ def curve_figure(run: RunData, name: str, ylabel: str, keys: list[tuple[str, str
 def _plan(run: RunData) -> Plan | None:
     """The planner's view of the run's spec; None when the model cannot be counted."""
     try:
-        config = model_config(run.spec.model, run.run_dir)
-        return plan_job(run.spec, config) if config is not None else None
-    except (ModelConfigError, GeometryError, OSError):
+        job = resolve(run.spec, run.run_dir)
+    except (ModelConfigError, OSError):
         return None
+    return plan_job(job) if job.geometry is not None else None
 
 
 def _measured(run: RunData, key: str) -> float | None:

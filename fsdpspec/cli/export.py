@@ -22,7 +22,8 @@ def _scheduled(report: FileReport) -> tuple[JobSpec, int]:
     """The spec with absolute input paths, and the seconds a stop signal must precede
     the kill (the planned checkpoint time)."""
     assert report.spec is not None
-    grace_s = stop_grace_seconds(report.spec, report.model_config)
+    assert report.job is not None
+    grace_s = stop_grace_seconds(report.job)
     return absolute_inputs(report.spec, report.base_dir), grace_s
 
 

@@ -11,8 +11,6 @@ import click
 
 from fsdpspec.catalog.accelerators import accelerator_names
 from fsdpspec.cli.options import exit_on_errors, set_option
-from fsdpspec.plan.geometry import Geometry, GeometryError
-from fsdpspec.plan.introspect import model_geometry
 from fsdpspec.plan.planner import Plan, plan_job
 from fsdpspec.plan.report import plan_json, plan_text
 from fsdpspec.spec.overrides import OverrideError
@@ -32,20 +30,11 @@ def _load(file: str, overrides: tuple[str, ...]):
     return report
 
 
-def _geometry(config: dict) -> Geometry:
-    """The model's geometry: from its family, else built on the meta device."""
-    try:
-        return model_geometry(config)
-    except GeometryError as exc:
-        click.echo(f"info: {exc}", err=True)
-        raise SystemExit(1) from None
-
-
-def _trace(plan: Plan, config: dict, base_dir: Path) -> dict:
+def _trace(plan: Plan) -> dict:
     from fsdpspec_runners.engine.trace import TraceError, trace_job
 
     try:
-        result = trace_job(plan.spec, config, base_dir)
+        result = trace_job(plan.job)
     except TraceError as exc:
         raise click.ClickException(str(exc)) from None
     except ImportError as exc:  # torch and transformers come with the [train] extra
@@ -118,11 +107,14 @@ def command(file, gpus, accelerator, overrides, output_format, trace, picture,
     if output is not None and picture is None:
         raise click.UsageError("-o/--output needs --html, --svg or --png")
     report = _load(file, overrides)
-    plan = plan_job(report.spec, report.model_config, world_size=gpus, accelerator=accelerator,
-                    geometry=_geometry(report.model_config))
+    job = report.job
+    if job.geometry is None:  # a model that could not be introspected (no torch)
+        click.echo(f"info: {job.geometry_error}", err=True)
+        raise SystemExit(1)
+    plan = plan_job(job, world_size=gpus, accelerator=accelerator)
     if picture is not None:
         _write_picture(plan, picture, Path(output or f"plan.{picture}"))
-    traced = _trace(plan, report.model_config, report.base_dir) if trace else None
+    traced = _trace(plan) if trace else None
     if output_format == "json":
         data = plan_json(plan) | ({"trace": traced} if traced else {})
         click.echo(json.dumps(data, indent=2))

@@ -74,17 +74,16 @@ def _valid_spec(file: str, overrides: list[str]) -> tuple[FileReport, JobSpec]:
 
 def _plan_line(report: FileReport) -> str:
     """One line from the planner: peak memory per device against its capacity."""
-    from fsdpspec.plan.geometry import GeometryError
     from fsdpspec.plan.memory import GIB
     from fsdpspec.plan.planner import plan_job
 
-    assert report.spec is not None
-    if report.model_config is None:
+    job = report.job
+    assert job is not None
+    if job.config is None:
         return "plan: a factory model without geometry: memory not estimated"
-    try:
-        plan = plan_job(report.spec, report.model_config)
-    except GeometryError as exc:
-        return f"plan: memory not estimated ({exc})"
+    if job.geometry is None:
+        return f"plan: memory not estimated ({job.geometry_error})"
+    plan = plan_job(job)
     unit = plan.accelerator.name if plan.accelerator.is_gpu else "process"
     verdict = "fits" if plan.fits else "DOES NOT FIT"
     return (f"plan: {verdict}: peak {plan.device.total / GIB:.2f} GiB per {unit} of "

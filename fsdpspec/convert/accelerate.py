@@ -330,16 +330,18 @@ def _fit_assumptions(document: CommentedMap, draft: _Draft, base_dir: Path) -> l
     job is raised to its planned peak (FS203 would otherwise blame the user's config for
     our assumption). The model is the user's choice or our placeholder: when it does not
     fit the GPUs, say so."""
-    from fsdpspec.catalog.modelconfig import ModelConfigError, model_config
-    from fsdpspec.plan.geometry import GeometryError
+    from fsdpspec.catalog.modelconfig import ModelConfigError
+    from fsdpspec.job.job import resolve
     from fsdpspec.plan.memory import GIB
     from fsdpspec.plan.planner import plan_job
 
     try:
-        spec = JobSpec.model_validate(json.loads(json.dumps(document)))
-        plan = plan_job(spec, model_config(spec.model, base_dir))
-    except (ValueError, ModelConfigError, GeometryError):
+        job = resolve(JobSpec.model_validate(json.loads(json.dumps(document))), base_dir)
+    except (ValueError, ModelConfigError):
         return []  # an invalid import is reported by `fsdpspec validate` on the result
+    if job.geometry is None:
+        return []
+    spec, plan = job.spec, plan_job(job)
     if not plan.fits_host and spec.resources.accelerator != "cpu":
         needed = math.ceil(plan.host.peak / GIB / 64) * 64
         draft.put("resources.host_memory_gib", needed,

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from fsdpspec.job.geometry import GeometryError
+from fsdpspec.job.introspect import NotIntrospected
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
-from fsdpspec.plan.geometry import GeometryError, UnknownFamilyError
 from fsdpspec.plan.memory import GIB
 from fsdpspec.plan.planner import Plan, plan_job
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
@@ -17,13 +18,13 @@ def _plan(ctx: LintContext) -> Plan | GeometryError | None:
     """The spec's plan (cached), the geometry error that prevents one, or None for a
     factory model without `model.geometry` or a model_type without an analytic family."""
     if "plan" not in ctx.cache:
-        try:
-            ctx.cache["plan"] = plan_job(ctx.spec, ctx.model_config) if ctx.model_config else None
-        except UnknownFamilyError:
-            # Planned by `fsdpspec plan`, which builds the model; validate stays torch-free.
-            ctx.cache["plan"] = None
-        except GeometryError as exc:
-            ctx.cache["plan"] = exc
+        job = ctx.job
+        if job.geometry is not None:
+            ctx.cache["plan"] = plan_job(job)
+        elif isinstance(job.geometry_error, NotIntrospected):
+            ctx.cache["plan"] = None  # FS210 says so
+        else:
+            ctx.cache["plan"] = job.geometry_error
     return ctx.cache["plan"]
 
 

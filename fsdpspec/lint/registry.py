@@ -8,24 +8,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.plan.geometry import Geometry, GeometryError, geometry_from_config
+from fsdpspec.job.geometry import Geometry
+from fsdpspec.job.job import Job
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
 from fsdpspec.spec.v1 import JobSpec
 
 
 @dataclass
 class LintContext:
-    """What a rule may read besides the spec."""
+    """What a rule may read besides the spec: the resolved job."""
 
-    spec: JobSpec
-    base_dir: Path
-    # HF-style config of the model (None for a factory model without geometry, or when
-    # the config could not be read — that is reported once, by the pipeline).
-    model_config: dict[str, Any] | None
+    job: Job
     # Pointers the user wrote (so rules can tell an explicit value from a default).
     explicit: set[str] = field(default_factory=set)
     # Cached memory plan (fsdpspec.plan), computed on first use by the rules that need it.
     cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> JobSpec:
+        return self.job.spec
+
+    @property
+    def base_dir(self) -> Path:
+        return self.job.base_dir
+
+    @property
+    def model_config(self) -> dict[str, Any] | None:
+        """HF-style config of the model (None for a factory model without geometry, or
+        when the config could not be read — that is reported once, by the pipeline)."""
+        return self.job.config
 
     def is_set(self, pointer: str) -> bool:
         return pointer in self.explicit
@@ -38,13 +49,7 @@ class LintContext:
     def geometry(self) -> Geometry | None:
         """The model's shape, or None when it cannot be counted (a factory model without
         geometry, or a config the planner rejects — reported by the memory rules)."""
-        if "geometry" not in self.cache:
-            try:
-                shape = geometry_from_config(self.model_config) if self.model_config else None
-            except GeometryError:
-                shape = None
-            self.cache["geometry"] = shape
-        return self.cache["geometry"]
+        return self.job.geometry
 
 
 Check = Callable[[LintContext], Iterator[Diagnostic]]

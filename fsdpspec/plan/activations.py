@@ -27,7 +27,7 @@ of one micro-batch, H/I the hidden/MLP widths, q/kv the query/key-value widths:
 
 from __future__ import annotations
 
-from fsdpspec.plan.geometry import Geometry
+from fsdpspec.job.geometry import Geometry
 
 
 def _norm_bytes(g: Geometry, b: int, width_tokens: int) -> int:

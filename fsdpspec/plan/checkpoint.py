@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import math
 
-from fsdpspec.plan.geometry import GeometryError, geometry_from_config
-from fsdpspec.plan.workload import workload
+from fsdpspec.job.job import Job
 from fsdpspec.semantics import MASTER_BYTES
-from fsdpspec.spec.v1 import JobSpec
 
 # Write bandwidth each node is assumed to get from shared storage (docs/clusters.md).
 NODE_WRITE_BYTES_PER_S = 1 << 30
@@ -21,24 +19,19 @@ NODE_WRITE_BYTES_PER_S = 1 << 30
 GRACE_FLOOR_S = 60
 
 
-def checkpoint_bytes(spec: JobSpec, model_config: dict | None) -> int | None:
+def checkpoint_bytes(job: Job) -> int | None:
     """Bytes of one sharded checkpoint, summed over ranks: fp32 parameters plus the
     optimizer's fp32 states (the planner's counts). None when the model has no geometry."""
-    if model_config is None:
+    if job.geometry is None:
         return None
-    try:
-        geometry = geometry_from_config(model_config)
-    except GeometryError:
-        return None
-    states = workload(spec, geometry).optimizer_states
-    return geometry.total_params * MASTER_BYTES * (1 + states)
+    return job.geometry.total_params * MASTER_BYTES * (1 + job.optimizer_states)
 
 
-def stop_grace_seconds(spec: JobSpec, model_config: dict | None) -> int:
+def stop_grace_seconds(job: Job) -> int:
     """Seconds between the stop signal and the kill: twice the planned write of each
     node's share of a checkpoint (the step in flight, then the save), at least the floor."""
-    total = checkpoint_bytes(spec, model_config)
+    total = checkpoint_bytes(job)
     if total is None:
         return GRACE_FLOOR_S
-    write_s = total / spec.resources.nodes / NODE_WRITE_BYTES_PER_S
+    write_s = total / job.spec.resources.nodes / NODE_WRITE_BYTES_PER_S
     return max(GRACE_FLOOR_S, math.ceil(2 * write_s))

@@ -15,12 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
-from fsdpspec.plan.memory import model_sharding
-from fsdpspec.plan.workload import Workload
+from fsdpspec.job.job import Job
+from fsdpspec.plan.units import sharding
 from fsdpspec.semantics import (
     model_flops_per_token,
     recompute_flops_per_token,
-    synced_micro_batches,
 )
 
 
@@ -43,33 +42,33 @@ class Compute:
             self.communication_seconds > self.compute_seconds
 
 
-def step_flops(w: Workload, parameters: int) -> float:
+def step_flops(job: Job, parameters: int) -> float:
     """FLOPs of one rank's optimizer step (all its micro-batches)."""
-    shape = dict(parameters=parameters, num_layers=w.geometry.num_layers,
-                 q_width=w.geometry.q_width, seq_len=w.seq_len)
+    shape = dict(parameters=parameters, num_layers=job.geometry.num_layers,
+                 q_width=job.geometry.q_width, seq_len=job.layout.seq_len)
     per_token = model_flops_per_token(**shape) + recompute_flops_per_token(
-        **shape, mode=w.activation_checkpointing, ac_every=w.ac_every)
-    return float(per_token * w.tokens * w.accumulation_steps)
+        **shape, mode=job.spec.fsdp.activation_checkpointing, ac_every=job.spec.fsdp.ac_every)
+    return float(per_token * job.layout.tokens * job.layout.accumulation_steps)
 
 
-def step_compute(w: Workload, parameters: int, device: Accelerator, compute_dtype: str) -> Compute:
+def step_compute(job: Job, parameters: int, device: Accelerator, compute_dtype: str) -> Compute:
     """Work and traffic of one step, timed at the device's peaks."""
-    sh = model_sharding(w)
-    s, b, r = w.shard_size, w.compute_bytes, w.reduce_bytes
+    sh = sharding(job)
+    s, b, r = job.layout.shard_size, job.compute_bytes, job.reduce_bytes
     ring = (s - 1) / s
     units = sum(sh.gathered_numel(u) * u.count for u in sh.units)
     root = sh.gathered_numel(sh.root)
-    regathered = 0 if w.keeps_params_gathered else units
-    micro = w.accumulation_steps
-    synced = synced_micro_batches(w.strategy, micro)
+    regathered = units if job.layout.reshards_after_forward else 0
+    micro = job.layout.accumulation_steps
+    synced = job.layout.synced_micro_batches
     all_gather = int(b * ring * (units + root + regathered) * micro)
     reduce_scatter = int(r * ring * (units + root) * synced)
-    replicas = w.world_size // s
+    replicas = job.layout.world_size // s
     all_reduce = (int(2 * r * (units + root) / s * (replicas - 1) / replicas * synced)
                   if replicas > 1 else 0)
-    flops = step_flops(w, parameters)
+    flops = step_flops(job, parameters)
     peak = device.peak_tflops(compute_dtype)
-    intra = all_gather + reduce_scatter if s <= w.gpus_per_node else 0
+    intra = all_gather + reduce_scatter if s <= job.layout.gpus_per_node else 0
     inter = all_reduce + (0 if intra else all_gather + reduce_scatter)
     seconds = intra / (device.intra_node_gbps * 1e9) + inter / (device.inter_node_gbps * 1e9)
     return Compute(flops, all_gather, reduce_scatter, all_reduce,

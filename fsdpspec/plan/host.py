@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fsdpspec.plan.memory import GIB, model_sharding
-from fsdpspec.plan.workload import Workload
-from fsdpspec.semantics import MASTER_BYTES
+from fsdpspec.job.job import Job
+from fsdpspec.plan.memory import GIB
+from fsdpspec.plan.units import sharding
+from fsdpspec.semantics import DTYPE_BYTES, MASTER_BYTES
 
 # Resident memory of one training process besides its tensors: the interpreter, torch,
 # transformers and the CUDA runtime's host side.
@@ -25,16 +26,19 @@ class HostMemory:
     peak_phase: str
 
 
-def host_memory(w: Workload, parameters: int) -> HostMemory:
+def host_memory(job: Job, parameters: int) -> HostMemory:
     """Host memory of the busiest node (the one with rank 0)."""
-    ranks = min(w.gpus_per_node, w.world_size)
-    shard = MASTER_BYTES * model_sharding(w).total_shard_numel()
-    offloaded = ranks * shard * (2 + w.optimizer_states) if w.cpu_offload else 0
-    readers = 1 if w.cpu_ram_efficient_loading else ranks
-    loading = readers * WEIGHT_FILE_BYTES * parameters if w.loads_weights else 0
+    fsdp = job.spec.fsdp
+    ranks = min(job.layout.gpus_per_node, job.layout.world_size)
+    shard = MASTER_BYTES * sharding(job).total_shard_numel()
+    offloaded = ranks * shard * (2 + job.optimizer_states) if fsdp.cpu_offload else 0
+    readers = 1 if fsdp.cpu_ram_efficient_loading else ranks
+    loads = job.spec.model.weights is not None
+    loading = readers * WEIGHT_FILE_BYTES * parameters if loads else 0
     # A full state dict gathers the fp32 parameters and optimizer state to rank 0.
-    gather = MASTER_BYTES * parameters * (1 + w.optimizer_states) if w.full_state_dict else 0
-    export = final_export_bytes(w, parameters)
+    full_state = fsdp.state_dict_type == "FULL_STATE_DICT"
+    gather = MASTER_BYTES * parameters * (1 + job.optimizer_states) if full_state else 0
+    export = final_export_bytes(job, parameters)
     terms = {
         "process_overhead": ranks * PROCESS_OVERHEAD_BYTES,
         "offloaded_states": offloaded,
@@ -54,12 +58,14 @@ def host_memory(w: Workload, parameters: int) -> HostMemory:
     return HostMemory(terms, terms["process_overhead"] + phases[phase], phase)
 
 
-def final_export_bytes(w: Workload, parameters: int) -> int:
+def final_export_bytes(job: Job, parameters: int) -> int:
     """Rank 0 converts the last checkpoint one unit at a time: the largest unit read in
     fp32 and cast, plus the shard being filled (at most max_shard_bytes, or one unit)."""
-    if not w.export_bytes:
+    final = job.spec.checkpoint.final
+    if not final.enabled:
         return 0
-    g = w.geometry
+    export_bytes, shard_bytes = DTYPE_BYTES[final.dtype], final.max_shard_mb * 10**6
+    g = job.geometry
     unit = max(g.layer_params, g.embedding_params)
-    shard = min(parameters * w.export_bytes, max(w.export_shard_bytes, unit * w.export_bytes))
-    return unit * (MASTER_BYTES + w.export_bytes) + shard
+    shard = min(parameters * export_bytes, max(shard_bytes, unit * export_bytes))
+    return unit * (MASTER_BYTES + export_bytes) + shard

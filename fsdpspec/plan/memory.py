@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fsdpspec.job.job import Job
+from fsdpspec.job.units import Unit
 from fsdpspec.plan import activations as act
-from fsdpspec.plan.units import Sharding, Unit, sharding
-from fsdpspec.plan.workload import Workload
+from fsdpspec.plan.units import Sharding, sharding
 from fsdpspec.semantics import (
     MASTER_BYTES,
     checkpointed_count,
@@ -75,11 +76,6 @@ class DeviceMemory:
         return self.peak_reserved + self.cuda_context + self.nccl
 
 
-def model_sharding(w: Workload) -> Sharding:
-    return sharding(w.geometry, policy=w.auto_wrap_policy, min_num_params=w.min_num_params,
-                    shard_size=w.shard_size, fsdp_version=w.fsdp_version)
-
-
 @dataclass(frozen=True)
 class _Parts:
     """Sizes the points draw on, computed once."""
@@ -103,60 +99,60 @@ class _Parts:
     optimizer_temporaries: int
 
 
-def _gathered_bytes(sh: Sharding, w: Workload, unit: Unit) -> int:
+def _gathered_bytes(sh: Sharding, job: Job, unit: Unit) -> int:
     # FSDP2's unsharded parameters are views of each parameter's padded all-gather
     # output, FSDP1's of the padded flat parameter: the padding stays allocated (a
     # Mixture of Experts with fewer experts than ranks gathers one row per rank).
-    return w.compute_bytes * sh.gathered_numel(unit)
+    return job.compute_bytes * sh.gathered_numel(unit)
 
 
-def _units_kept_after_forward(w: Workload, sh: Sharding) -> int:
+def _units_kept_after_forward(job: Job, sh: Sharding) -> int:
     """Non-root parameters still gathered when forward ends: every unit under the
     strategies that do not reshard after forward; under FSDP2 the last unit (the engine
     keeps it, backward needs it at once); none under FSDP1."""
-    if w.keeps_params_gathered:
-        return sum(_gathered_bytes(sh, w, u) * u.count for u in sh.units)
-    if w.fsdp_version == 2 and sh.largest is not None:
-        return _gathered_bytes(sh, w, sh.largest)
+    if not job.layout.reshards_after_forward:
+        return sum(_gathered_bytes(sh, job, u) * u.count for u in sh.units)
+    if job.layout.fsdp_version == 2 and sh.largest is not None:
+        return _gathered_bytes(sh, job, sh.largest)
     return 0
 
 
-def _carried_gradients(w: Workload, sh: Sharding, sharded: int) -> tuple[int, bool]:
+def _carried_gradients(job: Job, sh: Sharding, sharded: int) -> tuple[int, bool]:
     """Gradients carried from one micro-batch to the next, and whether they are
     unsharded. The engine reduces every micro-batch under the sharded strategies, so the
     sharded gradients accumulate in place; under NO_SHARD it skips the reduction until the
     last micro-batch, and FSDP keeps every unsharded gradient, upcast to the reduce dtype
     (FSDP2) or kept in the parameters' dtype (FSDP1)."""
-    if w.accumulation_steps == 1:
+    if job.layout.accumulation_steps == 1:
         return 0, False
-    if syncs_gradients(w.strategy, last_micro_batch=False):
+    if syncs_gradients(job.layout.strategy, last_micro_batch=False):
         return sharded, False
-    per_param = w.reduce_bytes if w.fsdp_version == 2 else MASTER_BYTES
+    per_param = job.reduce_bytes if job.layout.fsdp_version == 2 else MASTER_BYTES
     return per_param * (sh.layer_numel + sh.root.numel), True
 
 
-def _parts(w: Workload, sh: Sharding) -> _Parts:
-    g, b, r, m = w.geometry, w.compute_bytes, w.reduce_bytes, MASTER_BYTES
+def _parts(job: Job, sh: Sharding) -> _Parts:
+    g, b, r, m = job.geometry, job.compute_bytes, job.reduce_bytes, MASTER_BYTES
     shard_bytes = m * sh.total_shard_numel()
-    on_device = 0 if w.cpu_offload else 1
+    on_device = 0 if job.spec.fsdp.cpu_offload else 1
     unit = sh.largest
     unit_padded = sh.gathered_numel(unit) if unit else 0
     prefetch = 0
-    if unit and not w.keeps_params_gathered and w.backward_prefetch != "NONE":
+    if unit and job.layout.reshards_after_forward and job.spec.fsdp.backward_prefetch != "NONE":
         prefetch = b * unit_padded
-    carried, unsharded_carry = _carried_gradients(w, sh, on_device * shard_bytes)
+    carried, unsharded_carry = _carried_gradients(job, sh, on_device * shard_bytes)
     grads = 0 if unsharded_carry else 1
     reduced = 0 if carried and not unsharded_carry else on_device
-    saved, layer = _layer_activations(w)
+    saved, layer = _layer_activations(job)
     return _Parts(
         persistent={"sharded_parameters": on_device * shard_bytes,
-                    "optimizer_states": on_device * w.optimizer_states * shard_bytes},
+                    "optimizer_states": on_device * job.optimizer_states * shard_bytes},
         accumulated=carried,
         # The root stays gathered from its forward to its backward: the engine keeps it
         # under FSDP2 (reshard_after_forward=False) and FSDP1 never frees it before backward.
-        root=_gathered_bytes(sh, w, sh.root),
-        units_kept=_units_kept_after_forward(w, sh),
-        unit=_gathered_bytes(sh, w, unit) if unit else 0,
+        root=_gathered_bytes(sh, job, sh.root),
+        units_kept=_units_kept_after_forward(job, sh),
+        unit=_gathered_bytes(sh, job, unit) if unit else 0,
         prefetch=prefetch,
         # Backward reaches a layer's MLP first: its down projection's gradient exists.
         unit_grads=grads * b * g.down_proj_numel,
@@ -169,33 +165,35 @@ def _parts(w: Workload, sh: Sharding) -> _Parts:
         saved=saved,
         layer=layer,
         sharded_grads=on_device * shard_bytes,
-        optimizer_temporaries=on_device * (shard_bytes if w.optimizer_states == 2 else 0),
+        optimizer_temporaries=on_device * (shard_bytes if job.optimizer_states == 2 else 0),
     )
 
 
-def _layer_activations(w: Workload) -> tuple[int, int]:
+def _layer_activations(job: Job) -> tuple[int, int]:
     """(bytes saved by all layers, bytes one layer saves without checkpointing)."""
-    full = _full_layer(w)
-    return _saved_through(w, w.geometry.num_layers - 1, full), full
+    full = _full_layer(job)
+    return _saved_through(job, job.geometry.num_layers - 1, full), full
 
 
-def _full_layer(w: Workload) -> int:
-    return act.layer_activation_bytes(w.geometry, w.compute_bytes, w.micro_batch_size,
-                                      w.seq_len, w.attention)
+def _full_layer(job: Job) -> int:
+    return act.layer_activation_bytes(job.geometry, job.compute_bytes, job.layout.micro_batch_size,
+                                      job.layout.seq_len, job.spec.model.attention)
 
 
-def _saved_through(w: Workload, index: int, full: int) -> int:
+def _saved_through(job: Job, index: int, full: int) -> int:
     """Bytes layers 0..index hold for backward (a checkpointed layer: its input)."""
-    kept = act.checkpointed_layer_bytes(w.geometry, w.compute_bytes, w.micro_batch_size,
-                                        w.seq_len)
-    checkpointed = checkpointed_count(w.activation_checkpointing, w.ac_every, index + 1)
+    fsdp, lay = job.spec.fsdp, job.layout
+    kept = act.checkpointed_layer_bytes(job.geometry, job.compute_bytes, lay.micro_batch_size,
+                                        lay.seq_len)
+    checkpointed = checkpointed_count(fsdp.activation_checkpointing, fsdp.ac_every, index + 1)
     return checkpointed * kept + (index + 1 - checkpointed) * full
 
 
-def _head_points(w: Workload, p: _Parts) -> list[Point]:
+def _head_points(job: Job, p: _Parts) -> list[Point]:
     """From the lm_head's forward to its backward: logits and loss, the root gathered
     throughout."""
-    g, b, batch, seq = w.geometry, w.compute_bytes, w.micro_batch_size, w.seq_len
+    g, b = job.geometry, job.compute_bytes
+    batch, seq = job.layout.micro_batch_size, job.layout.seq_len
     logits = b * batch * seq * g.vocab_size
     acts = p.saved + act.root_activation_bytes(g, b, batch, seq)
     base = p.persistent | {"accumulated_gradients": p.accumulated, "activations": acts,
@@ -210,17 +208,19 @@ def _head_points(w: Workload, p: _Parts) -> list[Point]:
             Point("backward: loss", loss_backward), Point("backward: lm_head", head_backward)]
 
 
-def _layer_point(w: Workload, p: _Parts, index: int) -> Point:
+def _layer_point(job: Job, p: _Parts, index: int) -> Point:
     """Backward inside layer ``index``: the layers below it still hold their activations
     (a checkpointed layer recomputes its own), the layers above have been reduced to
     sharded gradients, the one just above is still in its reduce-scatter, and the one
     below is being prefetched."""
-    g, b, layers = w.geometry, w.compute_bytes, w.geometry.num_layers
-    activations = _saved_through(w, index, p.layer)
-    if is_checkpointed(w.activation_checkpointing, w.ac_every, index):
+    g, b, layers = job.geometry, job.compute_bytes, job.geometry.num_layers
+    activations = _saved_through(job, index, p.layer)
+    if is_checkpointed(job.spec.fsdp.activation_checkpointing, job.spec.fsdp.ac_every, index):
         activations += p.layer
-    gathered = p.root + (index + 1) * p.unit if w.keeps_params_gathered else p.root + p.unit
-    temporaries = act.backward_temporaries(g, b, w.micro_batch_size, w.seq_len, w.attention)
+    lay = job.layout
+    gathered = p.root + (p.unit if lay.reshards_after_forward else (index + 1) * p.unit)
+    temporaries = act.backward_temporaries(g, b, lay.micro_batch_size, lay.seq_len,
+                                           job.spec.model.attention)
     return Point(f"backward: layer {index}", {
         **p.persistent,
         "accumulated_gradients": p.accumulated,
@@ -234,16 +234,16 @@ def _layer_point(w: Workload, p: _Parts, index: int) -> Point:
     })
 
 
-def _experts_point(w: Workload, p: _Parts, index: int) -> Point:
+def _experts_point(job: Job, p: _Parts, index: int) -> Point:
     """Later in a Mixture-of-Experts layer's backward, at its gate_up weight gradient:
     every expert's gradients exist at once (the grouped matmul computes whole expert
     tensors), while the layer's expert activations are freed but for the rows gathered
     for the experts."""
-    g, b, t = w.geometry, w.compute_bytes, w.tokens
+    g, b, t = job.geometry, job.compute_bytes, job.layout.tokens
     e = g.experts
     assert e is not None
     rows = t * e.active
-    point = _layer_point(w, p, index)
+    point = _layer_point(job, p, index)
     freed = act.mlp_activation_bytes(g, b, t) - b * rows * g.hidden_size
     grads = (1 if p.unit_grads else 0) * b * g.experts_numel
     return Point(f"backward: layer {index} experts", point.terms | {
@@ -253,18 +253,18 @@ def _experts_point(w: Workload, p: _Parts, index: int) -> Point:
     })
 
 
-def _layer_points(w: Workload, p: _Parts) -> list[Point]:
+def _layer_points(job: Job, p: _Parts) -> list[Point]:
     """The layers whose backward can peak: the last two (most activations alive) and the
     first two (most gradients reduced; with checkpointing, as many activations)."""
-    last = w.geometry.num_layers - 1
+    last = job.geometry.num_layers - 1
     indices = sorted({i for i in (last, last - 1, 1, 0) if 0 <= i <= last}, reverse=True)
-    points = [_layer_point(w, p, i) for i in indices]
-    if w.geometry.experts:
-        points += [_experts_point(w, p, i) for i in indices]
+    points = [_layer_point(job, p, i) for i in indices]
+    if job.geometry.experts:
+        points += [_experts_point(job, p, i) for i in indices]
     return points
 
 
-def _points(w: Workload, p: _Parts) -> list[Point]:
+def _points(job: Job, p: _Parts) -> list[Point]:
     backward_end = p.persistent | {
         "accumulated_gradients": p.accumulated,
         "sharded_gradients": p.sharded_layer_grads,
@@ -273,21 +273,21 @@ def _points(w: Workload, p: _Parts) -> list[Point]:
     }
     optimizer_step = p.persistent | {"sharded_gradients": p.sharded_grads,
                                      "optimizer_temporaries": p.optimizer_temporaries}
-    layer_points = _layer_points(w, p) if p.unit else []
-    return [*_head_points(w, p), *layer_points,
+    layer_points = _layer_points(job, p) if p.unit else []
+    return [*_head_points(job, p), *layer_points,
             Point("backward: root gradient reduction", backward_end),
             Point("optimizer step", optimizer_step)]
 
 
-def device_memory(w: Workload, *, is_gpu: bool = True) -> DeviceMemory:
+def device_memory(job: Job, *, is_gpu: bool = True) -> DeviceMemory:
     """One rank's device memory for the workload."""
     points = tuple(Point(pt.name, {t: pt.terms.get(t, 0) for t in TERMS})
-                   for pt in _points(w, _parts(w, model_sharding(w))))
+                   for pt in _points(job, _parts(job, sharding(job))))
     peak = max(points, key=lambda pt: pt.total)
     return DeviceMemory(
         peak=peak,
         points=points,
-        fragmentation=int(FRAGMENTATION[w.fsdp_version] * peak.total),
+        fragmentation=int(FRAGMENTATION[job.layout.fsdp_version] * peak.total),
         cuda_context=CUDA_CONTEXT_BYTES if is_gpu else 0,
-        nccl=NCCL_BYTES if is_gpu and w.world_size > 1 else 0,
+        nccl=NCCL_BYTES if is_gpu and job.layout.world_size > 1 else 0,
     )

@@ -1,18 +1,17 @@
-"""`plan_job`: geometry → workload → device and host memory → verdict, fewest GPUs,
-suggestions. Pure: a spec and its model config in, a Plan out; no torch."""
+"""`plan_job`: a resolved `Job` → device and host memory → verdict, fewest GPUs,
+suggestions. Pure: a Job in, a Plan out; no torch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from fsdpspec.catalog.accelerators import CATALOG, Accelerator, resolve_accelerator
+from fsdpspec.job.geometry import Geometry
+from fsdpspec.job.job import Job
 from fsdpspec.plan.compute import Compute, step_compute
-from fsdpspec.plan.geometry import Geometry, geometry_from_config
 from fsdpspec.plan.host import HostMemory, host_memory
 from fsdpspec.plan.memory import GIB, DeviceMemory, device_memory
 from fsdpspec.plan.suggest import Suggestion, suggestions
-from fsdpspec.plan.workload import Workload, workload
 from fsdpspec.spec.v1 import JobSpec
 
 # The fewest-GPUs search stops here (in nodes): beyond it the answer is "none".
@@ -23,9 +22,7 @@ MAX_NODES = 4096
 class Plan:
     """Everything `fsdpspec plan` reports about one job."""
 
-    spec: JobSpec
-    geometry: Geometry
-    workload: Workload
+    job: Job
     accelerator: Accelerator
     capacity: int
     headroom_target: float
@@ -36,6 +33,15 @@ class Plan:
     min_gpus: int | None  # in whole nodes of the spec's gpus_per_node
     min_single_gpus: int | None  # counting single GPUs
     suggestions: tuple[Suggestion, ...]
+
+    @property
+    def spec(self) -> JobSpec:
+        return self.job.spec
+
+    @property
+    def geometry(self) -> Geometry:
+        assert self.job.geometry is not None
+        return self.job.geometry
 
     @property
     def parameters(self) -> int:
@@ -68,61 +74,61 @@ def device_capacity(accelerator: Accelerator, spec: JobSpec, host: HostMemory) -
     return max(0, left // spec.resources.gpus_per_node)
 
 
-def _fits_at(spec: JobSpec, g: Geometry, accelerator: Accelerator, world: int,
-             usable: float) -> bool:
-    w = workload(spec, g, world_size=world)
-    device = device_memory(w, is_gpu=accelerator.is_gpu)
-    capacity = device_capacity(accelerator, spec, host_memory(w, g.total_params))
+def _fits_at(job: Job, accelerator: Accelerator, world: int, usable: float) -> bool:
+    at = job.at_world(world)
+    device = device_memory(at, is_gpu=accelerator.is_gpu)
+    capacity = device_capacity(accelerator, job.spec, host_memory(at, job.geometry.total_params))
     return device.total <= capacity * usable
 
 
-def fewest_gpus(spec: JobSpec, g: Geometry, accelerator: Accelerator,
-                per_node: int | None = None) -> int | None:
+def fewest_gpus(job: Job, accelerator: Accelerator, per_node: int | None = None) -> int | None:
     """The fewest ranks (a whole number of nodes of ``per_node``, by default the spec's
     gpus_per_node) at which the job fits with the spec's headroom. Memory per rank falls
     as ranks are added until, over very many shards, the padding of small tensors turns
     it back up; so the search doubles the node count until the job fits, then bisects
     below that point."""
+    spec = job.spec
     per_node = per_node or spec.resources.gpus_per_node
     usable = 1.0 - spec.resources.memory_headroom
     nodes = 1
-    while not _fits_at(spec, g, accelerator, nodes * per_node, usable):
+    while not _fits_at(job, accelerator, nodes * per_node, usable):
         if nodes == MAX_NODES:
             return None
         nodes = min(2 * nodes, MAX_NODES)
     low, high = nodes // 2 + 1, nodes
     while low < high:
         mid = (low + high) // 2
-        if _fits_at(spec, g, accelerator, mid * per_node, usable):
+        if _fits_at(job, accelerator, mid * per_node, usable):
             high = mid
         else:
             low = mid + 1
     return low * per_node
 
 
-def plan_job(spec: JobSpec, config: dict[str, Any], *, world_size: int | None = None,
-             accelerator: str | Accelerator | None = None,
-             geometry: Geometry | None = None) -> Plan:
-    """Plan ``spec`` (its model given as an HF-style config dict, or as its geometry when
-    that was read elsewhere), optionally on another number of ranks or accelerator."""
-    g = geometry or geometry_from_config(config)
+def plan_job(job: Job, *, world_size: int | None = None,
+             accelerator: str | Accelerator | None = None) -> Plan:
+    """Plan the resolved ``job`` (it must have a geometry), optionally on another number
+    of ranks or accelerator."""
+    assert job.geometry is not None, "plan_job needs a job with a model geometry"
+    spec, g = job.spec, job.geometry
+    if world_size is not None:
+        job = job.at_world(world_size)
     if accelerator is None:
         device = resolve_accelerator(spec.resources.accelerator)
     else:
         device = CATALOG[accelerator] if isinstance(accelerator, str) else accelerator
-    w = workload(spec, g, world_size=world_size)
-    memory = device_memory(w, is_gpu=device.is_gpu)
-    host = host_memory(w, g.total_params)
+    memory = device_memory(job, is_gpu=device.is_gpu)
+    host = host_memory(job, g.total_params)
     # Compute follows the parameters a token passes through (a Mixture of Experts: its
     # active ones); memory holds them all.
-    compute = step_compute(w, g.active_params, device, spec.fsdp.mixed_precision.param_dtype)
+    compute = step_compute(job, g.active_params, device, spec.fsdp.mixed_precision.param_dtype)
     capacity = device_capacity(device, spec, host)
     host_capacity = int(spec.resources.host_memory_gib * GIB)
     return Plan(
-        spec=spec, geometry=g, workload=w, accelerator=device, capacity=capacity,
+        job=job, accelerator=device, capacity=capacity,
         headroom_target=spec.resources.memory_headroom, device=memory, host=host,
         host_capacity=host_capacity, compute=compute,
-        min_gpus=fewest_gpus(spec, g, device) if device.is_gpu else None,
-        min_single_gpus=fewest_gpus(spec, g, device, per_node=1) if device.is_gpu else None,
-        suggestions=tuple(suggestions(spec, g, w, memory, capacity, device)),
+        min_gpus=fewest_gpus(job, device) if device.is_gpu else None,
+        min_single_gpus=fewest_gpus(job, device, per_node=1) if device.is_gpu else None,
+        suggestions=tuple(suggestions(job, memory, capacity, device)),
     )

@@ -20,9 +20,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                        "per_layer": plan.geometry.layer_params,
                        "outside_layers": plan.geometry.root_params,
                        "source": "introspected" if plan.geometry.introspected else "analytic"},
-        "world_size": plan.workload.world_size,
-        "shard_size": plan.workload.shard_size,
-        "accumulation_steps": plan.workload.accumulation_steps,
+        "world_size": plan.job.layout.world_size,
+        "shard_size": plan.job.layout.shard_size,
+        "accumulation_steps": plan.job.layout.accumulation_steps,
         "accelerator": plan.accelerator.name,
         "memory": {
             "device": {
@@ -159,9 +159,10 @@ def _parameters(plan: Plan) -> str:
 
 def plan_text(plan: Plan) -> str:
     """The table `fsdpspec plan` prints."""
-    w = plan.workload
+    w = plan.job.layout
     head = [f"{plan.spec.metadata.name}: {_parameters(plan)}, "
-            f"{w.world_size} × {plan.accelerator.name}, {w.strategy} over {w.shard_size}, "
+            f"{w.world_size} × {plan.accelerator.name}, {w.written_strategy} over "
+            f"{w.shard_size}, "
             f"micro-batch {w.micro_batch_size} × {w.seq_len}, "
             f"{w.accumulation_steps} accumulation step(s)",
             f"per-rank device memory at its peak ({plan.device.peak.name}):"]

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from fsdpspec.catalog.accelerators import Accelerator
-from fsdpspec.plan.geometry import Geometry
+from fsdpspec.job.job import Job
 from fsdpspec.plan.memory import device_memory
-from fsdpspec.plan.workload import workload
-from fsdpspec.spec.v1 import JobSpec
 
 _MAX_POINTS = 48
 
@@ -24,8 +22,8 @@ def curve_counts(spec_count: int, fewest: int | None) -> list[int]:
     return sorted(counts | {spec_count} | ({fewest} if fewest else set()))
 
 
-def peak_by_gpu_count(spec: JobSpec, geometry: Geometry, accelerator: Accelerator,
+def peak_by_gpu_count(job: Job, accelerator: Accelerator,
                       counts: list[int]) -> list[tuple[int, int]]:
     """(ranks, bytes one rank's device must hold at the step's peak) for each count."""
-    return [(n, device_memory(workload(spec, geometry, world_size=n),
+    return [(n, device_memory(job.at_world(n),
                               is_gpu=accelerator.is_gpu).total) for n in counts]

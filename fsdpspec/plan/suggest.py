@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
-from fsdpspec.plan.geometry import Geometry
+from fsdpspec.job.job import Job
 from fsdpspec.plan.memory import DeviceMemory, device_memory
-from fsdpspec.plan.workload import Workload, workload
 from fsdpspec.semantics import reshards_after_forward, syncs_gradients
 from fsdpspec.spec.load import SourceMap
 from fsdpspec.spec.overrides import apply_overrides
@@ -29,7 +28,8 @@ class Suggestion:
     fits: bool
 
 
-def _candidates(spec: JobSpec, w: Workload, device: Accelerator) -> list[tuple[str, str]]:
+def _candidates(job: Job, device: Accelerator) -> list[tuple[str, str]]:
+    spec, w = job.spec, job.layout
     fsdp, data = spec.fsdp, spec.data
     out = []
     if fsdp.activation_checkpointing != "full":
@@ -44,7 +44,7 @@ def _candidates(spec: JobSpec, w: Workload, device: Accelerator) -> list[tuple[s
         out.append((f"data.micro_batch_size={data.micro_batch_size // 2}",
                     "halve the micro-batch (more accumulation steps, same global batch)"))
     if w.accumulation_steps > 1:
-        carried = ("sharded" if syncs_gradients(fsdp.sharding_strategy, last_micro_batch=False)
+        carried = ("sharded" if syncs_gradients(w.strategy, last_micro_batch=False)
                    else "unsharded")
         out.append((f"data.global_batch_size={data.micro_batch_size * w.world_size}",
                     f"no accumulation: no {carried} gradients are carried between "
@@ -66,12 +66,12 @@ def _apply(spec: JobSpec, override: str) -> JobSpec:
     return JobSpec.model_validate(data)
 
 
-def suggestions(spec: JobSpec, g: Geometry, w: Workload, memory: DeviceMemory, capacity: int,
+def suggestions(job: Job, memory: DeviceMemory, capacity: int,
                 device: Accelerator) -> list[Suggestion]:
     """Changes that save device memory, most bytes saved first."""
     found = []
-    for override, description in _candidates(spec, w, device):
-        changed = workload(_apply(spec, override), g, world_size=w.world_size)
+    for override, description in _candidates(job, device):
+        changed = job.with_spec(_apply(job.spec, override))
         after = device_memory(changed, is_gpu=device.is_gpu)
         saved = memory.total - after.total
         if saved > 0:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from fsdpspec.job.layout import Layout
 from fsdpspec.semantics import BYTE_EOS, BYTE_VOCAB
 from fsdpspec.spec.v1 import Data
 from fsdpspec_runners.engine.errors import EngineError, first_line
@@ -171,28 +172,30 @@ class SequenceSource:
 class Batches:
     """Micro-batches for each optimizer step of this rank; resumable by position."""
 
-    def __init__(self, source: SequenceSource, data: Data, rank: int, world_size: int) -> None:
-        per_step = data.micro_batch_size * world_size
-        if data.global_batch_size % per_step:
+    def __init__(self, source: SequenceSource, layout: Layout, global_batch_size: int,
+                 rank: int) -> None:
+        if not layout.divides_batch:  # FS501 says so before a run
+            per_step = layout.micro_batch_size * layout.world_size
             raise EngineError(
-                f"data.global_batch_size {data.global_batch_size} is not a multiple of "
+                f"data.global_batch_size {global_batch_size} is not a multiple of "
                 f"micro_batch_size × processes = {per_step}"
             )
-        self.accumulation_steps = data.global_batch_size // per_step
+        self.accumulation_steps = layout.accumulation_steps
         self._source = source
-        self._data = data
+        self._micro = layout.micro_batch_size
+        self._global = global_batch_size
         self._rank = rank
-        self._world = world_size
+        self._world = layout.world_size
         self.position = 0  # global sequences consumed
 
     def next_step(self) -> list[dict[str, torch.Tensor]]:
         """This rank's micro-batches for the next optimizer step."""
-        micro, start = self._data.micro_batch_size, self.position
+        micro, start = self._micro, self.position
         batches = []
         for accum in range(self.accumulation_steps):
             first = start + (accum * self._world + self._rank) * micro
             batches.append(stack([self._source.sequence(first + j) for j in range(micro)]))
-        self.position += self._data.global_batch_size
+        self.position += self._global
         return batches
 
     def state_dict(self) -> dict[str, int]:

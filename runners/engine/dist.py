@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from fsdpspec.semantics import mesh_shape, requested_shard_group
+from fsdpspec.job.job import Job
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.errors import EngineError
 
@@ -113,14 +113,13 @@ def teardown(*, clean: bool) -> None:
     dist.destroy_process_group()
 
 
-def build_mesh(spec: JobSpec, runtime: Runtime) -> DeviceMesh:
+def build_mesh(job: Job, runtime: Runtime) -> DeviceMesh:
     """1-D mesh for the sharded strategies; 2-D (replicate, shard) for hybrid and NO_SHARD."""
-    world = runtime.world_size
-    shape = mesh_shape(spec, world)
+    world, shape = runtime.world_size, job.layout.mesh
     if len(shape) == 1:
         return init_device_mesh(runtime.device.type, shape, mesh_dim_names=("shard",))
     if world % shape[1]:
-        group = requested_shard_group(spec)
+        group = job.layout.requested_group
         raise EngineError(f"fsdp.shard_group_size {group} does not divide {world} processes")
     return init_device_mesh(runtime.device.type, shape, mesh_dim_names=("replicate", "shard"))
 

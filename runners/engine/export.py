@@ -28,10 +28,10 @@ from torch import nn
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from fsdpspec.atomicio import publish_dir
-from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.job.job import Job
 from fsdpspec_runners.engine.checkpoint import FULL_FILE
 from fsdpspec_runners.engine.errors import EngineError, first_line
-from fsdpspec_runners.engine.model import build_model, tied_weight_keys
+from fsdpspec_runners.engine.model import build_model, engine_job, tied_weight_keys
 from fsdpspec_runners.engine.wrap import DTYPES
 
 FINAL_DIR = "final"
@@ -41,13 +41,13 @@ _MODEL = "model."  # the checkpoint's prefix of model tensors
 _LAYER = re.compile(r"^(.*?\.\d+)\.")  # a key inside a numbered layer: that layer is its unit
 
 
-def export_checkpoint(checkpoint: Path, spec: JobSpec, target: Path) -> Path:
+def export_checkpoint(checkpoint: Path, job: Job, target: Path) -> Path:
     """Write ``target`` (via a temp dir renamed into place) from a DCP checkpoint of a
-    run of ``spec``."""
+    run of ``job``."""
+    spec = job.spec
     # The model's config, key order and tied keys, with no storage; eager attention, so
     # converting needs no attention kernel installed.
-    eager = spec.model.model_copy(update={"attention": "eager"})
-    module = build_model(spec.model_copy(update={"model": eager}), on_meta=True)
+    module = build_model(job, on_meta=True, attention="eager")
     final = spec.checkpoint.final
     tmp = target.with_name(f".tmp-{target.name}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -82,7 +82,7 @@ def export_run(run_dir: Path, step: int | None, target: Path) -> Path:
     if target.exists() and not target.is_dir():
         raise EngineError(f"{target} exists and is not a directory")
     target.parent.mkdir(parents=True, exist_ok=True)
-    return export_checkpoint(found[-1], spec, target)
+    return export_checkpoint(found[-1], engine_job(spec), target)
 
 
 def _saved_keys(checkpoint: Path) -> dict[str, Any]:

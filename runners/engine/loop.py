@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from fsdpspec.job.job import Job
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine import faults
 from fsdpspec_runners.engine.adapter import fsdp_adapter
@@ -34,7 +35,7 @@ from fsdpspec_runners.engine.signals import StopRequest
 class Trainer:
     """Everything the loop needs, built once by ``fsdpspec_runners.engine.train``."""
 
-    spec: JobSpec
+    job: Job
     runtime: Runtime
     run_dir: Path
     state: TrainState
@@ -44,6 +45,10 @@ class Trainer:
     flops_per_token: float
     peak_flops: float
     eval_sequences: Sequences | None = None
+
+    @property
+    def spec(self) -> JobSpec:
+        return self.job.spec
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ def train_step(trainer: Trainer) -> StepResult:
     losses = []
     for index, batch in enumerate(micro_batches):
         last = index == len(micro_batches) - 1
-        with adapter.gradient_sync(state.model, trainer.spec.fsdp.sharding_strategy, last):
+        with adapter.gradient_sync(state.model, trainer.job.layout.strategy, last):
             losses.append(forward_backward(trainer, batch, len(micro_batches)))
     loss_sum = torch.stack(losses).double().sum().item()
     if trainer.scaler:
@@ -175,7 +180,7 @@ def export_final(trainer: Trainer) -> None:
     if not (trainer.spec.checkpoint.final.enabled and trainer.runtime.is_main):
         return
     checkpoint = checkpoint_root(trainer.run_dir) / step_dir_name(trainer.state.step)
-    target = export_checkpoint(checkpoint, trainer.spec, trainer.run_dir / FINAL_DIR)
+    target = export_checkpoint(checkpoint, trainer.job, trainer.run_dir / FINAL_DIR)
     console(trainer.runtime, f"final weights: {target}")
 
 

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from fsdpspec.atomicio import write_text
-from fsdpspec.plan.geometry import GeometryError, geometry_from_config
+from fsdpspec.job.job import Job
 from fsdpspec.semantics import model_flops_per_token
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.trackers import Tracker, open_trackers
@@ -24,21 +24,16 @@ from fsdpspec_runners.local.progress import PROGRESS_ENV, progress_line
 _GIB = 1 << 30
 
 
-def flops_per_token(model: nn.Module, config: dict[str, Any] | None, seq_len: int) -> float:
-    """MFU's FLOPs per token (`fsdpspec.semantics.model_flops_per_token`) from the
-    planner's geometry of the model's config, so MFU and plan agree; a Mixture-of-Experts
-    model counts the parameters one token passes through (its active ones). A model
-    without a countable config (a factory) counts its own parameters (FSDP2's DTensors
-    report their global shape) and no attention term."""
-    try:
-        g = geometry_from_config(config) if config is not None else None
-    except GeometryError:
-        g = None
-    if g is None:
-        return model_flops_per_token(parameters=sum(p.numel() for p in model.parameters()),
-                                     num_layers=0, q_width=0, seq_len=seq_len)
-    return model_flops_per_token(parameters=g.active_params, num_layers=g.num_layers,
-                                 q_width=g.q_width, seq_len=seq_len)
+def flops_per_token(model: nn.Module, job: Job) -> float:
+    """MFU's FLOPs per token: the job's (`Job.flops_per_token`, what the plan counts,
+    introspected models included). A model without a geometry (a factory without
+    `model.geometry`) counts its own parameters (FSDP2's DTensors report their global
+    shape) and no attention term."""
+    planned = job.flops_per_token()
+    if planned is not None:
+        return planned
+    return model_flops_per_token(parameters=sum(p.numel() for p in model.parameters()),
+                                 num_layers=0, q_width=0, seq_len=job.spec.data.seq_len)
 
 
 def peak_tflops(spec: JobSpec) -> float:

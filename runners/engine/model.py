@@ -1,8 +1,8 @@
-"""Build the model from the spec and materialise it.
+"""Build the model from the resolved job and materialise it.
 
-Transformers models are built from the same config dict the planner reads
-(``fsdpspec.catalog.modelconfig.model_config``), on the meta device, so nothing is allocated
-before sharding. Nothing is ever downloaded: configs and weights are local.
+Transformers models are built from the config dict the planner read (``Job.config``),
+on the meta device, so nothing is allocated before sharding. Nothing is ever
+downloaded: configs and weights are local.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from fsdpspec.catalog.modelconfig import ModelConfigError, model_config
+from fsdpspec.catalog.modelconfig import ModelConfigError
+from fsdpspec.job.job import Job, resolve
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.dist import Runtime, fail_together
 from fsdpspec_runners.engine.errors import EngineError, first_line
@@ -23,32 +24,35 @@ from fsdpspec_runners.engine.errors import EngineError, first_line
 _ROOT = Path("/")  # input paths in a resolved spec are already absolute
 
 
-def model_geometry(spec: JobSpec) -> dict[str, Any] | None:
-    """The Hugging Face config dict of a preset / hf_config model, a factory model's
-    ``geometry`` in the same names, or None."""
+def engine_job(spec: JobSpec, world_size: int | None = None) -> Job:
+    """The resolved job of a resolved spec (its input paths are absolute), read once."""
     try:
-        return model_config(spec.model, _ROOT)
+        return resolve(spec, _ROOT, world_size=world_size)
     except ModelConfigError as exc:
         raise EngineError(f"model.hf_config: {exc}") from None
 
 
-def build_model(spec: JobSpec, *, on_meta: bool) -> nn.Module:
+def build_model(job: Job, *, on_meta: bool, attention: str | None = None) -> nn.Module:
     """A fresh model: on the meta device (no storage yet; see ``materialise``), or
-    materialised whole on the CPU and initialised from the spec's seed."""
+    materialised whole on the CPU and initialised from the spec's seed; ``attention``
+    instead of the spec's implementation."""
+    spec = job.spec
     with torch.device("meta"):
         if spec.model.factory is not None:
             model = _call_factory(spec.model.factory)
         else:
-            model = _build_transformers_model(spec)
+            model = _build_transformers_model(job, attention or spec.model.attention)
     if not on_meta:
         materialise(model, torch.device("cpu"), spec.train.seed)
     return model
 
 
-def _build_transformers_model(spec: JobSpec) -> nn.Module:
+def _build_transformers_model(job: Job, attention: str) -> nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model(**model_geometry(spec))
+    spec = job.spec
+    assert job.config is not None  # a preset or an hf_config
+    config = AutoConfig.for_model(**job.config)
     # Training never reads a key/value cache; building one costs memory, and under
     # activation checkpointing the recomputed forward appends to it a second time.
     config.use_cache = False
@@ -63,7 +67,7 @@ def _build_transformers_model(spec: JobSpec) -> nn.Module:
             options["experts_implementation"] = "eager"
     try:
         return AutoModelForCausalLM.from_config(
-            config, attn_implementation=spec.model.attention, dtype=torch.float32, **options
+            config, attn_implementation=attention, dtype=torch.float32, **options
         )
     except (ImportError, ValueError) as exc:  # e.g. flash_attention_2 not installed
         raise EngineError(f"model: cannot build the model: {first_line(exc)}") from None

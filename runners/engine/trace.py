@@ -14,14 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
 from fsdpspec.catalog.families import family
-from fsdpspec.semantics import accumulation_steps, shard_group_size
+from fsdpspec.job.job import Job
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.local.resolved import absolute_inputs
 
 TRACED_STEPS = 2
 
@@ -59,17 +57,18 @@ def check_traceable(spec: JobSpec, config: dict[str, Any]) -> None:
                          "which takes bf16 only; set fsdp.mixed_precision: bf16")
 
 
-def trace_job(spec: JobSpec, config: dict[str, Any], base_dir: Path) -> TraceResult:
-    """Trace one rank of the job (``config``: its HF config dict); see the module docstring."""
-    check_traceable(spec, config)
+def trace_job(job: Job) -> TraceResult:
+    """Trace one rank of the job; see the module docstring."""
+    spec = job.spec
+    assert job.config is not None
+    check_traceable(spec, job.config)
     import torch
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    spec = absolute_inputs(spec, base_dir)
-    shard = shard_group_size(spec)
+    shard = job.layout.shard_size
     if dist.is_initialized():
         dist.destroy_process_group()
     dist.init_process_group("fake", rank=0, world_size=shard, store=FakeStore())
@@ -79,9 +78,9 @@ def trace_job(spec: JobSpec, config: dict[str, Any], base_dir: Path) -> TraceRes
         mesh = init_device_mesh("cpu", (shard,))
         from fsdpspec_runners.engine.model import build_model
 
-        model = build_model(spec, on_meta=True)
+        model = build_model(job, on_meta=True)
         with FakeTensorMode(allow_non_fake_inputs=True), _unpacked_sequences():
-            return _run(spec, model, mesh, shard, torch)
+            return _run(job, model, mesh, shard, torch)
     finally:
         dist.destroy_process_group()
 
@@ -107,15 +106,16 @@ def _unpacked_sequences() -> Iterator[None]:
         yield
 
 
-def shard_job(spec: JobSpec, model: Any, mesh: Any, device: Any) -> Any:
+def shard_job(job: Job, model: Any, mesh: Any, device: Any) -> Any:
     """Checkpoint, shard and materialise ``model`` as the engine does; return its
     optimizer (shared with benchmarks/plan_gpu_check.py, which runs it on a real GPU)."""
     from fsdpspec_runners.engine.optim import build_optimizer
     from fsdpspec_runners.engine.wrap import parallelize
 
+    spec = job.spec
     # Fake tensors are not compiled: the trace measures what eager FSDP2 allocates.
     uncompiled = spec.model_copy(update={"train": spec.train.model_copy(update={"compile": False})})
-    parallelize(model, uncompiled, mesh, device)
+    parallelize(model, job.with_spec(uncompiled), mesh, device)
     model.to_empty(device=device)
     optimizer = build_optimizer(model.parameters(), spec.optimizer)
     # On a GPU the optimizers default to the multi-tensor (foreach) kernels; the CPU
@@ -125,7 +125,7 @@ def shard_job(spec: JobSpec, model: Any, mesh: Any, device: Any) -> Any:
     return optimizer
 
 
-def train_step(spec: JobSpec, model: Any, optimizer: Any, device: Any,
+def train_step(job: Job, model: Any, optimizer: Any, device: Any,
                between_micro_batches: Any = None) -> int:
     """One optimizer step as the engine takes it (at most two micro-batches, gradients
     synchronised as the engine does); returns the micro-batches run."""
@@ -134,13 +134,13 @@ def train_step(spec: JobSpec, model: Any, optimizer: Any, device: Any,
     from fsdpspec_runners.engine.adapter import Fsdp2
     from fsdpspec_runners.engine.loss import causal_lm_loss
 
-    micro = min(2, accumulation_steps(spec))
-    shape = (spec.data.micro_batch_size, spec.data.seq_len)
+    micro = min(2, job.layout.accumulation_steps)
+    shape = (job.layout.micro_batch_size, job.layout.seq_len)
     for index in range(micro):
         if index and between_micro_batches is not None:
             between_micro_batches()
         batch = torch.randint(0, model.config.vocab_size, shape, device=device)
-        with Fsdp2().gradient_sync(model, spec.fsdp.sharding_strategy, index == micro - 1):
+        with Fsdp2().gradient_sync(model, job.layout.strategy, index == micro - 1):
             loss = causal_lm_loss(model, {"input_ids": batch})
             (loss / micro).backward()
         del loss
@@ -149,12 +149,11 @@ def train_step(spec: JobSpec, model: Any, optimizer: Any, device: Any,
     return micro
 
 
-def _run(spec: JobSpec, model: Any, mesh: Any, shard: int,
-         torch: Any) -> TraceResult:
+def _run(job: Job, model: Any, mesh: Any, shard: int, torch: Any) -> TraceResult:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
     cpu = torch.device("cpu")
-    optimizer = shard_job(spec, model, mesh, cpu)
+    optimizer = shard_job(job, model, mesh, cpu)
     for _ in range(TRACED_STEPS):
         # A fresh tracker per step: the last step is the steady state (optimizer state
         # exists). The first step's lazy state initialisation on DTensors is over-counted
@@ -162,7 +161,7 @@ def _run(spec: JobSpec, model: Any, mesh: Any, shard: int,
         tracker = FSDPMemTracker(model, optimizer)
         with tracker:
             # Per-module statistics allow one forward per module: reset between.
-            micro = train_step(spec, model, optimizer, cpu, tracker.reset_mod_stats)
+            micro = train_step(job, model, optimizer, cpu, tracker.reset_mod_stats)
     snapshot = tracker.get_tracker_snapshot("peak")[cpu]
     categories = {_category_name(k): int(v) for k, v in snapshot.items() if k != "Total"}
     return TraceResult(int(snapshot["Total"]), categories, shard, micro)

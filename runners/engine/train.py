@@ -15,6 +15,7 @@ import torch
 from pydantic import ValidationError
 from torch.distributed.checkpoint.api import CheckpointException
 
+from fsdpspec.job.job import Job
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.checkpoint import (
     TrainState,
@@ -39,7 +40,7 @@ from fsdpspec_runners.engine.metrics import (
     flops_per_token,
     peak_tflops,
 )
-from fsdpspec_runners.engine.model import build_model, load_weights, materialise, model_geometry
+from fsdpspec_runners.engine.model import build_model, engine_job, load_weights, materialise
 from fsdpspec_runners.engine.optim import build_grad_scaler, build_optimizer, build_scheduler
 from fsdpspec_runners.engine.signals import StopRequest
 from fsdpspec_runners.engine.wrap import fsdp1_syncs_states, parallelize
@@ -47,11 +48,12 @@ from fsdpspec_runners.local.events import append_event
 from fsdpspec_runners.local.resolved import read_resolved_spec
 
 
-def build_fsdp_model(spec: JobSpec, runtime: Runtime) -> torch.nn.Module:
-    """The model, checkpointed, sharded and initialised (or loaded) as the spec says."""
-    mesh = build_mesh(spec, runtime)
+def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
+    """The model, checkpointed, sharded and initialised (or loaded) as the job says."""
+    spec = job.spec
+    mesh = build_mesh(job, runtime)
     if spec.fsdp.version == 2:
-        model, num_units = parallelize(build_model(spec, on_meta=True), spec, mesh,
+        model, num_units = parallelize(build_model(job, on_meta=True), job, mesh,
                                        runtime.device)
         _describe(spec, runtime, num_units)
         materialise(model, runtime.device, spec.train.seed)
@@ -65,10 +67,10 @@ def build_fsdp_model(spec: JobSpec, runtime: Runtime) -> torch.nn.Module:
         and spec.fsdp.cpu_ram_efficient_loading
         and not runtime.is_main
     )
-    model = build_model(spec, on_meta=on_meta)
+    model = build_model(job, on_meta=on_meta)
     if spec.model.weights:
         load_weights(model, spec, runtime, sharded=False)
-    model, num_units = parallelize(model, spec, mesh, runtime.device)
+    model, num_units = parallelize(model, job, mesh, runtime.device)
     _describe(spec, runtime, num_units)
     return model
 
@@ -99,18 +101,18 @@ def _open_sink(spec: JobSpec, run_dir: Path, runtime: Runtime, step: int) -> Met
 
 def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     """Model, optimizer, schedule, data, and the state resumed from a checkpoint."""
-    geometry = model_geometry(spec)
-    model = build_fsdp_model(spec, runtime)
+    job = engine_job(spec, runtime.world_size)
+    model = build_fsdp_model(job, runtime)
     torch.manual_seed(spec.train.seed)
     optimizer = build_optimizer(model.parameters(), spec.optimizer)
-    vocab_size = geometry["vocab_size"] if geometry else None
+    vocab_size = job.config["vocab_size"] if job.config else None
     if spec.data.source == "dataset":
         source, eval_sequences = dataset_sources(
             spec.data, vocab_size, spec.train.seed, run_dir, runtime
         )
     else:
         source, eval_sequences = SequenceSource(spec.data, vocab_size, spec.train.seed), None
-    batches = Batches(source, spec.data, runtime.rank, runtime.world_size)
+    batches = Batches(source, job.layout, spec.data.global_batch_size, runtime.rank)
     state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches)
     resume_from = choose_resume_checkpoint(spec.checkpoint.resume, run_dir, runtime)
     if resume_from is not None:
@@ -119,14 +121,14 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     sink = _open_sink(spec, run_dir, runtime, state.step)
     sink.started(state.step, runtime.world_size, resume_from)
     return Trainer(
-        spec=spec,
+        job=job,
         runtime=runtime,
         run_dir=run_dir,
         state=state,
         scaler=build_grad_scaler(spec, runtime.device),
         stop=StopRequest().install(),
         sink=sink,
-        flops_per_token=flops_per_token(model, geometry, spec.data.seq_len),
+        flops_per_token=flops_per_token(model, job),
         peak_flops=peak_tflops(spec) * 1e12,
         eval_sequences=eval_sequences,
     )

@@ -13,138 +13,90 @@ import torch
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     CheckpointImpl,
-    CheckpointWrapper,
     checkpoint_wrapper,
 )
 from torch.distributed.device_mesh import DeviceMesh
 
-from fsdpspec.catalog.modelconfig import layer_classes
-from fsdpspec.semantics import (
-    DTYPE_BYTES,
-    HYBRID_STRATEGIES,
-    fsdp1_option,
-    is_checkpointed,
-    reshards_after_forward,
-)
-from fsdpspec.spec.v1 import Fsdp, JobSpec, MixedPrecision
+from fsdpspec.job.introspect import module_tree
+from fsdpspec.job.job import Job, wrap_of
+from fsdpspec.job.units import Units, choose_units
+from fsdpspec.semantics import DTYPE_BYTES, HYBRID_STRATEGIES, fsdp1_option
+from fsdpspec.spec.v1 import Fsdp, MixedPrecision
 from fsdpspec_runners.engine.errors import EngineError
-from fsdpspec_runners.engine.model import model_geometry
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_BYTES}
 
 
-def parallelize(model: nn.Module, spec: JobSpec, mesh: DeviceMesh,
+def parallelize(model: nn.Module, job: Job, mesh: DeviceMesh,
                 device: torch.device) -> tuple[nn.Module, int]:
     """torchtitan's order: activation checkpointing, then compile, then FSDP2 (each unit,
-    then the root) or FSDP1. Returns the wrapped model and its number of units besides
-    the root."""
-    layers = find_layers(model, spec, model_geometry(spec))
-    layers = apply_activation_checkpointing(model, layers, spec.fsdp)
+    then the root) or FSDP1. The units and the checkpointed layers are the job's, by
+    module name. Returns the wrapped model and its number of units besides the root."""
+    spec = job.spec
+    units_of = model_units(model, job)
+    layers = [model.get_submodule(name) for name in units_of.layer_names()]
+    units = [model.get_submodule(name) for name in units_of.names()]
+    checkpointed = {id(model.get_submodule(name)) for name in units_of.checkpointed()}
+    wrapped = apply_activation_checkpointing(model, checkpointed)
+    layers = [wrapped.get(id(m), m) for m in layers]
+    units = [wrapped.get(id(m), m) for m in units]
     if spec.train.compile:
         compile_layers(layers)
-    units = choose_units(model, layers, spec.fsdp)
     if spec.fsdp.version == 2:
-        return shard_fsdp2(model, units, spec.fsdp, mesh, device), len(units)
-    return wrap_fsdp1(model, units, spec.fsdp, mesh, device), len(units)
+        return shard_fsdp2(model, units, job, mesh, device), len(units)
+    return wrap_fsdp1(model, units, job, mesh, device), len(units)
 
 
-def find_layers(model: nn.Module, spec: JobSpec, config: dict[str, Any] | None) -> list[nn.Module]:
-    """The transformer layers: the spec's classes, else the family's decoder layer, else
-    the blocks a transformers model of another family declares unsplittable."""
-    names = set(layer_classes(spec.fsdp.transformer_layer_cls, config)
-                or getattr(model, "_no_split_modules", None) or ())
-    layers = [m for m in model.modules() if type(m).__name__ in names]
-    if names and not layers:
-        raise EngineError(f"fsdp.transformer_layer_cls: the model has no {sorted(names)} module")
-    return layers
-
-
-def apply_activation_checkpointing(
-    model: nn.Module, layers: list[nn.Module], fsdp: Fsdp
-) -> list[nn.Module]:
-    """Wrap every layer (full) or one in ``ac_every`` (selective); return the new layers."""
-    if fsdp.activation_checkpointing == "none":
-        return layers
-    parents = {
-        id(child): (parent, name)
-        for parent in model.modules()
-        for name, child in parent.named_children()
-    }
-    wrapped = []
-    for index, layer in enumerate(layers):
-        if is_checkpointed(fsdp.activation_checkpointing, fsdp.ac_every, index):
-            parent, name = parents[id(layer)]
-            layer = checkpoint_wrapper(layer, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
-            setattr(parent, name, layer)
-        wrapped.append(layer)
-    return wrapped
-
-
-def size_units(
-    model: nn.Module, min_num_params: int, *, whole_checkpointed: bool = False
-) -> list[nn.Module]:
-    """FSDP1's size policy, bottom-up: a module whose not-yet-wrapped parameters reach
-    ``min_num_params`` becomes a unit (the root is always one). Containers are never
-    units: a ModuleList or ModuleDict is not called, so it could never gather. Nor is a
-    module holding a tied parameter (an input embedding shared with ``lm_head``), or
-    one above it: FSDP needs every holder of a shared parameter in one unit, and the
-    holders meet only at the root. With ``whole_checkpointed`` nothing inside a
-    checkpointed layer becomes a unit (FSDP1 cannot map optimizer state to names through
-    a checkpoint wrapper with units inside it, so such a run could never resume)."""
-    units: list[nn.Module] = []
-    tied = _tied_holders(model)
-
-    def visit(module: nn.Module) -> tuple[int, bool]:
-        if whole_checkpointed and isinstance(module, CheckpointWrapper):
-            count = sum(p.numel() for p in module.parameters())
-            holds_tied = any(id(m) in tied for m in module.modules())
-        else:
-            below = [visit(child) for child in module.children()]
-            count = sum(n for n, _ in below)
-            count += sum(p.numel() for p in module.parameters(recurse=False))
-            holds_tied = id(module) in tied or any(flag for _, flag in below)
-        container = isinstance(module, (nn.ModuleList, nn.ModuleDict))
-        if count >= min_num_params and module is not model and not container and not holds_tied:
-            units.append(module)
-            return 0, False
-        return count, holds_tied
-
-    visit(model)
+def model_units(model: nn.Module, job: Job) -> Units:
+    """The job's units: by the names its geometry gives for a model transformers builds;
+    for a factory model, the same policy over the built module's own tree. A name the
+    model lacks is an EngineError (the plan would not describe this model)."""
+    if job.builds_transformers_model and job.units is not None:
+        units = job.units
+        for name in (*units.names(), *units.layer_names()):
+            try:
+                model.get_submodule(name)
+            except AttributeError:
+                raise EngineError(f"the planned FSDP unit {name!r} is not a module of "
+                                  f"{type(model).__name__}") from None
+        return units
+    classes = list(job.spec.fsdp.transformer_layer_cls) or sorted(
+        getattr(model, "_no_split_modules", None) or ())
+    units = choose_units(module_tree(model), wrap_of(job.spec, classes))
+    if classes and not units.layers:
+        raise EngineError(f"fsdp.transformer_layer_cls: the model has no {classes} module")
     return units
 
 
-def _tied_holders(model: nn.Module) -> set[int]:
-    """ids of the modules holding a parameter that another module holds too."""
-    holders: dict[int, list[int]] = {}
-    for module in model.modules():
-        for param in module._parameters.values():
-            if param is not None:
-                holders.setdefault(id(param), []).append(id(module))
-    return {m for found in holders.values() if len(found) > 1 for m in found}
-
-
-def choose_units(model: nn.Module, layers: list[nn.Module], fsdp: Fsdp) -> list[nn.Module]:
-    """The modules that become FSDP units besides the root."""
-    if fsdp.auto_wrap_policy == "transformer":
-        return layers
-    if fsdp.auto_wrap_policy == "size":
-        return size_units(model, fsdp.min_num_params, whole_checkpointed=fsdp.version == 1)
-    return []
+def apply_activation_checkpointing(model: nn.Module, layers: set[int]) -> dict[int, nn.Module]:
+    """Wrap the modules whose ids are in ``layers`` in activation checkpointing, in place;
+    return each one's wrapper by the id of the module it wraps."""
+    wrapped: dict[int, nn.Module] = {}
+    if not layers:
+        return wrapped
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if id(child) in layers and id(child) not in wrapped:
+                wrapper = checkpoint_wrapper(child, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+                setattr(parent, name, wrapper)
+                wrapped[id(child)] = wrapper
+    return wrapped
 
 
 def shard_fsdp2(
-    model: nn.Module, units: list[nn.Module], fsdp: Fsdp, mesh: DeviceMesh, device: torch.device
+    model: nn.Module, units: list[nn.Module], job: Job, mesh: DeviceMesh, device: torch.device
 ) -> nn.Module:
     """``fully_shard`` each unit, then the root."""
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
+    fsdp = job.spec.fsdp
     offload = (
         CPUOffloadPolicy(pin_memory=device.type == "cuda") if fsdp.cpu_offload else OffloadPolicy()
     )
     options = dict(
         mesh=mesh, mp_policy=_fsdp2_precision(fsdp.mixed_precision), offload_policy=offload
     )
-    reshard = reshards_after_forward(fsdp.sharding_strategy)
+    reshard = job.layout.reshards_after_forward
     for index, unit in enumerate(units):
         # The last unit's parameters are needed again at once by backward: keep them.
         fully_shard(unit, reshard_after_forward=reshard and index < len(units) - 1, **options)
@@ -164,9 +116,10 @@ def _fsdp2_precision(precision: MixedPrecision) -> Any:
 
 
 def wrap_fsdp1(
-    model: nn.Module, units: list[nn.Module], fsdp: Fsdp, mesh: DeviceMesh, device: torch.device
+    model: nn.Module, units: list[nn.Module], job: Job, mesh: DeviceMesh, device: torch.device
 ) -> nn.Module:
     """``FullyShardedDataParallel`` with the spec's policy and every FSDP1 option."""
+    fsdp = job.spec.fsdp
     from torch.distributed.fsdp import BackwardPrefetch, CPUOffload
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
@@ -175,7 +128,9 @@ def wrap_fsdp1(
     prefetch = (
         None if fsdp.backward_prefetch == "NONE" else BackwardPrefetch[fsdp.backward_prefetch]
     )
-    strategy, hybrid_mesh = _fsdp1_layout(fsdp.sharding_strategy, mesh)
+    # A hybrid layout of one-rank groups runs as NO_SHARD (`fsdpspec.job.layout`).
+    strategy = job.layout.strategy
+    hybrid_mesh = mesh if strategy in HYBRID_STRATEGIES else None
     on_meta = any(p.is_meta for p in model.parameters())
     return FSDP(
         model,
@@ -194,18 +149,6 @@ def wrap_fsdp1(
         device_id=device,
         device_mesh=hybrid_mesh,
     )
-
-
-def _fsdp1_layout(strategy: str, mesh: DeviceMesh) -> tuple[str, DeviceMesh | None]:
-    """The FSDP1 strategy and the 2-D (replicate, shard) mesh it takes, if hybrid.
-    Shard groups of one rank are NO_SHARD over every rank: given them, FSDP1 switches
-    each group to NO_SHARD and never reduces gradients across the replicas, which then
-    train apart."""
-    if strategy not in HYBRID_STRATEGIES:
-        return strategy, None
-    if mesh.size(1) == 1:
-        return "NO_SHARD", None
-    return strategy, mesh
 
 
 def _fsdp1_strategy(name: str) -> Any:

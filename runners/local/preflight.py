@@ -16,6 +16,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from fsdpspec.job.job import Job
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.validate import FileReport
 from fsdpspec_runners.local.datafiles import DataFilesError, data_files
@@ -40,7 +41,8 @@ def check_before_start(report: FileReport, spec: JobSpec, run_dir: Path) -> None
             raise PreflightError(f"{_where(report, pointer)} needs the {package} package, "
                                  f"which is not installed (pip install {package})")
     base = _check_writable(run_dir)
-    _check_room(spec, report.model_config, run_dir, base)
+    assert report.job is not None
+    _check_room(report.job, run_dir, base)
 
 
 def _where(report: FileReport, pointer: str) -> str:
@@ -146,11 +148,11 @@ def _check_writable(run_dir: Path) -> Path:
     return base
 
 
-def _check_room(spec: JobSpec, model_config: dict | None, run_dir: Path, base: Path) -> None:
+def _check_room(job: Job, run_dir: Path, base: Path) -> None:
     from fsdpspec.plan.checkpoint import checkpoint_bytes
     from fsdpspec.plan.memory import GIB
 
-    needed = checkpoint_bytes(spec, model_config)
+    needed = checkpoint_bytes(job)
     free = shutil.disk_usage(base).free
     if needed is not None and free < needed:
         raise PreflightError(f"run directory {run_dir} has {free / GIB:.1f} GiB free; one "

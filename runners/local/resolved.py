@@ -13,10 +13,18 @@ from fsdpspec import __version__
 from fsdpspec.atomicio import write_text
 from fsdpspec.catalog.configjson import ConfigJsonError, read_bytes
 from fsdpspec.catalog.hub import parse_hub_id
-from fsdpspec.catalog.modelconfig import HUB_INPUTS, resolve_input_path, resolve_model_input
+from fsdpspec.catalog.modelconfig import (
+    HUB_INPUTS,
+    ModelConfigError,
+    resolve_input_path,
+    resolve_model_input,
+)
+from fsdpspec.job.job import resolve
+from fsdpspec.job.rundir import RESOLVED_SPEC
 from fsdpspec.spec.v1 import JobSpec
 
-FILENAME = "resolved-spec.json"
+FILENAME = RESOLVED_SPEC
+_ROOT = Path("/")  # input paths of the spec written here are already absolute
 MODEL_CONFIG_DIGEST = "model_config_sha256"
 _INPUT_PATHS = (
     ("model", "hf_config"), ("model", "weights"), ("data", "tokenizer"),
@@ -77,13 +85,21 @@ def model_config_digest(spec: JobSpec) -> str | None:
 
 
 def resolved_document(spec: JobSpec, run_dir: Path) -> dict[str, Any]:
+    """What resolved-spec.json holds: the spec with absolute inputs, its identity, and
+    the resolved layout and FSDP unit names (so that a run can be checked against its
+    plan; absent where the model config cannot be read here)."""
     digest = model_config_digest(spec)
+    try:
+        job: dict[str, Any] | None = resolve(spec, _ROOT).as_json()
+    except ModelConfigError:
+        job = None
     return {
         "fsdpspec_version": __version__,
         "content_hash": content_hash(spec),
         **({MODEL_CONFIG_DIGEST: digest} if digest else {}),  # only with a config.json
         "run_dir": str(run_dir.resolve()),
         "spec": spec.as_json_data(),
+        **({"job": job} if job else {}),
     }
 
 

@@ -10,8 +10,8 @@ import pytest
 from fsdpspec.catalog.families import FAMILIES, family
 from fsdpspec.catalog.modelconfig import layer_classes
 from fsdpspec.catalog.presets import PRESETS, preset_config
-from fsdpspec.plan.geometry import UnknownFamilyError, geometry_from_config
-from fsdpspec.plan.introspect import model_geometry
+from fsdpspec.job.geometry import UnknownFamilyError, geometry_from_config
+from fsdpspec.job.introspect import model_geometry
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ROOT
 from fsdpspec.catalog.presets import PRESETS, preset_config
-from fsdpspec.plan.geometry import GeometryError, geometry_from_config
+from fsdpspec.job.geometry import GeometryError, geometry_from_config
 
 MODELS = ROOT / "tests" / "models"
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from fsdpspec.plan.geometry import UnknownFamilyError, geometry_from_config
+from fsdpspec.job.geometry import UnknownFamilyError, geometry_from_config
 
 GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 3, "n_head": 4, "vocab_size": 320,
         "n_positions": 128, "bos_token_id": 256, "eos_token_id": 256}

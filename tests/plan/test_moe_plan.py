@@ -4,17 +4,21 @@ router loss, compute from active parameters, and what `plan` prints."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from conftest import run_cli
 from fsdpspec.catalog.presets import preset_config
+from fsdpspec.job.geometry import geometry_from_config
+from fsdpspec.job.job import resolve
 from fsdpspec.plan import activations as act
 from fsdpspec.plan.compute import step_flops
-from fsdpspec.plan.geometry import geometry_from_config
-from fsdpspec.plan.memory import GIB, model_sharding
+from fsdpspec.plan.memory import GIB
 from fsdpspec.plan.planner import plan_job
-from fsdpspec.plan.workload import workload
+from fsdpspec.plan.units import sharding
 from fsdpspec.spec.v1 import JobSpec
+
+BASE = Path(".")  # presets and inline geometries: no input paths
 
 MIXTRAL = geometry_from_config(preset_config("mixtral-8x7b"))
 TINY = geometry_from_config(preset_config("tiny-mixtral"))
@@ -32,7 +36,7 @@ def spec(preset: str, nodes: int = 1, **fsdp: Any) -> JobSpec:
 def test_mixtral_experts_over_16_ranks_are_padded_to_one_expert_per_rank() -> None:
     # FSDP2 shards each expert tensor on dim 0 (the 8 experts): over 16 ranks every
     # rank holds one whole expert row, half of them padding. Traced: 21.4 GiB.
-    sharded = model_sharding(workload(spec("mixtral-8x7b", nodes=2), MIXTRAL))
+    sharded = sharding(resolve(spec("mixtral-8x7b", nodes=2), BASE, geometry=MIXTRAL))
     held = 4 * sharded.total_shard_numel()  # fp32 bytes on one rank
     assert round(held / GIB, 1) == 21.4
     assert round(4 * MIXTRAL.total_params / 16 / GIB, 1) == 10.9
@@ -41,7 +45,7 @@ def test_mixtral_experts_over_16_ranks_are_padded_to_one_expert_per_rank() -> No
 def test_experts_that_divide_the_group_are_not_padded() -> None:
     # Over 8 ranks each rank holds one expert of each layer, and every other dim 0
     # (4096, 1024, 8, 32000) divides too: no padding at all.
-    sharded = model_sharding(workload(spec("mixtral-8x7b"), MIXTRAL))
+    sharded = sharding(resolve(spec("mixtral-8x7b"), BASE, geometry=MIXTRAL))
     assert sharded.total_shard_numel() * 8 == MIXTRAL.total_params
 
 
@@ -55,7 +59,7 @@ def test_dispatch_buffers_per_routed_token() -> None:
 
 
 def test_router_loss_is_a_point_of_its_own_at_the_lm_head() -> None:
-    plan = plan_job(spec("tiny-mixtral"), preset_config("tiny-mixtral"))
+    plan = plan_job(resolve(spec("tiny-mixtral"), BASE, config=preset_config("tiny-mixtral")))
     at_head = next(p for p in plan.device.points if p.name == "forward: lm_head")
     logits = 2 * 2048 * TINY.vocab_size
     assert at_head.terms["logits_and_loss"] == logits + act.router_loss_bytes(TINY, 2, 1, 2048)
@@ -64,8 +68,8 @@ def test_router_loss_is_a_point_of_its_own_at_the_lm_head() -> None:
 
 def test_compute_counts_active_parameters() -> None:
     s = spec("mixtral-8x7b")
-    plan = plan_job(s, preset_config("mixtral-8x7b"))
-    assert plan.compute.flops == step_flops(plan.workload, MIXTRAL.active_params)
+    plan = plan_job(resolve(s, BASE, config=preset_config("mixtral-8x7b")))
+    assert plan.compute.flops == step_flops(plan.job, MIXTRAL.active_params)
     assert MIXTRAL.active_params < MIXTRAL.total_params / 3
 
 

@@ -9,20 +9,23 @@ final norm 64, lm_head 320×64 = 41 024. Total 115 008. A micro-batch is 1 × 8 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fsdpspec.catalog.presets import preset_config
+from fsdpspec.job.geometry import geometry_from_config
+from fsdpspec.job.job import resolve
 from fsdpspec.plan import activations as act
 from fsdpspec.plan.compute import step_flops
-from fsdpspec.plan.geometry import geometry_from_config
 from fsdpspec.plan.host import PROCESS_OVERHEAD_BYTES, host_memory
 from fsdpspec.plan.memory import device_memory
 from fsdpspec.plan.planner import plan_job
 from fsdpspec.plan.report import plan_json
-from fsdpspec.plan.workload import workload
 from fsdpspec.spec.v1 import JobSpec
+
+BASE = Path(".")  # presets and inline geometries: no input paths
 
 CONFIG = preset_config("tiny-llama")
 GEOMETRY = geometry_from_config(CONFIG)
@@ -43,7 +46,7 @@ def make_spec(**sections: Any) -> JobSpec:
 
 
 def points(**sections: Any) -> dict[str, dict[str, int]]:
-    memory = device_memory(workload(make_spec(**sections), GEOMETRY))
+    memory = device_memory(resolve(make_spec(**sections), BASE, geometry=GEOMETRY))
     return {p.name: {k: v for k, v in p.terms.items() if v} for p in memory.points}
 
 
@@ -107,7 +110,7 @@ def test_layer_and_reduction_points() -> None:
 
 
 def test_peak_is_the_largest_point_and_reserved_adds_fragmentation() -> None:
-    memory = device_memory(workload(make_spec(), GEOMETRY))
+    memory = device_memory(resolve(make_spec(), BASE, geometry=GEOMETRY))
     assert memory.peak.name == "backward: layer 0"
     assert memory.peak_allocated == 768_064
     assert memory.peak_reserved == 768_064 + int(0.05 * 768_064)
@@ -131,8 +134,8 @@ def test_fsdp2_pads_each_tensor_and_fsdp1_the_flat_unit() -> None:
 def test_shard_group_per_strategy(strategy: str, nodes: int, shard: int) -> None:
     spec = make_spec(resources={"nodes": nodes}, fsdp={"sharding_strategy": strategy},
                      data={"global_batch_size": 4 * nodes})
-    w = workload(spec, GEOMETRY)
-    assert w.shard_size == shard
+    w = resolve(spec, BASE, geometry=GEOMETRY)
+    assert w.layout.shard_size == shard
     assert points(resources={"nodes": nodes}, fsdp={"sharding_strategy": strategy},
                   data={"global_batch_size": 4 * nodes})["optimizer step"][
         "sharded_parameters"] == 4 * TOTAL // shard
@@ -206,7 +209,7 @@ def test_cpu_offload_moves_states_off_the_device() -> None:
 def test_host_memory_terms() -> None:
     spec = make_spec(fsdp={"cpu_offload": True, "state_dict_type": "FULL_STATE_DICT"},
                      model={"weights": "weights/"})
-    host = host_memory(workload(spec, GEOMETRY), TOTAL)
+    host = host_memory(resolve(spec, BASE, geometry=GEOMETRY), TOTAL)
     assert host.terms == {
         "process_overhead": 4 * PROCESS_OVERHEAD_BYTES,
         "offloaded_states": 4 * TOTAL * (2 + 2),          # params, grads, 2 AdamW states
@@ -221,16 +224,17 @@ def test_host_memory_terms() -> None:
 
 def test_every_rank_reads_weights_without_ram_efficient_loading() -> None:
     spec = make_spec(fsdp={"cpu_ram_efficient_loading": False}, model={"weights": "w/"})
-    assert host_memory(workload(spec, GEOMETRY), TOTAL).terms["weight_loading"] == 4 * 2 * TOTAL
+    host = host_memory(resolve(spec, BASE, geometry=GEOMETRY), TOTAL)
+    assert host.terms["weight_loading"] == 4 * 2 * TOTAL
 
 
 def test_flops_follow_6n_plus_attention() -> None:
-    w = workload(make_spec(), GEOMETRY)
+    w = resolve(make_spec(), BASE, geometry=GEOMETRY)
     assert step_flops(w, TOTAL) == (6 * TOTAL + 12 * 2 * 64 * 8) * 8
 
 
 def test_plan_json_has_the_stable_keys() -> None:
-    data = plan_json(plan_job(make_spec(), CONFIG))
+    data = plan_json(plan_job(resolve(make_spec(), BASE, config=CONFIG)))
     assert data["parameters"]["total"] == TOTAL
     assert data["world_size"] == 4
     device = data["memory"]["device"]
@@ -247,7 +251,7 @@ def test_fewest_gpus_steps_by_node_and_suggestions_rank_by_bytes_saved() -> None
     spec = make_spec(resources={"gpus_per_node": 8, "accelerator": "H100-80GB"},
                      model={"preset": "llama3-8b"}, data={"seq_len": 4096,
                                                           "global_batch_size": 8})
-    plan = plan_job(spec, preset_config("llama3-8b"), world_size=1)
+    plan = plan_job(resolve(spec, BASE, config=preset_config("llama3-8b")), world_size=1)
     assert not plan.fits and plan.min_gpus == 8
     saved = [s.saves_bytes for s in plan.suggestions]
     assert saved == sorted(saved, reverse=True) and saved[0] > 0
@@ -263,16 +267,17 @@ def test_fewest_gpus_is_found_where_huge_world_sizes_pad_back_up() -> None:
                      data={"seq_len": 4096, "global_batch_size": 128},
                      launch={"rdzv_endpoint": "head:29500"})
     config = preset_config("llama3.1-405b")
-    plan = plan_job(spec, config)
+    plan = plan_job(resolve(spec, BASE, config=config))
     assert not plan.fits and plan.min_gpus is not None and plan.min_gpus % 8 == 0
     usable = 0.9 * plan.capacity
-    assert plan_job(spec, config, world_size=plan.min_gpus).device.total <= usable
-    assert plan_job(spec, config, world_size=plan.min_gpus - 8).device.total > usable
+    job = plan.job
+    assert plan_job(job, world_size=plan.min_gpus).device.total <= usable
+    assert plan_job(job, world_size=plan.min_gpus - 8).device.total > usable
 
 
 def test_cpu_accelerator_is_judged_against_host_memory() -> None:
     spec = make_spec(resources={"accelerator": "cpu", "host_memory_gib": 9})
-    plan = plan_job(spec, CONFIG)
+    plan = plan_job(resolve(spec, BASE, config=CONFIG))
     assert plan.capacity == (9 * (1 << 30) - plan.host.peak) // 4
     assert plan.device.cuda_context == 0 and plan.device.nccl == 0
     assert plan.min_gpus is None

@@ -27,8 +27,7 @@ def test_none_fit_draws_up_to_twice_the_spec() -> None:
 
 def test_the_curve_agrees_with_the_plan_at_the_specs_count() -> None:
     report = check_file(Path(ROOT / "examples" / "llama3-70b-multinode.yaml"))
-    plan = plan_job(report.spec, report.model_config)
-    points = dict(peak_by_gpu_count(report.spec, plan.geometry, plan.accelerator,
-                                    [8, report.spec.world_size]))
+    plan = plan_job(report.job)
+    points = dict(peak_by_gpu_count(plan.job, plan.accelerator, [8, report.spec.world_size]))
     assert points[report.spec.world_size] == plan.device.total
     assert points[8] > points[report.spec.world_size]  # fewer shards, more per rank

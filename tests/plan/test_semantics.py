@@ -3,16 +3,21 @@ engine both call: MFU's FLOPs per token and the plan's FLOPs agree for every pre
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fsdpspec import semantics
 from fsdpspec.catalog.presets import preset_config, preset_names
+from fsdpspec.job.job import resolve
 from fsdpspec.plan.planner import plan_job
 from fsdpspec.spec.v1 import JobSpec
 
 torch = pytest.importorskip("torch")
 
 from fsdpspec_runners.engine.metrics import flops_per_token  # noqa: E402
+
+BASE = Path(".")  # presets and inline geometries: no input paths
 
 SEQ_LEN = 512
 
@@ -28,9 +33,9 @@ def _spec(preset: str, **fsdp: object) -> JobSpec:
 
 @pytest.mark.parametrize("preset", preset_names())
 def test_engine_mfu_flops_equal_the_plans(preset: str) -> None:
-    plan = plan_job(_spec(preset), preset_config(preset))
-    tokens = plan.workload.tokens * plan.workload.accumulation_steps
-    engine = flops_per_token(torch.nn.Linear(1, 1), preset_config(preset), SEQ_LEN)
+    plan = plan_job(resolve(_spec(preset), BASE, config=preset_config(preset)))
+    tokens = plan.job.layout.tokens * plan.job.layout.accumulation_steps
+    engine = flops_per_token(torch.nn.Linear(1, 1), plan.job)
     assert plan.compute.flops / tokens == pytest.approx(engine, rel=1e-12)
 
 
@@ -39,15 +44,16 @@ def test_gemma2_attention_flops_use_the_query_width() -> None:
     config = preset_config("gemma2-9b")
     q_width = config["num_attention_heads"] * config["head_dim"]
     assert q_width != config["hidden_size"]
-    plan = plan_job(_spec("gemma2-9b"), config)
-    per_token = plan.compute.flops / (plan.workload.tokens * plan.workload.accumulation_steps)
+    plan = plan_job(resolve(_spec("gemma2-9b"), BASE, config=config))
+    per_token = plan.compute.flops / (plan.job.layout.tokens * plan.job.layout.accumulation_steps)
     assert per_token - 6 * plan.parameters == 12 * config["num_hidden_layers"] * q_width * SEQ_LEN
 
 
 def test_checkpointing_adds_recompute_to_the_plan_not_to_mfu() -> None:
     config = preset_config("llama3-8b")
-    base = plan_job(_spec("llama3-8b"), config)
-    full = plan_job(_spec("llama3-8b", activation_checkpointing="full"), config)
+    base = plan_job(resolve(_spec("llama3-8b"), BASE, config=config))
+    full_ac = _spec("llama3-8b", activation_checkpointing="full")
+    full = plan_job(resolve(full_ac, BASE, config=config))
     assert full.compute.flops == pytest.approx(base.compute.flops * 4 / 3, rel=1e-12)
 
 

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsdpspec.plan.geometry import (
+from fsdpspec.job.geometry import (
     Geometry,
     GeometryError,
     UnknownFamilyError,
     geometry_from_config,
 )
+from fsdpspec.job.tree import Node
+
+
+class NotIntrospected(UnknownFamilyError):
+    """A model without an analytic family, and no torch to build it on the meta device."""
 
 
 def model_geometry(config: dict[str, Any]) -> Geometry:
@@ -35,7 +40,7 @@ def introspected_geometry(config: dict[str, Any]) -> Geometry:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError:
-        raise GeometryError(f"model_type {model_type!r} has no analytic family; install "
+        raise NotIntrospected(f"model_type {model_type!r} has no analytic family; install "
                             "fsdpspec[train] to plan it from the model built on the meta "
                             "device") from None
     try:
@@ -58,10 +63,37 @@ def _layers(model: Any) -> list[Any]:
     return layers
 
 
+def module_tree(model: Any) -> Node:
+    """The module tree of a built ``nn.Module`` (meta or not): classes, own parameters
+    (a parameter shared by several modules listed under the first), children."""
+    from torch import nn
+
+    holders: dict[int, list[int]] = {}
+    for module in model.modules():
+        for param in module._parameters.values():
+            if param is not None:
+                holders.setdefault(id(param), []).append(id(module))
+    tied = {m for found in holders.values() if len(found) > 1 for m in found}
+    seen: set[int] = set()
+
+    def node(name: str, module: Any) -> Node:
+        own = []
+        for param in module._parameters.values():
+            if param is not None and id(param) not in seen:
+                seen.add(id(param))
+                own.append(tuple(param.shape))
+        children = tuple(node(n, c) for n, c in module.named_children())
+        return Node(name, type(module).__name__, tuple(own), children,
+                    container=isinstance(module, (nn.ModuleList, nn.ModuleDict)),
+                    tied=id(module) in tied)
+
+    return node("", model)
+
+
 def _geometry_of(model: Any, c: Any, model_type: str) -> Geometry:
     layers = _layers(model)
-    # Layers that differ (dense first layers, say) are sharded as the largest of them;
-    # the count stays exact.
+    # Layers that differ (dense first layers, say): the activation model reads the
+    # largest; the units and the count are exact.
     largest = max(layers, key=lambda m: sum(p.numel() for p in m.parameters()))
     layer = tuple((n, tuple(p.shape)) for n, p in largest.named_parameters())
     in_layers = {id(p) for m in layers for p in m.parameters()}
@@ -82,4 +114,6 @@ def _geometry_of(model: Any, c: Any, model_type: str) -> Geometry:
         built_layer=layer,
         built_root=root,
         built_params=sum(p.numel() for p in model.parameters()),
+        built_tree=module_tree(model),
+        built_layer_classes=tuple(sorted(model._no_split_modules)),
     )

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsdpspec.catalog.families import CUSTOM, NORMS, Bias, Family, family
-
-Shape = tuple[int, ...]
+from fsdpspec.job.tree import Node, Shape
 
 _COMMON_DEFAULTS = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                     "max_position_embeddings": 4096}
@@ -81,8 +80,11 @@ class Geometry:
     # the root's parameters, as built.
     built_layer: tuple[tuple[str, Shape], ...] | None = None
     built_root: tuple[tuple[str, Shape], ...] | None = None
-    # Its exact count (layers that differ are sharded as the largest of them).
+    # Its exact count, and its module tree (what the wrap policy reads).
     built_params: int | None = None
+    built_tree: Node | None = None
+    # The decoder layer classes it declares (``_no_split_modules``).
+    built_layer_classes: tuple[str, ...] = ()
 
     @property
     def introspected(self) -> bool:

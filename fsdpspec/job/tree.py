@@ -1,0 +1,37 @@
+"""A model's module tree as data: what the wrap policy (`fsdpspec.job.units`) reads,
+built from an analytic geometry, a model introspected on the meta device, or (in the
+engine) a built ``nn.Module``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Shape = tuple[int, ...]
+LAYER = "*"  # a template child's name: it stands for every layer index
+
+
+@dataclass(frozen=True)
+class Node:
+    """One module: its class, its own parameters, its children. ``tied``: it holds a
+    parameter another module holds too (an input embedding shared with ``lm_head``),
+    listed under the first holder only."""
+
+    name: str
+    cls: str
+    params: tuple[Shape, ...] = ()
+    children: tuple[Node, ...] = ()
+    container: bool = False
+    tied: bool = False
+    # A template child (name ``*``) of a ModuleList stands for this many layers.
+    repeat: int = 1
+
+    def as_json(self) -> list:
+        """Compact JSON: [name, cls, params, children, container, tied, repeat]."""
+        return [self.name, self.cls, [list(s) for s in self.params],
+                [c.as_json() for c in self.children], self.container, self.tied, self.repeat]
+
+    @staticmethod
+    def from_json(data: list) -> Node:
+        name, cls, params, children, container, tied, repeat = data
+        return Node(name, cls, tuple(tuple(s) for s in params),
+                    tuple(Node.from_json(c) for c in children), container, tied, repeat)

@@ -1,0 +1,80 @@
+"""The FSDP units: the job names them from the geometry, the engine shards the modules
+of those names. Built on the meta device with the same policy over the real module
+tree, every preset gives the same names for every wrap policy and a sweep of
+min_num_params, and the engine's wrapped model has exactly those units."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fsdpspec.catalog.presets import preset_config, preset_names
+from fsdpspec.job.job import Job, decoder_layer_classes, resolve, wrap_of
+from fsdpspec.job.units import choose_units
+from fsdpspec.spec.v1 import JobSpec
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from fsdpspec.job.introspect import module_tree  # noqa: E402
+
+BASE = Path(".")
+# Small widths keep every published preset's depth and structure but build in
+# milliseconds on the meta device.
+SMALL = {"hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 320,
+         "moe_intermediate_size": 32, "num_hidden_layers": 3}
+SWEEP = (1, 100, 2_000, 5_000, 12_000, 20_480, 40_000, 10**9)
+
+
+def _small(preset: str) -> dict:
+    config = preset_config(preset)
+    small = config | {k: v for k, v in SMALL.items()
+                      if k in config or k != "moe_intermediate_size"}
+    # Token ids of the published vocabulary would not fit the small one.
+    small |= {k: None for k in ("pad_token_id", "bos_token_id", "eos_token_id")}
+    if "layer_types" in config:
+        small["layer_types"] = (config["layer_types"] * 3)[:3]
+    return small
+
+
+def _spec(preset: str, **fsdp: object) -> JobSpec:
+    return JobSpec.model_validate({
+        "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "u"},
+        "resources": {"gpus_per_node": 4}, "model": {"preset": preset}, "fsdp": fsdp,
+        "data": {"global_batch_size": 4}})
+
+
+def _built(config: dict):
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**config))
+
+
+def _job(preset: str, config: dict, **fsdp: object) -> Job:
+    return resolve(_spec(preset, **fsdp), BASE, config=config)
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_job_units_are_the_built_models_modules(preset: str) -> None:
+    config = _small(preset)
+    model = _built(config)
+    tree = module_tree(model)
+    for fsdp in ([{"auto_wrap_policy": "transformer"}, {"auto_wrap_policy": "none"}]
+                 + [{"auto_wrap_policy": "size", "min_num_params": n, "version": v,
+                     "activation_checkpointing": ac}
+                    for n in SWEEP for v in (1, 2) for ac in ("none", "selective")]):
+        job = _job(preset, config, **fsdp)
+        assert job.units is not None and job.geometry is not None
+        classes = decoder_layer_classes(job.spec, job.geometry)
+        engine = choose_units(tree, wrap_of(job.spec, classes))
+        names = list(job.units.names())
+        assert names == list(engine.names()), (preset, fsdp)
+        assert list(job.units.layer_names()) == list(engine.layer_names())
+        assert list(job.units.checkpointed()) == list(engine.checkpointed())
+        for name in names:
+            model.get_submodule(name)
+        # Every parameter is in exactly one unit or the root.
+        held = sum(u.numel * u.count for u in job.units.units) + job.units.root.numel
+        assert held == job.geometry.total_params, (preset, fsdp)
