@@ -20,7 +20,12 @@ from fsdpspec.spec.diagnostics import Diagnostic, Severity, error, sort_key
 from fsdpspec.spec.load import SourceMap, load_file
 from fsdpspec.spec.overrides import apply_overrides
 from fsdpspec.spec.schema import published
-from fsdpspec.spec.structure import invariants, schema_diagnostics, typed_spec
+from fsdpspec.spec.structure import (
+    by_hand_invariants,
+    invariants,
+    schema_diagnostics,
+    typed_spec,
+)
 from fsdpspec.spec.suggest import closest
 from fsdpspec.spec.v1 import JobSpec
 
@@ -144,4 +149,13 @@ def check_file(
         report.spec = spec
         found += _lint(report, select, ignore)
     report.diagnostics = _place(report, found)
+    return report
+
+
+def check_by_hand(report: FileReport) -> FileReport:
+    """Add what launching the valid spec by hand (`fsdpspec run`) needs beyond what an
+    export needs, positioned like every other diagnostic."""
+    assert report.spec is not None
+    report.diagnostics = _place(report, [*report.diagnostics,
+                                         *by_hand_invariants(report.spec)])
     return report

@@ -8,24 +8,33 @@ directory, relative to the directory the job was submitted from (the run root).
 Preemption: `--signal=B:USR1@<grace>` warns the batch shell before the time limit; its
 trap relays the signal (every node checkpoints and exits) and requeues the job, which
 resumes. On `scancel` or `scontrol requeue` Slurm signals every process itself, so the
-shell only waits for the checkpoint. Every value from the spec is quoted with
-shlex.quote; the script's own variables are the only expansions.
+shell only waits for the checkpoint. A stop that reached some node's processes but not
+the batch shell (a node's own stop, Slurm re-sending a lost node's terminate) stops
+every node all the same (the ranks agree on it), and the script requeues the job.
+Every value from the spec is quoted with shlex.quote; the script's own variables are
+the only expansions.
+
+The log is written to the submit directory (the run root), which exists when the job
+starts: Slurm opens it before the script runs and fails the job when its directory is
+missing, so plain `sbatch THIS_FILE` works on a fresh export.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from pathlib import PurePosixPath
 
 from fsdpspec import __version__
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.errors import LaunchError
 from fsdpspec_runners.local.rundir import SCHEDULER_DIR
+from fsdpspec_runners.local.supervise import FORWARDED
 from fsdpspec_runners.resources import node_cpus, node_memory_mib
 
-# The relayed warning: `fsdpspec run` exits 128 + SIGUSR1 when it stopped the run.
-WARNING_SIGNAL, STOPPED_BY_WARNING = "USR1", 128 + 10
+# The relayed warning before a time limit.
+WARNING_SIGNAL = "USR1"
+# `fsdpspec run` exits 128 + N when the run stopped (checkpointed) on signal N.
+STOPPED_STATUSES = tuple(sorted(128 + s for s in FORWARDED))
 # Rendezvous ports: one per job id, below Linux's ephemeral range (32768 and up).
 PORT_BASE = 16384
 
@@ -40,10 +49,10 @@ def time_limit_seconds(time: str) -> int:
     return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
 
 
-def _log_pattern(spec: JobSpec) -> str:
-    """The job's log, one per job id (a requeued job appends to its own)."""
-    # '%' starts a Slurm filename pattern: the run directory's own are doubled.
-    return str(PurePosixPath(spec.run_dir().replace("%", "%%"), SCHEDULER_DIR, "%j.out"))
+def log_name(spec: JobSpec) -> str:
+    """The job's log in the submit directory, one per job id (a requeued job appends to
+    its own): ``<name>-<job id>.out``. The name is [a-z0-9-]: no Slurm pattern in it."""
+    return f"{spec.metadata.name}-%j.out"
 
 
 def sbatch_directives(spec: JobSpec, grace_s: int) -> list[str]:
@@ -58,8 +67,8 @@ def sbatch_directives(spec: JobSpec, grace_s: int) -> list[str]:
         value = getattr(slurm, field)
         if value is not None:
             options.append((field, value))  # the schema admits only Slurm names
-    options += [("time", slurm.time), ("output", _log_pattern(spec)),
-                ("error", _log_pattern(spec)), ("open-mode", "append")]
+    options += [("time", slurm.time), ("output", log_name(spec)),
+                ("error", log_name(spec)), ("open-mode", "append")]
     lines = [f"#SBATCH --{key}={shlex.quote(value)}" for key, value in options]
     if slurm.exclusive:
         lines.append("#SBATCH --exclusive")
@@ -110,10 +119,18 @@ def _supervision() -> list[str]:
         '  status=0',
         '  wait "$child" || status=$?',
         "done",
-        f'if [ "$warned" = 1 ] && [ "$status" = {STOPPED_BY_WARNING} ]; then',
-        '  echo "fsdpspec: stopped ahead of the time limit; requeueing" >&2',
-        '  scontrol requeue "$SLURM_JOB_ID"',
-        "fi",
+        "# Stopped with a checkpoint, and not by Slurm ending or requeueing the job itself:",
+        "# rerun it, and it resumes.",
+        f'case "$status" in {"|".join(map(str, STOPPED_STATUSES))})',
+        '  if [ "$told" = 0 ]; then',
+        '    if [ "$warned" = 1 ]; then',
+        '      echo "fsdpspec: stopped ahead of the time limit; requeueing" >&2',
+        "    else",
+        '      echo "fsdpspec: stopped by a signal to a node (exit $status); requeueing" >&2',
+        "    fi",
+        '    scontrol requeue "$SLURM_JOB_ID"',
+        "  fi",
+        "esac",
         'exit "$status"',
     ]
 
@@ -121,12 +138,13 @@ def _supervision() -> list[str]:
 def _traps() -> list[str]:
     return [
         "# The warning before the time limit: relay it (every node checkpoints and exits),",
-        "# then requeue. On scancel or requeue Slurm signals every process itself:",
-        "# TERM is only caught so that this shell waits for the checkpoint.",
-        'warned=0 child=""',
+        "# then requeue. On scancel, requeue or the time limit Slurm signals every process",
+        "# itself and ends or requeues the job: TERM only tells this shell so, and it waits",
+        "# for the checkpoint.",
+        'warned=0 told=0 child=""',
         f"trap 'warned=1; kill -{WARNING_SIGNAL} \"$child\" 2>/dev/null || true' "
         f"{WARNING_SIGNAL}",
-        "trap : TERM",
+        "trap 'told=1' TERM",
         "",
     ]
 
@@ -156,23 +174,18 @@ def sbatch_script(spec: JobSpec, grace_s: int) -> str:
     """The whole script. ``grace_s``: how long before the time limit the job is warned
     (the planned checkpoint time, fsdpspec.plan.checkpoint)."""
     check_time(spec, grace_s)
-    if any(c in spec.run_dir() for c in "\n\r"):
-        raise LaunchError("checkpoint.dir holds a line break, which an #SBATCH --output "
-                          "line cannot carry: choose a run directory without one")
     run_dir = shlex.quote(spec.run_dir())
     document = json.dumps(spec.as_written(), indent=2)
     lines = [
         "#!/bin/bash",
         f"# Generated by fsdpspec {__version__} for job {spec.metadata.name}.",
-        "# Submit from the run root (checkpoint.dir is relative to it): `bash THIS_FILE`",
-        f"# makes {SCHEDULER_DIR}/ in the run directory for the logs and submits;",
-        "# `sbatch THIS_FILE` does the same once it exists.",
+        "# Submit from the run root (checkpoint.dir is relative to it): `sbatch THIS_FILE`",
+        f"# (or `bash THIS_FILE`, which calls sbatch). The log: {log_name(spec)} there.",
         *sbatch_directives(spec, grace_s),
         "set -euo pipefail",
         "",
         f"run_dir={run_dir}",
         'if [ -z "${SLURM_JOB_ID:-}" ]; then',
-        f'  mkdir -p -- "$run_dir/{SCHEDULER_DIR}"',
         '  exec sbatch "$0"',
         "fi",
         "",

@@ -13,7 +13,7 @@ import click
 
 from fsdpspec.cli.options import emit, exit_on_errors, load_spec, resolve_format, set_option
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec.validate import FileReport
+from fsdpspec.validate import FileReport, check_by_hand
 from fsdpspec_runners.local.preflight import PreflightError, check_before_start
 from fsdpspec_runners.local.resolved import absolute_inputs, resolved_document
 from fsdpspec_runners.local.rundir import (
@@ -65,6 +65,8 @@ def _valid_spec(file: str, overrides: list[str]) -> tuple[FileReport, JobSpec]:
     report = load_spec(file, overrides)
     if _fetch_hub_inputs(report):
         report = load_spec(file, overrides)
+    if report.spec is not None:
+        check_by_hand(report)
     exit_on_errors(report)
     if report.diagnostics:  # warnings: shown, not fatal
         emit([report], resolve_format(None), err=True)

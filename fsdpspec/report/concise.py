@@ -9,9 +9,7 @@ from fsdpspec.validate import FileReport
 
 
 def line(d: Diagnostic) -> str:
-    pos = d.position
-    where = f"{d.file}:{pos.line}:{pos.col}" if pos else f"{d.file}"
-    return f"{where}: {d.code} {d.severity.value} {d.message}"
+    return f"{d.location}: {d.code} {d.severity.value} {d.message}"
 
 
 def render(reports: Sequence[FileReport]) -> str:

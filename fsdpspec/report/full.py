@@ -48,8 +48,7 @@ def _frame(report: FileReport, d: Diagnostic) -> list[str]:
 
 def _diagnostic(report: FileReport, d: Diagnostic) -> list[str]:
     pos = d.position
-    where = f"{d.file}:{pos.line}:{pos.col}" if pos else str(d.file)
-    head = (f"[bold]{escape(where)}[/]: [{_STYLE[d.severity]}]{d.severity.value}"
+    head = (f"[bold]{escape(d.location)}[/]: [{_STYLE[d.severity]}]{d.severity.value}"
             f"\\[{d.code}][/]: {escape(d.message)}")
     lines = [head, *_frame(report, d)]
     if d.hint:

@@ -75,7 +75,8 @@ LOAD_CODES = _codes(
     ("FS024", "constraint", "a value breaks a constraint of its field",
      "Out of range, too long, or not matching the field's pattern."),
     ("FS025", "invariant", "fields that are valid alone contradict each other",
-     "Exactly one model source; multi-node needs `launch.rdzv_endpoint`; text and jsonl "
+     "Exactly one model source; multi-node run by hand (`fsdpspec run`) needs "
+     "`launch.rdzv_endpoint` (the Slurm and Kubernetes exports derive it); text and jsonl "
      "sources need `data.path`; `geometry` only describes a factory model."),
     ("FS031", "hub-not-cached", "a Hub id names files the local cache does not hold",
      "`model.weights` or `data.tokenizer` names a Hub repository (`org/name[@revision]`) "

@@ -12,6 +12,10 @@ class Severity(str, Enum):
     INFO = "info"
 
 
+# A diagnostic about a value a `--set` flag gave names the flag as its source.
+FLAG_SOURCE = "--set "
+
+
 @dataclass(frozen=True)
 class Position:
     """A 1-based span in a source: where a diagnostic points."""
@@ -46,6 +50,15 @@ class Diagnostic:
     @property
     def is_error(self) -> bool:
         return self.severity is Severity.ERROR
+
+    @property
+    def location(self) -> str:
+        """``file:line:col``; a --set flag alone, since a line and column after
+        ``--set resources.nodes=2`` would read as part of its value."""
+        pos = self.position
+        if pos is None or (self.file or "").startswith(FLAG_SOURCE):
+            return str(self.file)
+        return f"{self.file}:{pos.line}:{pos.col}"
 
 
 def error(code: str, message: str, path: str = "", hint: str | None = None) -> Diagnostic:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsdpspec.spec.diagnostics import Position
+from fsdpspec.spec.diagnostics import FLAG_SOURCE, Position
 from fsdpspec.spec.load import SourceMap, join, parse_text
 
 
@@ -58,8 +58,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source_map: Sour
     """Apply each override in order, recording where it came from."""
     for text in overrides:
         tokens, value, value_col = _parse(text)
-        label = f"--set {text}"
-        start = len("--set ") + value_col
+        label = f"{FLAG_SOURCE}{text}"
+        start = len(FLAG_SOURCE) + value_col
         where = (label, Position(1, start, 1, max(start + 1, len(label) + 1)))
         node, pointer = data, ""
         for index, token in enumerate(tokens[:-1]):

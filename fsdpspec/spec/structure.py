@@ -257,10 +257,6 @@ def invariants(spec: JobSpec) -> Iterator[Diagnostic]:
     if model.geometry is not None and model.factory is None:
         yield error("FS025", "geometry describes a factory model; presets and hf_config "
                     "carry their own", "/model/geometry", "remove model.geometry")
-    if spec.resources.nodes > 1 and spec.launch.rdzv_endpoint is None:
-        yield error("FS025", f"nodes: {spec.resources.nodes} needs launch.rdzv_endpoint",
-                    "/resources/nodes",
-                    f"set launch.rdzv_endpoint: <head-node>:{DEFAULT_RDZV_PORT}")
     yield from _unexpandable_paths(spec)
     for index, entry in enumerate(spec.lint.ignore):
         if not normalize_prefix(entry):
@@ -271,6 +267,17 @@ def invariants(spec: JobSpec) -> Iterator[Diagnostic]:
         yield error("FS025", f"data.source {spec.data.source} needs data.path", "/data/source",
                     "set data.path to a local file or directory")
     yield from _data_invariants(spec.data)
+
+
+def by_hand_invariants(spec: JobSpec) -> Iterator[Diagnostic]:
+    """What `fsdpspec run` needs that a scheduler's export derives itself: by hand,
+    every node must be told where the rendezvous is (sbatch and the PyTorchJob use the
+    allocation's first node)."""
+    if spec.resources.nodes > 1 and spec.launch.rdzv_endpoint is None:
+        yield error("FS025", f"nodes: {spec.resources.nodes} run by hand needs "
+                    "launch.rdzv_endpoint", "/resources/nodes",
+                    f"set launch.rdzv_endpoint: <head-node>:{DEFAULT_RDZV_PORT}, pass "
+                    "--rdzv-endpoint, or `fsdpspec export slurm|kubernetes`")
 
 
 def _data_invariants(data: Data) -> Iterator[Diagnostic]:

@@ -382,7 +382,8 @@ class Launch(_Section):
     backend: Literal["auto", "nccl", "gloo"] = "auto"
     """Process-group backend: auto = nccl on GPU, gloo on CPU."""
     rdzv_endpoint: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
-    """host:port of the c10d rendezvous; required when nodes > 1."""
+    """host:port of the c10d rendezvous; required when nodes > 1 and `fsdpspec run` is
+    started by hand (the Slurm and Kubernetes exports derive it)."""
     max_restarts: NonNegInt = 0
     """Times torchrun restarts the group after a failure (the engine resumes)."""
     timeout_minutes: PositiveInt = 30

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,12 +143,12 @@ def train(trainer: Trainer) -> bool:
         if state.step % spec.logging.interval_steps == 0 or state.step == 1 or last:
             trainer.sink.write(_record(trainer, result, clock))
         if result.stop_requested:
+            _agree_on_the_signal(trainer)
             _save(trainer)
             trainer.sink.ended("stopped", state.step)
             console(
                 trainer.runtime,
-                f"stopped by {trainer.stop.signal_name or 'a signal'} at "
-                f"step {state.step}; checkpoint saved",
+                f"stopped by {trainer.stop.signal_name} at step {state.step}; checkpoint saved",
             )
             return False
         if _eval_due(trainer):
@@ -156,6 +157,13 @@ def train(trainer: Trainer) -> bool:
             saved_at = _save(trainer)
     _finish(trainer, saved_at)
     return True
+
+
+def _agree_on_the_signal(trainer: Trainer) -> None:
+    """Every rank learns which signal stopped the run (the highest-numbered one, where
+    ranks got different ones), including the ranks no signal reached."""
+    (signum,) = all_reduce_max([float(trainer.stop.signum)], trainer.runtime.device)
+    trainer.stop.signal_name = signal.Signals(int(signum)).name
 
 
 def _finish(trainer: Trainer, saved_at: int) -> None:

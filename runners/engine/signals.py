@@ -3,7 +3,8 @@ srun delivers to every process of the step) asks the loop to finish its step,
 checkpoint and exit 0.
 
 The handler only records the request; the loop agrees on it across ranks once per step
-so every rank stops after the same step.
+so every rank stops after the same step, whichever rank or node the signal reached: a
+stop is all or nothing.
 """
 
 from __future__ import annotations
@@ -29,3 +30,8 @@ class StopRequest:
     @property
     def requested(self) -> bool:
         return self.signal_name is not None
+
+    @property
+    def signum(self) -> int:
+        """The signal's number; 0 when none came."""
+        return signal.Signals[self.signal_name].value if self.signal_name else 0

@@ -1,7 +1,8 @@
 """Entry point: read the resolved spec, set up, train, tear down.
 
 Anticipated failures (``EngineError``) print one line on rank 0 and exit 1; a clean
-finish, or a stop by SIGTERM / SIGINT after checkpointing, exits 0.
+finish, or a stop by SIGTERM / SIGINT after checkpointing, exits 0 (a stop is told to
+`fsdpspec run` through ``local.outcome``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from fsdpspec_runners.engine.optim import build_grad_scaler, build_optimizer, bu
 from fsdpspec_runners.engine.signals import StopRequest
 from fsdpspec_runners.engine.wrap import fsdp1_syncs_states, parallelize
 from fsdpspec_runners.local.events import append_event
+from fsdpspec_runners.local.outcome import tell_stopped
 from fsdpspec_runners.local.resolved import read_resolved_spec
 
 
@@ -194,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         teardown(clean=True)  # every rank is done with collectives
         if finished:
             export_final(trainer)
+        elif runtime.local_rank == 0:
+            tell_stopped(trainer.stop.signal_name)
         clean = True
         return 0
     except (EngineError, torch.OutOfMemoryError, OSError, CheckpointException) as exc:

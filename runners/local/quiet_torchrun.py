@@ -10,8 +10,12 @@ Only `fsdpspec run` starts it, as a child process; nothing imports it.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
+from types import FrameType
+
+from fsdpspec_runners.local.supervise import FORWARDED, children
 
 try:
     from torch.distributed.elastic.multiprocessing import api as _api
@@ -49,9 +53,24 @@ def run(argv: list[str]) -> int:
     return 0
 
 
+def _relay_to_workers(signum: int, _frame: FrameType | None) -> None:
+    """Pass a stop on to the workers (they checkpoint and exit 0) and keep running."""
+    relayed = signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM
+    for pid in children(os.getpid()):
+        try:
+            os.kill(pid, relayed)
+        except ProcessLookupError:
+            pass
+
+
 if __name__ == "__main__":
-    # Slurm's warning (SIGUSR1) reaches every process of a step, this one too: the
-    # workers checkpoint on it themselves, so torchrun must outlive it, not die of it.
+    # A scheduler signals every process of a step, this one too (SIGTERM on requeue or
+    # preemption, SIGUSR1 before a time limit). Stock torchrun dies of SIGTERM: it kills
+    # its workers and skips the exit barrier, where the other nodes' torchrun then wait
+    # (300 s) for it, and the job ends killed instead of stopped. So torchrun handles
+    # only SIGQUIT itself; the stop signals reach the workers, which agree on the stop
+    # with every node's, checkpoint and exit 0, and every torchrun ends normally.
     # A handler, not SIG_IGN: the workers would inherit an ignored signal.
-    signal.signal(signal.SIGUSR1, lambda *_: None)
-    raise SystemExit(run(sys.argv[1:]))
+    for stop in FORWARDED:
+        signal.signal(stop, _relay_to_workers)
+    raise SystemExit(run(["--signals-to-handle", "SIGQUIT", *sys.argv[1:]]))

@@ -8,6 +8,10 @@ then ends normally. A second Ctrl-C kills the whole process group. A scheduler's
 signals (SIGTERM, Slurm's SIGUSR1 warning) are relayed once: Slurm sends SIGTERM to
 every process of a job, through srun as well, so repeats are the same request, and
 the scheduler kills what is left when its grace period ends.
+
+A stop is all or nothing: the ranks agree on it, so the processes of a node that no
+signal reached stop after the same step and checkpoint with the rest. The engine tells
+this node's supervisor so (``local.outcome``), and it exits as a stopped run too.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from fsdpspec_runners.local.outcome import STOP_FILE_ENV, stopped_by
 from fsdpspec_runners.local.progress import PROGRESS_ENV, relay
 
 # SIGHUP (the terminal closed) stops the run like SIGTERM: without it the workers, in a
@@ -28,7 +34,7 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 _AS_SIGTERM = (signal.SIGHUP, signal.SIGUSR1)
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
     """Direct children of a process (Linux /proc); empty when unknown."""
     found: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*/children"):
@@ -56,7 +62,7 @@ class _Forwarder:
             return
         self.received = signal.Signals(signum)
         relayed = signal.SIGTERM if signum in _AS_SIGTERM else signum
-        workers = _children(self.child.pid)
+        workers = children(self.child.pid)
         for pid in workers or [self.child.pid]:
             try:
                 os.kill(pid, relayed)
@@ -71,22 +77,27 @@ def run_supervised(
     output is read and shown under a live progress bar (for a terminal); without, it
     goes straight to ours.
 
-    Returns (exit code, the signal that was forwarded, if one was).
+    Returns (exit code, the signal that stopped the run: the one forwarded, else the
+    one the engine says its ranks agreed on, when a signal reached another node only).
     """
     piped = {}
     if progress_title is not None:
         env = env | {PROGRESS_ENV: "1"}
         piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
-    # A session of its own: a terminal's Ctrl-C reaches only us, and we relay it once.
-    child = subprocess.Popen(list(argv), env=env, start_new_session=True, **piped)
-    forwarder = _Forwarder(child)
-    previous = {sig: signal.signal(sig, forwarder) for sig in FORWARDED}
-    try:
-        if progress_title is not None:
-            relay(child.stdout, progress_title)
-        code = child.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with tempfile.TemporaryDirectory(prefix="fsdpspec-run-") as private:
+        stop_file = Path(private) / "stopped"
+        # A session of its own: a terminal's Ctrl-C reaches only us, and we relay it once.
+        child = subprocess.Popen(list(argv), env=env | {STOP_FILE_ENV: str(stop_file)},
+                                 start_new_session=True, **piped)
+        forwarder = _Forwarder(child)
+        previous = {sig: signal.signal(sig, forwarder) for sig in FORWARDED}
+        try:
+            if progress_title is not None:
+                relay(child.stdout, progress_title)
+            code = child.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        stopped = forwarder.received or stopped_by(stop_file)
     # Popen reports death by signal N as -N; a shell reports it as 128 + N.
-    return (128 - code if code < 0 else code), forwarder.received
+    return (128 - code if code < 0 else code), stopped

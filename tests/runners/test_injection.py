@@ -110,21 +110,15 @@ def test_run_on_cpu(hostile, tmp_path: Path) -> None:
 
 
 def test_sbatch_script(hostile, tmp_path: Path) -> None:
-    """Every value reaches the job intact: the spec file the script writes is the spec.
-    (A line break cannot live in an #SBATCH line: such a run directory is refused.)"""
+    """Every value reaches the job intact, a line break in the run directory too (no
+    #SBATCH line holds it): the spec file the script writes is the spec."""
     path, _ = hostile
     script = tmp_path / "job.sbatch"
-    refused = run_cli("export", "slurm", str(path), "-o", str(script), cwd=tmp_path)
-    assert refused.returncode == 1 and not script.exists()
-    assert refused.stderr.strip().splitlines()[-1].startswith(
-        "Error: checkpoint.dir holds a line break")
-    one_line = "runs/{name}/" + payload(tmp_path / "markers", "dir").replace("\n", " ")
-    overrides = ("--set", f"checkpoint.dir={json.dumps(one_line)}")
-    result = run_cli("export", "slurm", str(path), *overrides, "-o", str(script), cwd=tmp_path)
+    result = run_cli("export", "slurm", str(path), "-o", str(script), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     ran = run_sbatch(script.read_text(), tmp_path)
     assert ran.returncode == 0, ran.stderr
-    spec = check_file(path, list(overrides[1:])).spec
+    spec = check_file(path).spec
     assert spec is not None
     spec_file = f"{spec.run_dir()}/slurm/job-4242.json"
     assert recorded(tmp_path / "srun.argv")[4:] == ["fsdpspec", "run", spec_file]

@@ -228,3 +228,24 @@ def test_a_stop_by_scancel_is_not_requeued(tmp_path: Path) -> None:
     _, stderr = shell.communicate(timeout=20)
     assert shell.returncode == 143, stderr
     assert not (tmp_path / "scontrol.argv").exists()
+
+
+def test_a_stop_that_reached_a_node_but_not_the_shell_is_requeued(tmp_path: Path) -> None:
+    """A signal to one node's processes only (Slurm re-sending a lost node's terminate,
+    a node's own stop): every node stops with a checkpoint (`fsdpspec run` exits
+    128 + SIGTERM), Slurm itself requeues nothing, so the script does."""
+    script = tmp_path / "job.sbatch"
+    script.write_text(sbatch_script(CPU, GRACE_S))
+    ran = subprocess.run(["bash", str(script)], cwd=tmp_path, text=True, capture_output=True,
+                         env=sbatch_env(tmp_path, "exit 143\n"), timeout=30)
+    assert ran.returncode == 143, ran.stderr
+    assert recorded_calls(tmp_path / "scontrol.argv") == [["requeue", "4242"]]
+    assert "fsdpspec: stopped by a signal to a node (exit 143); requeueing" in ran.stderr
+
+
+def test_a_failed_run_is_not_requeued(tmp_path: Path) -> None:
+    script = tmp_path / "job.sbatch"
+    script.write_text(sbatch_script(CPU, GRACE_S))
+    ran = subprocess.run(["bash", str(script)], cwd=tmp_path, text=True, capture_output=True,
+                         env=sbatch_env(tmp_path, "exit 1\n"), timeout=30)
+    assert ran.returncode == 1 and not (tmp_path / "scontrol.argv").exists()

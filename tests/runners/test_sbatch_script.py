@@ -47,8 +47,8 @@ def test_gpu_job_directives() -> None:
         "--job-name=llama3-70b-pretrain", "--nodes=8", "--ntasks-per-node=1",
         "--cpus-per-task=96", f"--mem={2048 * 1024}M", "--gpus-per-node=8",
         "--partition=gpu", "--account=nlp", "--time=2-00:00:00",
-        "--output=runs/llama3-70b-pretrain/slurm/%j.out",
-        "--error=runs/llama3-70b-pretrain/slurm/%j.out", "--open-mode=append",
+        "--output=llama3-70b-pretrain-%j.out", "--error=llama3-70b-pretrain-%j.out",
+        "--open-mode=append",
         "--exclusive", "--requeue", "--signal=B:USR1@198"]
     assert "--cpus-per-task=96" in script.split("srun ", 1)[1]  # srun does not inherit it
 
@@ -65,9 +65,11 @@ def test_the_run_directory_is_relative_to_the_submit_directory() -> None:
     assert str(ROOT) not in script.split("printf", 1)[0]  # no path of the exporting host
 
 
-def test_a_percent_in_the_run_directory_is_not_a_slurm_pattern() -> None:
+def test_the_log_is_in_the_submit_directory_whatever_the_run_directory() -> None:
+    """Slurm opens the log before the script runs: only the submit directory is sure to
+    exist then (a missing directory fails the job with no log at all)."""
     lines = directives(export(QUICKSTART, 'checkpoint.dir="runs/100%/{name}"'))
-    assert "--output=runs/100%%/quickstart/slurm/%j.out" in lines
+    assert "--output=quickstart-%j.out" in lines and "--error=quickstart-%j.out" in lines
 
 
 def test_setup_lines_run_verbatim_before_the_launch(tmp_path: Path) -> None:
@@ -101,7 +103,8 @@ def test_a_time_limit_shorter_than_the_warning_is_refused() -> None:
         "before its end to checkpoint; set at least 00:03:00"]
 
 
-def test_outside_a_job_the_script_makes_the_log_directory_and_submits(tmp_path: Path) -> None:
+def test_outside_a_job_the_script_submits_itself(tmp_path: Path) -> None:
+    """`bash job.sbatch` keeps working: it calls sbatch on itself, creating nothing."""
     script = tmp_path / "job.sbatch"
     script.write_text(export(QUICKSTART))
     bin_dir = tmp_path / "bin"
@@ -112,9 +115,8 @@ def test_outside_a_job_the_script_makes_the_log_directory_and_submits(tmp_path: 
     result = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=30)
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "runs" / "quickstart" / "slurm").is_dir()
     assert (tmp_path / "sbatch.argv").read_text() == f"{script}\n"
-    assert not list((tmp_path / "runs" / "quickstart" / "slurm").iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "job.sbatch", "sbatch.argv"]
 
 
 @pytest.mark.parametrize(("time", "seconds"), [
