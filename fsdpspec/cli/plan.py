@@ -11,6 +11,7 @@ import click
 
 from fsdpspec.catalog.accelerators import accelerator_names
 from fsdpspec.cli.options import exit_on_errors, set_option
+from fsdpspec.cli.output import force_option, write_output
 from fsdpspec.plan.geometry import Geometry, GeometryError
 from fsdpspec.plan.introspect import model_geometry
 from fsdpspec.plan.planner import Plan, plan_job
@@ -70,22 +71,18 @@ def _trace_text(trace: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_picture(plan: Plan, kind: str, target: Path) -> None:
+def _write_picture(plan: Plan, kind: str, target: Path, *, force: bool) -> None:
     """Draw the plan (matplotlib, imported only here) and write it atomically."""
     from fsdpspec.charts.figures import ChartsUnavailable
-    from fsdpspec.charts.output import write_atomically
 
     try:
         from fsdpspec.charts.plan_charts import device_memory_image, plan_html
 
         data = (plan_html(plan).encode() if kind == "html"
                 else device_memory_image(plan, kind))
-        write_atomically(target, data)
     except ChartsUnavailable as exc:
         raise click.ClickException(str(exc)) from None
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {target}: {exc.strerror or exc}") from None
-    click.echo(f"wrote {target}", err=True)
+    write_output(target, data, replace=force)
 
 
 @click.command("plan")
@@ -107,8 +104,9 @@ def _write_picture(plan: Plan, kind: str, target: Path) -> None:
               help="Also write the device memory chart as PNG.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Where --html/--svg/--png write (default plan.html/.svg/.png).")
+@force_option
 def command(file, gpus, accelerator, overrides, output_format, trace, picture,
-            output) -> None:
+            output, force) -> None:
     """Predict per-GPU and host memory of a job spec, term by term.
 
     Exit 0 when the job fits, 1 when it does not (or the spec has errors), 2 on usage
@@ -121,7 +119,7 @@ def command(file, gpus, accelerator, overrides, output_format, trace, picture,
     plan = plan_job(report.spec, report.model_config, world_size=gpus, accelerator=accelerator,
                     geometry=_geometry(report.model_config))
     if picture is not None:
-        _write_picture(plan, picture, Path(output or f"plan.{picture}"))
+        _write_picture(plan, picture, Path(output or f"plan.{picture}"), force=force)
     traced = _trace(plan, report.model_config, report.base_dir) if trace else None
     if output_format == "json":
         data = plan_json(plan) | ({"trace": traced} if traced else {})
