@@ -94,6 +94,10 @@ LOAD_CODES = _codes(
      "writes: a step that is not an integer from 0 to 10^12, a value that is neither a "
      "number, a string, true/false nor null, a finite number beyond 10^30, an unknown "
      "event. The message names the file and the line."),
+    ("FS042", "checkpoint-unverified", "a checkpoint to export does not match its manifest",
+     "`fsdpspec export hf` verifies the checkpoint (every file's size and sha256, as its "
+     "manifest.json records them) before it reads a tensor: a truncated, changed or "
+     "deleted shard is named, and nothing is written."),
     ("FS030", "model-config", "the model's config cannot be used",
      "`model.hf_config` is unreadable, or its config.json lacks or mistypes a field the "
      "planner needs."),
