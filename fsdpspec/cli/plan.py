@@ -102,7 +102,7 @@ def _write_picture(plan: Plan, kind: str, target: Path, *, force: bool) -> None:
               help="Also write the device memory chart as SVG.")
 @click.option("--png", "picture", flag_value="png",
               help="Also write the device memory chart as PNG.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--output", type=click.Path(), default=None,
               help="Where --html/--svg/--png write (default plan.html/.svg/.png).")
 @force_option
 def command(file, gpus, accelerator, overrides, output_format, trace, picture,

@@ -11,7 +11,7 @@ from fsdpspec.cli.output import force_option, write_output
 
 @click.command("report")
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False, path_type=Path))
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("-o", "--output", type=click.Path(path_type=Path),
               default=Path("report.html"), show_default=True, help="The HTML file to write.")
 @force_option
 def command(run_dir: Path, output: Path, force: bool) -> None:
