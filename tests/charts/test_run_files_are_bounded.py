@@ -29,11 +29,11 @@ def _run(tmp_path: Path) -> Path:
 
 
 CASES = {  # file, its text, the code, what the line says (after "file:line: ")
-    "deep record": ("metrics.jsonl", GOOD + '{"step": 2, "x": %s}\n' % DEEP, "FS040", 2,
+    "deep record": ("metrics.jsonl", GOOD + '{"step": 2, "x": ' + DEEP + '}\n', "FS040", 2,
                     "nested deeper than 4 levels"),
-    "5000-digit step": ("metrics.jsonl", '{"step": %s}\n' % ("1" * 5000), "FS040", 1,
+    "5000-digit step": ("metrics.jsonl", '{"step": ' + "1" * 5000 + '}\n', "FS040", 1,
                         "an integer of 5000 digits is out of range"),
-    "step 10**400": ("metrics.jsonl", GOOD + '{"step": 1%s}\n' % ("0" * 400), "FS040", 2,
+    "step 10**400": ("metrics.jsonl", GOOD + '{"step": 1' + "0" * 400 + '}\n', "FS040", 2,
                      "an integer of 401 digits is out of range"),
     "step a string": ("metrics.jsonl", '{"step": "3", "loss": 1.0}\n', "FS041", 1,
                       "step must be an integer from 0 to 1000000000000"),
@@ -43,7 +43,8 @@ CASES = {  # file, its text, the code, what the line says (after "file:line: ")
     "loss a list": ("metrics.jsonl", '{"step": 2, "loss": [1]}\n', "FS041", 1,
                     "loss must be a number, a string, true/false or null"),
     "not an object": ("metrics.jsonl", "[1, 2]\n", "FS040", 1, "not a JSON object"),
-    "event unknown": ("events.jsonl", '{"event": 5}\n', "FS041", 1, "event must be one of checkpoint, end, exit, start"),
+    "event unknown": ("events.jsonl", '{"event": 5}\n', "FS041", 1,
+                      "event must be one of checkpoint, end, exit, start"),
     "event step negative": ("events.jsonl", '{"event": "start", "step": -1}\n', "FS041", 1,
                             "step must be an integer from 0 to 1000000000000"),
 }
@@ -62,7 +63,7 @@ def test_a_hostile_run_record_is_one_coded_line(case: str, tmp_path: Path) -> No
 
 def test_a_hostile_resolved_spec_is_one_coded_line(tmp_path: Path) -> None:
     run = _run(tmp_path)
-    (run / "resolved-spec.json").write_text('{"spec": %s}' % DEEP)
+    (run / "resolved-spec.json").write_text('{"spec": ' + DEEP + "}")
     result = CliRunner().invoke(cli, ["report", str(run), "-o", str(tmp_path / "r.html")])
     assert result.exit_code == 1 and not isinstance(result.exception, Exception)
     assert result.stderr == (f"Error: FS040 {run / 'resolved-spec.json'}: nested deeper than "

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from click.testing import CliRunner
 
 from fsdpspec.cli.main import cli

@@ -39,9 +39,9 @@ def _tokenizer_spec(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 TOKENIZER_FILES = {
-    "deep tokenizer.json": ({"tokenizer.json": '{"model": {"vocab": %s}}' % DEEP},
+    "deep tokenizer.json": ({"tokenizer.json": '{"model": {"vocab": ' + DEEP + "}}"},
                             "nested deeper than 32 levels"),
-    "5000-digit id": ({"vocab.json": '{"a": %s}' % ("9" * 5000)},
+    "5000-digit id": ({"vocab.json": '{"a": ' + "9" * 5000 + "}"},
                       "an integer of 5000 digits is out of range"),
     "added_tokens not a list": ({"tokenizer.json": '{"model": {"vocab": {}}, "added_tokens": 5}'},
                                 "added_tokens is not a list"),
@@ -72,7 +72,7 @@ def _header(tmp_path: Path, header: bytes) -> Path:
 
 @pytest.mark.parametrize("header, reason", [
     (DEEP.encode(), "nested deeper than 8 levels"),
-    (b'{"x": {"dtype": "F32", "shape": [%s], "data_offsets": [0, 4]}}' % (b"9" * 5000),
+    (b'{"x": {"dtype": "F32", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 4]}}',
      "an integer of 5000 digits"),
     (b'{"x": {"dtype": "F32", "shape": [true], "data_offsets": [0, 4]}}', "has no shape"),
 ])
