@@ -115,7 +115,7 @@ def _hf(run_dir: str, step: int | None, output: str | None, force: bool) -> None
 @click.command("export")
 @click.argument("target", type=click.Choice([*_TARGETS, "hf"]))
 @click.argument("file", metavar="FILE")
-@click.option("--step", type=click.IntRange(min=0), default=None,
+@click.option("--step", type=click.IntRange(min=0, max=2**31 - 1), default=None,
               help="hf: the checkpoint of this step (default: the newest complete one).")
 @set_option
 @output_option

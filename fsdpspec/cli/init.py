@@ -121,9 +121,9 @@ def check_name(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.command("init")
 @click.option("--preset", type=click.Choice(preset_names()), default="tiny-llama",
               show_default=True, help="Model architecture.")
-@click.option("--gpus", type=click.IntRange(min=1), default=None,
+@click.option("--gpus", type=click.IntRange(min=1, max=2**31 - 1), default=None,
               help="Processes per node (default: 8 on a GPU, 2 on CPU).")
-@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--nodes", type=click.IntRange(min=1, max=2**31 - 1), default=1, show_default=True)
 @click.option("--accelerator", type=click.Choice(accelerator_names()), default="cpu",
               show_default=True)
 @click.option("--name", default=None, callback=check_name,

@@ -87,7 +87,7 @@ def _write_picture(plan: Plan, kind: str, target: Path, *, force: bool) -> None:
 
 @click.command("plan")
 @click.argument("file", metavar="FILE")
-@click.option("--gpus", type=click.IntRange(min=1), default=None,
+@click.option("--gpus", type=click.IntRange(min=1, max=2**31 - 1), default=None,
               help="Plan for this many ranks instead of nodes × gpus_per_node.")
 @click.option("--accelerator", type=click.Choice(accelerator_names()), default=None,
               help="Plan for this catalogue device instead of resources.accelerator.")

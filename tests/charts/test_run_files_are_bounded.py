@@ -84,3 +84,16 @@ def test_a_fifo_in_the_run_directory_never_blocks_the_report(tmp_path: Path) -> 
     assert result.returncode == 1
     assert result.stderr == (f"Error: FS040 {run / 'metrics.jsonl'} is a FIFO, device or "
                              "socket, not a regular file\n")
+
+
+def test_a_resolved_spec_whose_memory_overflows_is_one_line(tmp_path: Path) -> None:
+    import json
+
+    run = _run(tmp_path)
+    document = json.loads((run / "resolved-spec.json").read_text())
+    document["spec"]["resources"]["host_memory_gib"] = 1e300
+    (run / "resolved-spec.json").write_text(json.dumps(document))
+    result = CliRunner().invoke(cli, ["report", str(run), "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == 1 and not isinstance(result.exception, Exception)
+    assert result.stderr.startswith(f"Error: FS040 {run / 'resolved-spec.json'}: not a valid "
+                                    "spec: resources.host_memory_gib: Input should be less")
