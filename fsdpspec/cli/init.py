@@ -3,6 +3,7 @@ written: what init writes validates."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -140,6 +141,6 @@ def command(preset, gpus, nodes, accelerator, name, output) -> None:
         click.echo(problems, err=True, nl=False)
         raise click.ClickException("this starter spec would not validate clean "
                                    "(see above): change --gpus, --nodes or --preset")
-    if output is not None and Path(output).exists():
+    if output is not None and os.path.lexists(output):
         raise click.ClickException(f"{output} exists; init does not overwrite a spec")
-    deliver(text, output)
+    deliver(text, output, replace=False)

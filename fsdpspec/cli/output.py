@@ -25,12 +25,13 @@ def write_output(output: str | Path, data: bytes, *, executable: bool = False,
     click.echo(f"wrote {output}", err=True)
 
 
-def deliver(text: str, output: str | None, *, executable: bool = False) -> None:
+def deliver(text: str, output: str | None, *, executable: bool = False,
+            replace: bool = True) -> None:
     """Print ``text``, or write it to the file ``output`` (one-line error if it cannot)."""
     if output is None:
         click.echo(text, nl=False)
         return
-    write_output(output, text.encode("utf-8"), executable=executable)
+    write_output(output, text.encode("utf-8"), executable=executable, replace=replace)
 
 
 output_option = click.option(
