@@ -98,6 +98,10 @@ LOAD_CODES = _codes(
      "`fsdpspec export hf` verifies the checkpoint (every file's size and sha256, as its "
      "manifest.json records them) before it reads a tensor: a truncated, changed or "
      "deleted shard is named, and nothing is written."),
+    ("FS043", "introspection-bounded", "a model to introspect declares too many layers",
+     "A model_type without an analytic family is planned from the model transformers "
+     "builds on the meta device; that costs time per layer, so a config declaring more "
+     "than 1024 layers (no causal LM has that many) is refused rather than built."),
     ("FS030", "model-config", "the model's config cannot be used",
      "`model.hf_config` is unreadable, or its config.json lacks or mistypes a field the "
      "planner needs."),
