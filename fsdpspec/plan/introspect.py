@@ -18,7 +18,6 @@ from fsdpspec.plan.geometry import (
     geometry_from_config,
 )
 
-
 # Building a model on the meta device costs time per layer (a 3000-layer config took
 # over 15 s); no causal LM has more than a few hundred layers.
 MAX_INTROSPECTED_LAYERS = 1024
