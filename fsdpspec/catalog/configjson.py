@@ -6,83 +6,35 @@ that `validate` reports it as FS030 at `model.hf_config`."""
 from __future__ import annotations
 
 import json
-import math
-import os
-import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-MAX_CONFIG_BYTES = 1 << 20
-MAX_DEPTH = 32
-MAX_INT_DIGITS = 100  # no model size needs more; Python refuses more than 4300 anyway
+from fsdpspec import jsonfile
+from fsdpspec.jsonfile import JsonFileError, Limits, read_regular
+
+CONFIG_LIMITS = Limits(max_bytes=1 << 20, max_depth=32, max_int_digits=100,
+                       max_string=1 << 20)
 
 
 class ConfigJsonError(ValueError):
     """config.json cannot be used; the message is one line."""
 
 
-def _no_constant(name: str) -> Any:
-    raise ConfigJsonError(f"{name} is not a number JSON allows")
-
-
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise ConfigJsonError(f"an integer of {len(text)} digits is out of range")
-    return int(text)
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ConfigJsonError(f"{text[:40]} overflows a float")
-    return value
-
-
-def _depth(value: Any) -> int:
-    """Nesting depth, without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        node, level = stack.pop()
-        deepest = max(deepest, level)
-        children = node.values() if isinstance(node, dict) else node if isinstance(
-            node, list) else ()
-        stack.extend((child, level + 1) for child in children)
-    return deepest
-
-
 def read_bytes(path: Path) -> bytes:
-    """At most MAX_CONFIG_BYTES + 1 bytes of a regular file (never a FIFO or device)."""
+    """At most 1 MiB of a regular file (never a FIFO or device)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    except (OSError, ValueError) as exc:
-        raise ConfigJsonError(f"cannot read {path}: {getattr(exc, 'strerror', exc)}") from None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigJsonError(f"{path} is not a regular file")
-        raw = fh.read(MAX_CONFIG_BYTES + 1)
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigJsonError(f"{path} is larger than 1 MiB; not a model config")
-    return raw
+        return read_regular(path, CONFIG_LIMITS.max_bytes)
+    except JsonFileError as exc:
+        raise ConfigJsonError(str(exc)) from None
 
 
 def load_object(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``; ConfigJsonError for anything else."""
-    raw = read_bytes(path)
     try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant,
-                          parse_int=_bounded_int, parse_float=_finite_float)
-    except ConfigJsonError as exc:
-        raise ConfigJsonError(f"{path}: {exc}") from None
-    except RecursionError:
-        raise ConfigJsonError(f"{path} is nested deeper than {MAX_DEPTH} levels") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigJsonError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigJsonError(f"{path} does not hold a JSON object")
-    if _depth(data) > MAX_DEPTH:
-        raise ConfigJsonError(f"{path} is nested deeper than {MAX_DEPTH} levels")
-    return data
+        return jsonfile.load_object(path, CONFIG_LIMITS)
+    except JsonFileError as exc:
+        raise ConfigJsonError(str(exc)) from None
 
 
 def _positive_int(value: Any) -> bool:

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from fsdpspec.jsonfile import JsonFileError, read_text
+
 # org/name with Hub-legal characters, an optional @revision (branch, tag or commit).
 _HUB_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<rev>[\w./-]+))?")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -74,8 +76,8 @@ def cached_snapshot(hub: HubId) -> Path | None:
     if not _COMMIT.fullmatch(commit):
         ref = folder / "refs" / commit
         try:
-            commit = ref.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
+            commit = read_text(ref, 256)  # a FIFO or a stale mount must not hang validate
+        except JsonFileError:
             return None
     snapshot = folder / "snapshots" / commit
     return snapshot if _COMMIT.fullmatch(commit) and snapshot.is_dir() else None

@@ -7,13 +7,21 @@ little-endian length, then that much JSON), or a tokenizer's vocabulary files.
 
 from __future__ import annotations
 
-import json
+import os
 import struct
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+from fsdpspec.jsonfile import JsonFileError, Limits, load, parse, read_regular
 
 # A header larger than this is not a header (safetensors itself refuses > 100 MB).
 MAX_HEADER_BYTES = 100_000_000
 MAX_TOKENIZER_BYTES = 200_000_000
+HEADER_LIMITS = Limits(max_bytes=MAX_HEADER_BYTES, max_depth=8, max_string=1 << 16)
+# A tokenizer.json nests its normalizers and pre-tokenizers a few levels; merges and
+# vocabularies are long but flat.
+TOKENIZER_LIMITS = Limits(max_bytes=MAX_TOKENIZER_BYTES, max_depth=32, max_string=1 << 20)
 
 
 class LocalFileError(ValueError):
@@ -32,30 +40,45 @@ def safetensors_shapes(directory: Path) -> dict[str, tuple[int, ...]] | None:
     return shapes
 
 
-def _header_shapes(file: Path) -> dict[str, tuple[int, ...]]:
+def safetensors_header(file: Path) -> dict[str, Any]:
+    """The JSON header of a safetensors file (its 8-byte little-endian length, then that
+    much JSON), read through the bounded reader."""
     try:
-        with open(file, "rb") as fh:
-            prefix = fh.read(8)
-            if len(prefix) < 8:
-                raise LocalFileError(f"{file} is not a safetensors file (too short)")
-            (length,) = struct.unpack("<Q", prefix)
-            if length > MAX_HEADER_BYTES:
-                raise LocalFileError(f"{file} is not a safetensors file (header length "
-                                     f"{length})")
-            header = json.loads(fh.read(length))
-    except OSError as exc:
-        raise LocalFileError(f"cannot read {file}: {exc.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise LocalFileError(f"{file} is not a safetensors file (header is not JSON)") from None
+        prefix = read_regular(file, 8, whole=False)
+    except JsonFileError as exc:
+        raise LocalFileError(str(exc)) from None
+    if len(prefix) < 8:
+        raise LocalFileError(f"{file} is not a safetensors file (too short)")
+    (length,) = struct.unpack("<Q", prefix)
+    if length > MAX_HEADER_BYTES:
+        raise LocalFileError(f"{file} is not a safetensors file (header length {length})")
+    try:
+        raw = read_regular(file, length, offset=8, whole=False)
+    except JsonFileError as exc:
+        raise LocalFileError(str(exc)) from None
+    if len(raw) < length:
+        raise LocalFileError(f"{file} is not a safetensors file (truncated header)")
+    try:
+        header = parse(raw, str(file), HEADER_LIMITS)
+    except JsonFileError as exc:
+        reason = str(exc).removeprefix(f"{file}: ")
+        raise LocalFileError(f"{file} is not a safetensors file (header is not JSON: "
+                             f"{reason})") from None
     if not isinstance(header, dict):
         raise LocalFileError(f"{file} is not a safetensors file (header is not an object)")
+    return header
+
+
+def _header_shapes(file: Path) -> dict[str, tuple[int, ...]]:
+    header = safetensors_header(file)
     return {name: _shape(file, name, entry) for name, entry in header.items()
             if name != "__metadata__"}
 
 
 def _shape(file: Path, name: str, entry: object) -> tuple[int, ...]:
     shape = entry.get("shape") if isinstance(entry, dict) else None
-    if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
+    if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         raise LocalFileError(f"{file}: tensor {name!r} has no shape in the header")
     return tuple(shape)
 
@@ -74,16 +97,16 @@ def tokenizer_vocab_size(directory: Path) -> int | None:
 
 
 def _load_json(file: Path) -> object | None:
-    if not file.is_file():
+    if not os.path.lexists(file):
         return None
-    if file.stat().st_size > MAX_TOKENIZER_BYTES:
-        raise LocalFileError(f"{file} is larger than {MAX_TOKENIZER_BYTES >> 20} MiB")
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise LocalFileError(f"cannot read {file}: {exc.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise LocalFileError(f"{file} is not valid JSON") from None
+        return load(file, TOKENIZER_LIMITS)
+    except JsonFileError as exc:
+        raise LocalFileError(str(exc)) from None
+
+
+def _ids(values: Iterable[object]) -> list[int]:
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
 
 
 def _json_values(file: Path) -> list[int] | None:
@@ -92,18 +115,21 @@ def _json_values(file: Path) -> list[int] | None:
         return None
     if not isinstance(data, dict):
         raise LocalFileError(f"{file} does not hold a token → id object")
-    return [v for v in data.values() if isinstance(v, int)]
+    return _ids(data.values())
 
 
 def _tokenizer_json_ids(file: Path) -> list[int] | None:
     data = _load_json(file)
     if data is None:
         return None
-    model = data.get("model") if isinstance(data, dict) else None
-    if not isinstance(model, dict):
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise LocalFileError(f"{file} has no tokenizer model")
-    vocab = model.get("vocab")
+    model = data["model"]
+    vocab, added = model.get("vocab"), data.get("added_tokens")
+    if not isinstance(vocab, (dict, list, type(None))):
+        raise LocalFileError(f"{file}: model.vocab is neither a token → id object nor a list")
+    if not isinstance(added, (list, type(None))):
+        raise LocalFileError(f"{file}: added_tokens is not a list")
     # BPE / WordPiece / WordLevel map token → id; Unigram lists [token, score] by id.
-    ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab or [])))
-    ids += [t.get("id") for t in data.get("added_tokens") or [] if isinstance(t, dict)]
-    return [i for i in ids if isinstance(i, int)]
+    ids = _ids(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab or [])))
+    return ids + _ids(t.get("id") for t in added or [] if isinstance(t, dict))

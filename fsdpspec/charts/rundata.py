@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
+from fsdpspec.jsonfile import JsonFileError
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.local.events import read_events, read_jsonl
 from fsdpspec_runners.local.resolved import FILENAME, read_resolved_spec
@@ -93,16 +93,13 @@ def run_status(run_dir: Path, events: list[dict[str, Any]], step: int,
 def read_run(run_dir: Path) -> RunData:
     """Everything the report shows about ``run_dir``."""
     path = run_dir / FILENAME
+    if not os.path.lexists(path):
+        raise RunDataError(f"{run_dir}: not a run directory (no {FILENAME})")
     try:
         spec, _, document = read_resolved_spec(path)
-    except FileNotFoundError:
-        raise RunDataError(f"{run_dir}: not a run directory (no {FILENAME})") from None
-    except OSError as exc:
-        raise RunDataError(f"{path}: cannot read: {exc.strerror}") from None
-    except (ValueError, KeyError, TypeError, ValidationError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise RunDataError(f"{path}: not a resolved spec: {first}") from None
-    metrics = [r for r in read_jsonl(run_dir / "metrics.jsonl") if isinstance(r.get("step"), int)]
-    events = read_events(run_dir)
+        metrics = read_jsonl(run_dir / "metrics.jsonl", "metrics")
+        events = read_events(run_dir)
+    except JsonFileError as exc:
+        raise RunDataError(exc.coded()) from None
     status = run_status(run_dir, events, last_step(metrics, events), spec.train.max_steps)
     return RunData(run_dir, spec, document, metrics, events, status)

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
+from fsdpspec.atomicio import check_target, describe_error
 from fsdpspec.catalog.modelconfig import layer_classes
 from fsdpspec.cli.options import exit_on_errors, load_spec, set_option
-from fsdpspec.cli.output import deliver, output_option
+from fsdpspec.cli.output import deliver, force_option, output_option
+from fsdpspec.jsonfile import JsonFileError
 from fsdpspec.plan.checkpoint import stop_grace_seconds
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.spec.yamltext import dump_yaml
@@ -54,40 +57,79 @@ def _accelerate(report: FileReport) -> str:
     return dump_yaml(config)
 
 
+# The code of an export refused because the checkpoint does not match its manifest.
+CHECKPOINT_UNVERIFIED = "FS042"
 _TARGETS = {"slurm": _slurm, "kubernetes": _kubernetes, "accelerate": _accelerate}
 
 
-def _hf(run_dir: str, step: int | None, output: str | None) -> None:
-    """A run's DCP checkpoint as a Hugging Face model directory (imports torch)."""
+def _hf_target(run_dir: Path, output: str, force: bool) -> Path:
+    """The model directory to write, checked before torch is imported: never the run,
+    a directory holding it, or its checkpoints; an existing one only with --force, and
+    only if it is a model directory (what an export leaves), never a user's folder."""
+    target, run = Path(os.path.abspath(output)), Path(os.path.abspath(run_dir))
+    if run.is_relative_to(target) or target.is_relative_to(run / "checkpoints"):
+        raise click.ClickException(f"{output}: it is or holds the run directory or its "
+                                   "checkpoints; write the model elsewhere")
+    try:
+        exists = check_target(target, replace=force, directory=True)
+    except OSError as exc:
+        raise click.ClickException(f"{output}: {describe_error(exc)}") from None
+    if exists and not (target / "config.json").is_file():
+        raise click.ClickException(f"{output}: it is not a model directory (no config.json); "
+                                   "refusing to replace it")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.ClickException(f"{output}: {describe_error(exc)}") from None
+    return target
+
+
+def _hf(run_dir: str, step: int | None, output: str | None, force: bool) -> None:
+    """A run's DCP checkpoint as a Hugging Face model directory (imports torch, once
+    the run directory and the target are known to be usable)."""
     if output is None:
         raise click.UsageError("export hf needs -o DIR, the model directory to write")
+    from fsdpspec_runners.local.resolved import FILENAME, read_resolved_spec
+
+    run = Path(run_dir)
+    if not os.path.lexists(run / FILENAME):
+        raise click.ClickException(f"{run_dir}: not a run directory (no {FILENAME})")
+    try:
+        read_resolved_spec(run / FILENAME)
+    except JsonFileError as exc:
+        raise click.ClickException(f"{run_dir}: not a run directory: {exc.coded()}") from None
+    target = _hf_target(run, output, force)
     try:
         from fsdpspec_runners.engine.errors import EngineError
-        from fsdpspec_runners.engine.export import export_run
+        from fsdpspec_runners.engine.export import CheckpointUnverified, export_run
     except ImportError as exc:
         raise click.ClickException(f"export hf needs the training extra: {exc}") from None
     try:
-        target = export_run(Path(run_dir), step, Path(output))
+        export_run(run, step, target, replace=force)
+    except CheckpointUnverified as exc:
+        raise click.ClickException(f"{CHECKPOINT_UNVERIFIED} {exc}") from None
     except EngineError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"wrote {target}")
+    click.echo(f"wrote {output}")
 
 
 @click.command("export")
 @click.argument("target", type=click.Choice([*_TARGETS, "hf"]))
 @click.argument("file", metavar="FILE")
-@click.option("--step", type=click.IntRange(min=0), default=None,
+@click.option("--step", type=click.IntRange(min=0, max=2**31 - 1), default=None,
               help="hf: the checkpoint of this step (default: the newest complete one).")
 @set_option
 @output_option
-def command(target, file, step, overrides, output) -> None:
+@force_option
+def command(target, file, step, overrides, output, force) -> None:
     """Write FILE as an sbatch script, a Kubeflow PyTorchJob manifest or an accelerate
     config. The spec is validated first; errors stop the export.
 
-    `export hf RUN_DIR -o DIR` converts a run's checkpoint (mid-run too) into a Hugging
-    Face model directory, streaming one unit at a time."""
+    `export hf RUN_DIR -o DIR` converts a run's checkpoint (mid-run too), verified
+    against its manifest, into a Hugging Face model directory, streaming one unit at a
+    time; an existing DIR is replaced only with --force."""
     if target == "hf":
-        _hf(file, step, output)
+        _hf(file, step, output, force)
         return
     report = load_spec(file, overrides)
     exit_on_errors(report)

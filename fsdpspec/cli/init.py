@@ -3,6 +3,7 @@ written: what init writes validates."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -121,9 +122,9 @@ def check_name(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.command("init")
 @click.option("--preset", type=click.Choice(preset_names()), default="tiny-llama",
               show_default=True, help="Model architecture.")
-@click.option("--gpus", type=click.IntRange(min=1), default=None,
+@click.option("--gpus", type=click.IntRange(min=1, max=2**31 - 1), default=None,
               help="Processes per node (default: 8 on a GPU, 2 on CPU).")
-@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--nodes", type=click.IntRange(min=1, max=2**31 - 1), default=1, show_default=True)
 @click.option("--accelerator", type=click.Choice(accelerator_names()), default="cpu",
               show_default=True)
 @click.option("--name", default=None, callback=check_name,
@@ -140,6 +141,6 @@ def command(preset, gpus, nodes, accelerator, name, output) -> None:
         click.echo(problems, err=True, nl=False)
         raise click.ClickException("this starter spec would not validate clean "
                                    "(see above): change --gpus, --nodes or --preset")
-    if output is not None and Path(output).exists():
+    if output is not None and os.path.lexists(output):
         raise click.ClickException(f"{output} exists; init does not overwrite a spec")
-    deliver(text, output)
+    deliver(text, output, replace=False)

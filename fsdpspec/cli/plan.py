@@ -11,6 +11,7 @@ import click
 
 from fsdpspec.catalog.accelerators import accelerator_names
 from fsdpspec.cli.options import exit_on_errors, set_option
+from fsdpspec.cli.output import force_option, write_output
 from fsdpspec.plan.planner import Plan, plan_job
 from fsdpspec.plan.report import plan_json, plan_text
 from fsdpspec.spec.overrides import OverrideError
@@ -59,27 +60,23 @@ def _trace_text(trace: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_picture(plan: Plan, kind: str, target: Path) -> None:
+def _write_picture(plan: Plan, kind: str, target: Path, *, force: bool) -> None:
     """Draw the plan (matplotlib, imported only here) and write it atomically."""
     from fsdpspec.charts.figures import ChartsUnavailable
-    from fsdpspec.charts.output import write_atomically
 
     try:
         from fsdpspec.charts.plan_charts import device_memory_image, plan_html
 
         data = (plan_html(plan).encode() if kind == "html"
                 else device_memory_image(plan, kind))
-        write_atomically(target, data)
     except ChartsUnavailable as exc:
         raise click.ClickException(str(exc)) from None
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {target}: {exc.strerror or exc}") from None
-    click.echo(f"wrote {target}", err=True)
+    write_output(target, data, replace=force)
 
 
 @click.command("plan")
 @click.argument("file", metavar="FILE")
-@click.option("--gpus", type=click.IntRange(min=1), default=None,
+@click.option("--gpus", type=click.IntRange(min=1, max=2**31 - 1), default=None,
               help="Plan for this many ranks instead of nodes × gpus_per_node.")
 @click.option("--accelerator", type=click.Choice(accelerator_names()), default=None,
               help="Plan for this catalogue device instead of resources.accelerator.")
@@ -94,10 +91,11 @@ def _write_picture(plan: Plan, kind: str, target: Path) -> None:
               help="Also write the device memory chart as SVG.")
 @click.option("--png", "picture", flag_value="png",
               help="Also write the device memory chart as PNG.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--output", type=click.Path(), default=None,
               help="Where --html/--svg/--png write (default plan.html/.svg/.png).")
+@force_option
 def command(file, gpus, accelerator, overrides, output_format, trace, picture,
-            output) -> None:
+            output, force) -> None:
     """Predict per-GPU and host memory of a job spec, term by term.
 
     Exit 0 when the job fits, 1 when it does not (or the spec has errors), 2 on usage
@@ -113,7 +111,7 @@ def command(file, gpus, accelerator, overrides, output_format, trace, picture,
         raise SystemExit(1)
     plan = plan_job(job, world_size=gpus, accelerator=accelerator)
     if picture is not None:
-        _write_picture(plan, picture, Path(output or f"plan.{picture}"))
+        _write_picture(plan, picture, Path(output or f"plan.{picture}"), force=force)
     traced = _trace(plan) if trace else None
     if output_format == "json":
         data = plan_json(plan) | ({"trace": traced} if traced else {})

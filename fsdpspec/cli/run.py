@@ -146,9 +146,9 @@ def _after_stop(run_dir: Path) -> str:
 @set_option
 @click.option("--dry-run", is_flag=True,
               help="Print the torchrun command and the resolved spec; start nothing.")
-@click.option("--nnodes", type=click.IntRange(min=1), default=None,
+@click.option("--nnodes", type=click.IntRange(min=1, max=2**31 - 1), default=None,
               help="Number of nodes (overrides resources.nodes).")
-@click.option("--node-rank", type=click.IntRange(min=0), default=None,
+@click.option("--node-rank", type=click.IntRange(min=0, max=2**31 - 1), default=None,
               help="This node's rank, when launching by hand on each node.")
 @click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
               help="Rendezvous endpoint (overrides launch.rdzv_endpoint).")

@@ -23,6 +23,10 @@ from fsdpspec.job.tree import Node
 class NotIntrospected(UnknownFamilyError):
     """A model without an analytic family, and no torch to build it on the meta device."""
 
+# Building a model on the meta device costs time per layer (a 3000-layer config took
+# over 15 s); no causal LM has more than a few hundred layers.
+MAX_INTROSPECTED_LAYERS = 1024
+
 
 def model_geometry(config: dict[str, Any]) -> Geometry:
     """The analytic geometry of ``config``, else (for a model_type without a family) the
@@ -45,13 +49,24 @@ def introspected_geometry(config: dict[str, Any]) -> Geometry:
                             "device") from None
     try:
         hf = AutoConfig.for_model(**config)
+        _check_layer_count(hf.get_text_config(), model_type)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(hf)
+    except GeometryError:
+        raise
     except Exception as exc:  # transformers raises many kinds for a config it rejects
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise GeometryError(f"model_type {model_type!r}: transformers cannot build it: "
                             f"{first}") from None
     return _geometry_of(model, hf.get_text_config(), str(model_type))
+
+
+def _check_layer_count(text_config: Any, model_type: Any) -> None:
+    layers = getattr(text_config, "num_hidden_layers", None)
+    if isinstance(layers, int) and layers > MAX_INTROSPECTED_LAYERS:
+        raise GeometryError(f"FS043 model_type {model_type!r} declares {layers} layers; a "
+                            f"model without an analytic family is built on the meta device "
+                            f"to be planned, with at most {MAX_INTROSPECTED_LAYERS} layers")
 
 
 def _layers(model: Any) -> list[Any]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from fsdpspec.catalog.localfiles import TOKENIZER_LIMITS
 from fsdpspec.catalog.modelconfig import resolve_input_path
+from fsdpspec.jsonfile import JsonFileError, load_object
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
 from fsdpspec.semantics import BYTE_VOCAB
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
@@ -231,10 +232,10 @@ def has_chat_template(directory: Path) -> bool:
     if any((directory / name).is_file() for name in _TEMPLATE_FILES):
         return True
     try:
-        config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        config = load_object(directory / "tokenizer_config.json", TOKENIZER_LIMITS)
+    except JsonFileError:
         return False
-    return isinstance(config, dict) and bool(config.get("chat_template"))
+    return bool(config.get("chat_template"))
 
 
 @rule("FS520", "chat-without-template", Severity.ERROR,

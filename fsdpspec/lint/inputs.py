@@ -8,6 +8,7 @@ paths that exist only on a cluster fails them: ignore them there (`--ignore FS40
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,29 +58,57 @@ def input_path_missing(ctx: LintContext) -> Iterator[Diagnostic]:
             yield diagnostic("FS407", f"{field}: {path} {problem}", pointer)
 
 
-def _expected_tensors(shape: Geometry) -> dict[str, tuple[int, ...]]:
-    """Tensor name → shape of the model's state dict (as transformers names them)."""
-    expected = dict(shape.root_tensors())
-    for index in range(shape.num_layers):
-        expected.update({f"model.layers.{index}.{name}": dims
-                         for name, dims in shape.layer_tensors()})
-    return expected
+_LAYER_KEY = re.compile(r"model\.layers\.(0|[1-9]\d{0,9})\.(.+)")
+
+
+class _Expected:
+    """The model's tensor names and shapes, answered by lookup rather than listed: a
+    config may ask for 2^31 layers, the files hold what they hold."""
+
+    def __init__(self, shape: Geometry) -> None:
+        self.root = dict(shape.root_tensors())
+        self.layer = dict(shape.layer_tensors())
+        self.num_layers = shape.num_layers
+        self.count = len(self.root) + self.num_layers * len(self.layer)
+
+    def shape_of(self, name: str) -> tuple[int, ...] | None:
+        if name in self.root:
+            return self.root[name]
+        found = _LAYER_KEY.fullmatch(name)
+        if found and int(found[1]) < self.num_layers:
+            return self.layer.get(found[2])
+        return None
+
+    def first_missing(self, found: dict[str, tuple[int, ...]]) -> str:
+        """The first of the model's names not in ``found`` (there is one: the caller
+        counted fewer matches than the model has; the search stops within
+        len(found) + 1 layers)."""
+        missing = next((n for n in self.root if n not in found), None)
+        index = 0
+        while missing is None:
+            missing = next((f"model.layers.{index}.{n}" for n in self.layer
+                            if f"model.layers.{index}.{n}" not in found), None)
+            index += 1
+        return missing
 
 
 def _weights_mismatch(found: dict[str, tuple[int, ...]], shape: Geometry) -> str | None:
-    """What about the files does not fit the model (None when they fit)."""
-    expected = _expected_tensors(shape)
+    """What about the files does not fit the model (None when they fit); work bounded by
+    the files' names, whatever the model's layer count."""
+    expected = _Expected(shape)
     if shape.tie_word_embeddings:  # a tied lm_head may be saved or left out
         found = {k: v for k, v in found.items() if k != "lm_head.weight"}
-    missing = sorted(expected.keys() - found.keys())
-    unexpected = sorted(found.keys() - expected.keys())
-    wrong = sorted(k for k in expected.keys() & found.keys() if expected[k] != found[k])
+    wanted = {name: expected.shape_of(name) for name in found}
+    wrong = sorted(k for k, dims in wanted.items() if dims is not None and dims != found[k])
+    unexpected = sorted(k for k, dims in wanted.items() if dims is None)
     if wrong:
         name = wrong[0]
         return (f"{len(wrong)} tensor(s) have another shape, e.g. {name} is "
-                f"{list(found[name])} in the files but {list(expected[name])} for the model")
-    if missing:
-        return f"{len(missing)} of the model's tensors are missing, e.g. {missing[0]}"
+                f"{list(found[name])} in the files but {list(wanted[name])} for the model")
+    matched = len(found) - len(unexpected)
+    if matched < expected.count:
+        return (f"{expected.count - matched} of the model's tensors are missing, e.g. "
+                f"{expected.first_missing(found)}")
     if unexpected:
         return f"{len(unexpected)} tensor(s) are not the model's, e.g. {unexpected[0]}"
     return None

@@ -83,6 +83,26 @@ LOAD_CODES = _codes(
      "that is not in the Hugging Face cache: an error offline (`HF_HUB_OFFLINE=1`), a "
      "warning online, where `fsdpspec run` fetches it first. The message gives the "
      "`huggingface-cli download` command."),
+    ("FS040", "json-file", "a JSON file fsdpspec reads is not bounded JSON",
+     "A tokenizer file, a safetensors header, a Hugging Face cache ref, or a run "
+     "directory's resolved-spec.json, manifest, metrics.jsonl or events.jsonl that is not a "
+     "regular file (a FIFO, a device), larger than its limit, nested too deep, holds an "
+     "integer of more than 100 digits, a float that overflows, NaN, an over-long string, "
+     "or is not UTF-8 JSON. The message names the file (and the line of a JSONL record). "
+     "Only regular files are read, non-blocking, and a read is given up after 10 s."),
+    ("FS041", "record-shape", "a run record has the wrong shape",
+     "A metrics.jsonl or events.jsonl record that is valid JSON but not what fsdpspec "
+     "writes: a step that is not an integer from 0 to 10^12, a value that is neither a "
+     "number, a string, true/false nor null, a finite number beyond 10^30, an unknown "
+     "event. The message names the file and the line."),
+    ("FS042", "checkpoint-unverified", "a checkpoint to export does not match its manifest",
+     "`fsdpspec export hf` verifies the checkpoint (every file's size and sha256, as its "
+     "manifest.json records them) before it reads a tensor: a truncated, changed or "
+     "deleted shard is named, and nothing is written."),
+    ("FS043", "introspection-bounded", "a model to introspect declares too many layers",
+     "A model_type without an analytic family is planned from the model transformers "
+     "builds on the meta device; that costs time per layer, so a config declaring more "
+     "than 1024 layers (no causal LM has that many) is refused rather than built."),
     ("FS030", "model-config", "the model's config cannot be used",
      "`model.hf_config` is unreadable, or its config.json lacks or mistypes a field the "
      "planner needs."),

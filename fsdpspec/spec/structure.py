@@ -231,6 +231,35 @@ def typed_spec(data: Any, already: list[Diagnostic]) -> tuple[JobSpec | None, li
 
 _PATH_FIELDS = (("checkpoint", "dir"), ("data", "path"), ("data", "tokenizer"),
                 ("model", "weights"), ("model", "hf_config"))
+# Linux's limits (NAME_MAX, PATH_MAX - 1): a longer name is ENAMETOOLONG at every stat.
+MAX_COMPONENT_BYTES = 255
+MAX_PATH_BYTES = 4095
+
+
+def path_problem(value: str) -> str | None:
+    """Why ``value`` can name no file on this machine (None when it can): checked once,
+    component by component, before anything stats it (a NUL never gets here: the
+    loader refuses it in any scalar, FS016)."""
+    encoded = value.encode("utf-8", errors="surrogateescape")
+    if len(encoded) > MAX_PATH_BYTES:
+        return f"is {len(encoded)} bytes long; paths are at most {MAX_PATH_BYTES}"
+    for component in encoded.split(b"/"):
+        if len(component) > MAX_COMPONENT_BYTES:
+            shown = component[:24].decode("utf-8", errors="replace")
+            return (f"has a component of {len(component)} bytes ({shown}…); names are at "
+                    f"most {MAX_COMPONENT_BYTES}")
+    return None
+
+
+def _unnameable_paths(spec: JobSpec) -> Iterator[Diagnostic]:
+    fields = [*_PATH_FIELDS, ("checkpoint", "resume")]
+    values = [(f"{section}.{key}", f"/{section}/{key}", getattr(getattr(spec, section), key))
+              for section, key in fields]
+    values.append(("data.eval.path", "/data/eval/path", spec.data.eval.path))
+    for field, pointer, value in values:
+        problem = path_problem(value) if value else None
+        if problem:
+            yield error("FS024", f"{field} {problem}", pointer)
 
 
 def _unexpandable_paths(spec: JobSpec) -> Iterator[Diagnostic]:
@@ -246,6 +275,7 @@ def _unexpandable_paths(spec: JobSpec) -> Iterator[Diagnostic]:
 
 def invariants(spec: JobSpec) -> Iterator[Diagnostic]:
     """Structural rules across fields that JSON Schema cannot say."""
+    yield from _unnameable_paths(spec)
     model = spec.model
     sources = [k for k in ("preset", "hf_config", "factory") if getattr(model, k) is not None]
     if not sources:

@@ -27,6 +27,12 @@ AcceleratorName = Literal[tuple(accelerator_names())]  # type: ignore[valid-type
 PositiveInt = Annotated[int, Field(ge=1, le=2**31 - 1)]
 NonNegInt = Annotated[int, Field(ge=0, le=2**31 - 1)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+# Memory sizes become byte counts (ints) in the planner; a legal float such as 1e300 must
+# be refused here, at its line, rather than overflow there. A PiB per device and an EiB
+# per node are beyond any machine.
+MAX_DEVICE_GIB = 2.0**20
+MAX_HOST_GIB = 2.0**30
+MAX_TFLOPS = 1e9
 
 
 class _Section(BaseModel):
@@ -47,13 +53,13 @@ class Metadata(_Section):
 class CustomAccelerator(_Section):
     name: str = Field(min_length=1)
     """A name for the device, shown in reports."""
-    memory_gib: FiniteFloat = Field(gt=0)
+    memory_gib: FiniteFloat = Field(gt=0, le=MAX_DEVICE_GIB)
     """Usable device memory in GiB."""
-    bf16_tflops: FiniteFloat = Field(default=0.0, ge=0)
+    bf16_tflops: FiniteFloat = Field(default=0.0, ge=0, le=MAX_TFLOPS)
     """Dense bf16 peak in TFLOP/s (0 when bf16 is not supported)."""
-    fp16_tflops: FiniteFloat = Field(default=0.0, ge=0)
+    fp16_tflops: FiniteFloat = Field(default=0.0, ge=0, le=MAX_TFLOPS)
     """Dense fp16 peak in TFLOP/s."""
-    fp32_tflops: FiniteFloat = Field(default=0.0, ge=0)
+    fp32_tflops: FiniteFloat = Field(default=0.0, ge=0, le=MAX_TFLOPS)
     """Dense fp32 peak in TFLOP/s."""
     supports_bf16: bool = True
     """Whether the device computes in bfloat16."""
@@ -67,7 +73,7 @@ class Resources(_Section):
     accelerator: AcceleratorName | CustomAccelerator = "cpu"  # type: ignore[valid-type]
     """A catalogue name (listed by `fsdpspec plan --help`), "cpu", or a custom device
     {name, memory_gib, bf16_tflops, …}."""
-    host_memory_gib: FiniteFloat = Field(default=64.0, gt=0)
+    host_memory_gib: FiniteFloat = Field(default=64.0, gt=0, le=MAX_HOST_GIB)
     """Host RAM per node in GiB; checked for CPU offload, weight loading and rank-0
     full-state-dict gathers. Requested from Slurm (--mem) and Kubernetes (memory)."""
     cpus_per_node: PositiveInt | None = None

@@ -51,7 +51,7 @@ from fsdpspec_runners.engine.manifest import verification_problem, write_manifes
 
 FULL_FILE = "full_state_dict.pt"
 # The file whose presence makes a checkpoint complete, per state dict type.
-_ENTRY_FILES = (".metadata", FULL_FILE)
+ENTRY_FILES = (".metadata", FULL_FILE)
 _PREFIX = "step-"
 
 
@@ -78,7 +78,7 @@ def is_complete(path: Path) -> bool:
     """A checkpoint is complete once DCP's metadata (or the full state dict file) is
     inside its final name."""
     return path.name.startswith(_PREFIX) and any(
-        (path / name).is_file() for name in _ENTRY_FILES)
+        (path / name).is_file() for name in ENTRY_FILES)
 
 
 def complete_checkpoints(run_dir: Path) -> list[Path]:
@@ -103,7 +103,7 @@ def find_resume_checkpoint(resume: str, run_dir: Path, say=print) -> Path | None
             f"checkpoint.resume: {path} is not a complete checkpoint (step-N with .metadata "
             f"or {FULL_FILE})"
         )
-    problem = verification_problem(path, _ENTRY_FILES)
+    problem = verification_problem(path, ENTRY_FILES)
     if problem:
         raise EngineError(f"checkpoint.resume: {path} does not verify: {problem}")
     return path
@@ -112,7 +112,7 @@ def find_resume_checkpoint(resume: str, run_dir: Path, say=print) -> Path | None
 def _newest_verifying(candidates: list[Path], say) -> Path | None:
     rejected: list[str] = []
     for path in reversed(candidates):
-        problem = verification_problem(path, _ENTRY_FILES)
+        problem = verification_problem(path, ENTRY_FILES)
         if problem is None:
             if rejected:
                 say(f"checkpoint {'; '.join(rejected)}: resuming from {path.name} instead")

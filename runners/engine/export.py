@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,8 +26,9 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-from fsdpspec.atomicio import publish_dir
+from fsdpspec.atomicio import building_dir, describe_error
 from fsdpspec.job.job import Job
+from fsdpspec.jsonfile import JsonFileError
 from fsdpspec_runners.engine.checkpoint import FULL_FILE
 from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.model import build_model, engine_job, tied_weight_keys
@@ -41,37 +41,55 @@ _MODEL = "model."  # the checkpoint's prefix of model tensors
 _LAYER = re.compile(r"^(.*?\.\d+)\.")  # a key inside a numbered layer: that layer is its unit
 
 
-def export_checkpoint(checkpoint: Path, job: Job, target: Path) -> Path:
-    """Write ``target`` (via a temp dir renamed into place) from a DCP checkpoint of a
-    run of ``job``."""
+class CheckpointUnverified(EngineError):
+    """The checkpoint to export does not match its manifest (a truncated, changed or
+    missing file); nothing was written."""
+
+
+def export_checkpoint(checkpoint: Path, job: Job, target: Path, *,
+                      replace: bool = True) -> Path:
+    """Write ``target`` (built under a temp name beside it, renamed into place; removed
+    on any failure) from a DCP checkpoint of a run of ``job``. An existing ``target``
+    is replaced only with ``replace``."""
     spec = job.spec
     # The model's config, key order and tied keys, with no storage; eager attention, so
     # converting needs no attention kernel installed.
     module = build_model(job, on_meta=True, attention="eager")
     final = spec.checkpoint.final
-    tmp = target.with_name(f".tmp-{target.name}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    units = _units(_saved_keys(checkpoint), module)
-    _write_weights(checkpoint, units, DTYPES[final.dtype], final.max_shard_mb * 10**6, tmp)
-    tokenizer = _save_tokenizer(spec.data.tokenizer, tmp)
-    _save_configs(module, DTYPES[final.dtype], tokenizer, tmp)
-    for file in tmp.iterdir():
-        file.chmod(0o644)  # readable by whoever serves the model, as save_pretrained leaves it
-    publish_dir(tmp, target)
+    try:
+        with building_dir(target, replace=replace) as tmp:
+            units = _units(_saved_keys(checkpoint), module)
+            _write_weights(checkpoint, units, DTYPES[final.dtype], final.max_shard_mb * 10**6,
+                           tmp)
+            tokenizer = _save_tokenizer(spec.data.tokenizer, tmp)
+            _save_configs(module, DTYPES[final.dtype], tokenizer, tmp)
+            for file in tmp.iterdir():
+                file.chmod(0o644)  # readable by whoever serves the model, as save_pretrained
+    except EngineError:
+        raise
+    except OSError as exc:
+        raise EngineError(f"{target}: {describe_error(exc)}; nothing was written") from None
+    except Exception as exc:  # a shard DCP or torch cannot read, though it verified
+        raise EngineError(f"{checkpoint} cannot be converted: {first_line(exc)}; nothing "
+                          "was written") from None
     return target
 
 
-def export_run(run_dir: Path, step: int | None, target: Path) -> Path:
-    """``fsdpspec export hf``: a run's checkpoint (the newest complete one, or ``step``)
-    as a Hugging Face directory at ``target``."""
-    from fsdpspec_runners.engine.checkpoint import complete_checkpoints, step_dir_name
+def export_run(run_dir: Path, step: int | None, target: Path, *, replace: bool = False) -> Path:
+    """``fsdpspec export hf``: a run's checkpoint (the newest complete one, or ``step``),
+    verified against its manifest, as a Hugging Face directory at ``target``."""
+    from fsdpspec_runners.engine.checkpoint import (
+        ENTRY_FILES,
+        complete_checkpoints,
+        step_dir_name,
+    )
+    from fsdpspec_runners.engine.manifest import verification_problem
     from fsdpspec_runners.local.resolved import FILENAME, read_resolved_spec
 
     try:
         spec, _, _ = read_resolved_spec(run_dir / FILENAME)
-    except (OSError, ValueError, KeyError) as exc:
-        raise EngineError(f"{run_dir} is not a run directory ({FILENAME}: {exc})") from None
+    except JsonFileError as exc:
+        raise EngineError(f"{run_dir} is not a run directory: {exc.coded()}") from None
     found = complete_checkpoints(run_dir)
     if step is not None:
         found = [p for p in found if p.name == step_dir_name(step)]
@@ -79,10 +97,11 @@ def export_run(run_dir: Path, step: int | None, target: Path) -> Path:
         which = f"at step {step}" if step is not None else "complete"
         raise EngineError(f"{run_dir} has no {which} checkpoint; "
                           f"have: {', '.join(p.name for p in complete_checkpoints(run_dir))}")
-    if target.exists() and not target.is_dir():
-        raise EngineError(f"{target} exists and is not a directory")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return export_checkpoint(found[-1], engine_job(spec), target)
+    problem = verification_problem(found[-1], ENTRY_FILES)
+    if problem:
+        raise CheckpointUnverified(f"{found[-1]} does not verify: {problem}; nothing was "
+                                   "written")
+    return export_checkpoint(found[-1], engine_job(spec), target, replace=replace)
 
 
 def _saved_keys(checkpoint: Path) -> dict[str, Any]:

@@ -7,11 +7,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from fsdpspec.atomicio import write_text
+from fsdpspec.jsonfile import JsonFileError, Limits, load_object
 
 MANIFEST = "manifest.json"
+MANIFEST_LIMITS = Limits(max_bytes=64 << 20, max_depth=4, max_string=4096)
+
+
+def _well_formed(name: str, entry: object) -> bool:
+    """A relative path inside the checkpoint, with an integer size and a hex digest."""
+    parts = Path(name).parts
+    return (isinstance(entry, dict) and not Path(name).is_absolute() and ".." not in parts
+            and isinstance(entry.get("bytes"), int) and not isinstance(entry["bytes"], bool)
+            and isinstance(entry.get("sha256"), str) and len(entry["sha256"]) == 64)
 
 
 def _sha256(path: Path) -> str:
@@ -34,12 +45,13 @@ def write_manifest(directory: Path) -> None:
 
 
 def _recorded(directory: Path, entry_files: tuple[str, ...]) -> dict[str, dict]:
+    path = directory / MANIFEST
+    if not os.path.lexists(path):
+        raise ValueError("it has no manifest")
     try:
-        files = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))["files"]
-    except FileNotFoundError:
-        raise ValueError("it has no manifest") from None
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ValueError(f"its {MANIFEST} is unreadable") from None
+        files = load_object(path, MANIFEST_LIMITS).get("files")
+    except JsonFileError as exc:
+        raise ValueError(f"its {MANIFEST} is unreadable ({exc.coded()})") from None
     if not isinstance(files, dict) or not any(name in files for name in entry_files):
         raise ValueError(f"its {MANIFEST} lists none of {', '.join(entry_files)}")
     return files
@@ -54,14 +66,13 @@ def verification_problem(directory: Path, entry_files: tuple[str, ...]) -> str |
     except ValueError as exc:
         return str(exc)
     for name, entry in recorded.items():
+        if not _well_formed(name, entry):
+            return f"its {MANIFEST} entry for {name} is malformed"
         path = directory / name
         if not path.is_file():
             return f"{name} is missing"
-        try:
-            if path.stat().st_size != entry["bytes"]:
-                return f"{name} has {path.stat().st_size} bytes, not {entry['bytes']}"
-            if _sha256(path) != entry["sha256"]:
-                return f"{name} does not match its checksum"
-        except (KeyError, TypeError):
-            return f"its {MANIFEST} entry for {name} is malformed"
+        if path.stat().st_size != entry["bytes"]:
+            return f"{name} has {path.stat().st_size} bytes, not {entry['bytes']}"
+        if _sha256(path) != entry["sha256"]:
+            return f"{name} does not match its checksum"
     return None

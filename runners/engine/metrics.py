@@ -15,10 +15,12 @@ from torch import nn
 
 from fsdpspec.atomicio import write_text
 from fsdpspec.job.job import Job
+from fsdpspec.jsonfile import JsonFileError, parse, read_regular
 from fsdpspec.semantics import model_flops_per_token
 from fsdpspec.spec.v1 import JobSpec
+from fsdpspec_runners.engine.errors import EngineError
 from fsdpspec_runners.engine.trackers import Tracker, open_trackers
-from fsdpspec_runners.local.events import append_event
+from fsdpspec_runners.local.events import RUN_LIMITS, append_event
 from fsdpspec_runners.local.progress import PROGRESS_ENV, progress_line
 
 _GIB = 1 << 30
@@ -54,9 +56,13 @@ def peak_memory_gib(device: torch.device) -> dict[str, float]:
 def _forget_steps_after(path: Path, step: int) -> None:
     """Drop the records of steps after ``step`` (the checkpoint a run resumes from): they
     are trained again, and a step logged twice breaks every plot. Rewritten atomically."""
-    if not path.exists():
+    if not os.path.lexists(path):
         return
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+    try:
+        raw = read_regular(path, RUN_LIMITS.max_bytes)
+    except JsonFileError as exc:
+        raise EngineError(exc.coded()) from None
+    lines = raw.decode("utf-8", errors="replace").splitlines(keepends=True)
     kept = [line for line in lines if _logged_step(line) <= step]
     if len(kept) == len(lines):
         return
@@ -66,9 +72,10 @@ def _forget_steps_after(path: Path, step: int) -> None:
 def _logged_step(line: str) -> float:
     """The step of a metrics line; a line torn by a kill counts as unlogged (dropped)."""
     try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
+        step = parse(line, "metrics.jsonl", RUN_LIMITS).get("step")
+    except (JsonFileError, AttributeError):
         return math.inf
+    return step if isinstance(step, int) and not isinstance(step, bool) else math.inf
 
 
 class MetricsSink:

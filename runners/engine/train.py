@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import torch
-from pydantic import ValidationError
 from torch.distributed.checkpoint.api import CheckpointException
 
 from fsdpspec.job.job import Job
+from fsdpspec.jsonfile import JsonFileError
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.checkpoint import (
     TrainState,
@@ -145,10 +145,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _read_spec(path: Path) -> tuple[JobSpec, Path]:
     try:
         spec, run_dir, _ = read_resolved_spec(path)
-    except OSError as exc:
-        raise EngineError(f"cannot read {path}: {exc.strerror}") from None
-    except (ValueError, KeyError, ValidationError) as exc:
-        raise EngineError(f"{path} is not a resolved spec: {first_line(exc)}") from None
+    except JsonFileError as exc:
+        raise EngineError(exc.coded()) from None
     return spec, run_dir
 
 

@@ -9,7 +9,10 @@ import os
 import stat
 from pathlib import Path
 
-PATTERNS = {"text": "*.txt", "jsonl": "*.jsonl"}
+# The files each source reads; a `dataset` directory's files are whichever of these
+# `datasets` finds (its split files, or the arrow and json files of save_to_disk).
+PATTERNS = {"text": ("*.txt",), "jsonl": ("*.jsonl",),
+            "dataset": ("*.jsonl", "*.json", "*.parquet", "*.arrow")}
 
 
 class DataFilesError(ValueError):
@@ -41,12 +44,13 @@ def _regular(path: Path) -> Path:
 def data_files(path: Path, source: str) -> list[Path]:
     """The source's files under ``path`` (itself, or a directory searched recursively
     without following symlinked directories), sorted; each one a regular file."""
-    pattern = PATTERNS[source]
+    patterns = PATTERNS[source]
     if not path.is_dir():
         return [_regular(path)]
     found = []
     for folder, _dirs, names in os.walk(path):
-        found += [Path(folder) / n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        found += [Path(folder) / n for n in names
+                  if any(fnmatch.fnmatchcase(n, pattern) for pattern in patterns)]
     if not found:
-        raise DataFilesError(f"no {pattern} file at {path}")
+        raise DataFilesError(f"no {' or '.join(patterns)} file at {path}")
     return [_regular(p) for p in sorted(found)]

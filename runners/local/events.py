@@ -6,9 +6,13 @@ killed engine cannot. `fsdpspec report` reads it to mark resumes and say the sta
 from __future__ import annotations
 
 import json
+import math
+import os
 import time
 from pathlib import Path
 from typing import Any
+
+from fsdpspec.jsonfile import Limits, RecordError, load_jsonl
 
 FILENAME = "events.jsonl"
 
@@ -20,23 +24,54 @@ def append_event(run_dir: Path, event: str, **fields: Any) -> None:
         fh.write(json.dumps(record) + "\n")
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The JSON objects of a .jsonl file, skipping a line torn by a kill; [] when absent."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
+# What a run directory's records may hold; anything else is a file fsdpspec did not
+# write (or one tampered with), refused by name and line rather than drawn.
+MAX_STEP = 10**12
+MAX_MAGNITUDE = 1e30  # far above any loss, rate or byte count a run logs
+RUN_LIMITS = Limits(max_bytes=256 << 20, max_depth=4, max_string=4096, nonfinite=True)
+_EVENTS = {"start", "checkpoint", "end", "exit"}
+_INT_FIELDS = {"step", "max_steps", "world_size", "code", "tokens"}
+
+
+def _value_problem(key: str, value: Any) -> str | None:
+    if key == "step" or key in _INT_FIELDS:
+        if value is None and key != "step":
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_STEP:
+            return f"{key} must be an integer from 0 to {MAX_STEP}"
+        return None
+    if value is None or isinstance(value, (bool, str)):
+        return None
+    if isinstance(value, (int, float)):
+        # NaN and infinities are what a non-finite step logs; huge finite values are not.
+        if math.isfinite(value) and abs(value) > MAX_MAGNITUDE:
+            return f"{key} is out of range"
+        return None
+    return f"{key} must be a number, a string, true/false or null"
+
+
+def _checked(record: dict[str, Any], where: str, kind: str) -> dict[str, Any]:
+    if kind == "metrics" and "step" not in record:
+        raise RecordError(f"{where}: a metrics record has no step")
+    if kind == "events" and record.get("event") not in _EVENTS:
+        raise RecordError(f"{where}: event must be one of {', '.join(sorted(_EVENTS))}")
+    for key, value in record.items():
+        problem = _value_problem(key, value)
+        if problem:
+            raise RecordError(f"{where}: {problem}")
+    return record
+
+
+def read_jsonl(path: Path, kind: str) -> list[dict[str, Any]]:
+    """The records of a run's metrics.jsonl or events.jsonl (``kind``), each checked for
+    its shape; a line torn by a kill is skipped; [] when the file is absent. Anything
+    else is a JsonFileError naming the file and line."""
+    if not os.path.lexists(path):
         return []
-    records = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+    return [_checked(record, f"{path}:{number}", kind)
+            for number, record in load_jsonl(path, RUN_LIMITS)]
 
 
 def read_events(run_dir: Path) -> list[dict[str, Any]]:
     """The run's events, oldest first."""
-    return read_jsonl(run_dir / FILENAME)
+    return read_jsonl(run_dir / FILENAME, "events")

@@ -32,7 +32,7 @@ def check_before_start(report: FileReport, spec: JobSpec, run_dir: Path) -> None
     locates them in the file."""
     for pointer, path, want_dir in _inputs(spec):
         problem = _unreadable(Path(path), want_dir)
-        if problem is None and pointer == "/data/path":
+        if problem is None and pointer in ("/data/path", "/data/eval/path"):
             problem = _unusable_data(Path(path), spec.data.source)
         if problem:
             raise PreflightError(f"{_where(report, pointer)}: {path} {problem}")

@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from fsdpspec import __version__
 from fsdpspec.atomicio import write_text
 from fsdpspec.catalog.configjson import ConfigJsonError, read_bytes
@@ -21,6 +23,7 @@ from fsdpspec.catalog.modelconfig import (
 )
 from fsdpspec.job.job import resolve
 from fsdpspec.job.rundir import RESOLVED_SPEC
+from fsdpspec.jsonfile import JsonFileError, Limits, load_object
 from fsdpspec.spec.v1 import JobSpec
 
 FILENAME = RESOLVED_SPEC
@@ -111,7 +114,19 @@ def write_resolved_spec(spec: JobSpec, run_dir: Path) -> Path:
     return target
 
 
+RESOLVED_LIMITS = Limits(max_bytes=4 << 20, max_depth=16, max_string=1 << 16)
+
+
 def read_resolved_spec(path: Path) -> tuple[JobSpec, Path, dict[str, Any]]:
-    """(spec, run_dir, the whole document) from a resolved-spec.json."""
-    document = json.loads(Path(path).read_text(encoding="utf-8"))
-    return JobSpec.model_validate(document["spec"]), Path(document["run_dir"]), document
+    """(spec, run_dir, the whole document) from a resolved-spec.json; JsonFileError
+    (one line naming it) for anything that is not one."""
+    document = load_object(Path(path), RESOLVED_LIMITS)
+    spec, run_dir = document.get("spec"), document.get("run_dir")
+    if not isinstance(spec, dict) or not isinstance(run_dir, str):
+        raise JsonFileError(f"{path}: not a resolved spec (no spec and run_dir)")
+    try:
+        return JobSpec.model_validate(spec), Path(run_dir), document
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise JsonFileError(f"{path}: not a valid spec: {where}: {first['msg']}") from None

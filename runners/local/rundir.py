@@ -8,16 +8,17 @@ optimizer…) makes it another job.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
+from fsdpspec.jsonfile import JsonFileError, load_object
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.local.resolved import (
     FILENAME,
     MODEL_CONFIG_DIGEST,
+    RESOLVED_LIMITS,
     model_config_digest,
     write_resolved_spec,
 )
@@ -67,14 +68,14 @@ def run_dir_path(spec: JobSpec) -> Path:
 
 def _previous_document(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / FILENAME
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-        spec = document["spec"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise RunDirError(f"{path} is unreadable: remove {run_dir} or set "
-                          "checkpoint.dir to another directory") from None
+        document = load_object(path, RESOLVED_LIMITS)
+    except JsonFileError as exc:
+        raise RunDirError(f"{exc.coded()}: remove {run_dir} or set checkpoint.dir to another "
+                          "directory") from None
+    spec = document.get("spec")
     if not isinstance(spec, dict) or not isinstance(spec.get("metadata"), dict):
         raise RunDirError(f"{path} holds no spec: remove {run_dir} or set checkpoint.dir")
     return document

@@ -85,7 +85,7 @@ def test_a_regular_target_is_replaced_whole(command: str, tmp_path: Path) -> Non
 def test_init_never_writes_through_a_dangling_symlink(tmp_path: Path) -> None:
     (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
     result = run_cli(*COMMANDS["init"], "-o", str(tmp_path / "out"), cwd=tmp_path)
-    assert result.returncode == 1 and "not a regular file" in result.stderr
+    assert result.returncode == 1 and "out exists; init does not overwrite" in result.stderr
     assert not (tmp_path / "elsewhere").exists()
 
 
@@ -114,3 +114,64 @@ def test_publishing_a_directory_keeps_the_old_one_until_the_new_one_is_in_place(
     with pytest.raises(OSError, match="not a directory"):
         publish_dir(new, link)
     assert link.is_symlink()
+
+
+# The pictures of `plan` and the page of `report` go through the same writer.
+PICTURES = {
+    "plan --svg": ["plan", str(QUICKSTART), "--svg"],
+    "report": ["report", "RUN"],
+}
+
+
+def _fake_run(tmp_path: Path) -> Path:
+    """A run directory as the engine leaves it, without training: the resolved spec and
+    two metrics records."""
+    from fsdpspec.validate import check_file
+    from fsdpspec_runners.local.resolved import write_resolved_spec
+
+    run = tmp_path / "run"
+    write_resolved_spec(check_file(QUICKSTART).spec, run)
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n{"step": 2, "loss": 4.0}\n')
+    return run
+
+
+def _picture_cli(command: str, tmp_path: Path, *extra: str):
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
+
+    argv = [str(_fake_run(tmp_path)) if a == "RUN" else a for a in PICTURES[command]]
+    return CliRunner().invoke(cli, [*argv, *extra])
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+@pytest.mark.parametrize("command", PICTURES)
+def test_a_picture_never_replaces_a_non_regular_target(
+    command: str, kind: str, tmp_path: Path
+) -> None:
+    target = tmp_path / "out"
+    TARGETS[kind](target)
+    before = _tree(tmp_path)
+    result = _picture_cli(command, tmp_path, "-o", str(target), "--force")
+    assert result.exit_code == 1 and not isinstance(result.exception, Exception), result.output
+    assert result.stderr.strip().splitlines()[-1].startswith(f"Error: {target}: it is a ")
+    now = _tree(tmp_path)
+    assert {k: v for k, v in now.items() if k in before} == before
+    assert not [name for name in now if name.startswith(".out.")]  # no temp left
+
+
+@pytest.mark.parametrize("command", PICTURES)
+def test_an_existing_picture_is_replaced_only_with_force(
+    command: str, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    default = "plan.svg" if command.startswith("plan") else "report.html"
+    (tmp_path / default).write_text("old\n")
+    refused = _picture_cli(command, tmp_path)
+    assert refused.exit_code == 1, refused.output
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"Error: {default}: it exists; pass --force to replace it")
+    assert (tmp_path / default).read_text() == "old\n"
+    replaced = _picture_cli(command, tmp_path, "--force")
+    assert replaced.exit_code in (0, 1) and "wrote" in replaced.stderr, replaced.output
+    assert (tmp_path / default).read_text() != "old\n"

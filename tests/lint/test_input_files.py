@@ -162,3 +162,19 @@ fsdp:
     # The bf16 shorthand names no buffer dtype of its own: nothing to warn about.
     shorthand = write(tmp_path, "model: {preset: tiny-llama}\nfsdp: {mixed_precision: bf16}\n")
     assert findings(shorthand) == []
+
+
+def test_fs408_work_is_bounded_by_the_files_not_the_layer_count(tmp_path: Path) -> None:
+    """A config asking for 2^31 - 1 layers: the headers are compared by lookup, never by
+    listing the model's 19 billion tensor names (which took minutes)."""
+    shutil.copytree(MODELS / "llama-small", tmp_path / "cfg")
+    config = json.loads((tmp_path / "cfg" / "config.json").read_text())
+    config["num_hidden_layers"] = 2**31 - 1
+    (tmp_path / "cfg" / "config.json").write_text(json.dumps(config))
+    shutil.copytree(MODELS / "weights-llama-small", tmp_path / "w")
+    found = [f for f in findings(write(tmp_path, "model: {hf_config: cfg, weights: w}\n"))
+             if f[0] == "FS408"]
+    # 3 tensors outside the layers (embeddings, norm, lm_head) and 9 in each Llama layer.
+    missing = 3 + 9 * (2**31 - 1) - len(llama_small_shapes())
+    assert found and found[0][1:3] == (4, 34), found
+    assert f": {missing} of the model's tensors are missing, e.g. model.layers." in found[0][3]

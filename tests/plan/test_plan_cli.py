@@ -147,3 +147,9 @@ def test_gpu_check_skips_cleanly_without_cuda() -> None:
                             capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 0
     assert "no CUDA device" in result.stdout
+
+
+def test_a_gpu_count_beyond_any_machine_is_a_usage_error() -> None:
+    result = run_cli("plan", str(ROOT / "examples" / "quickstart.yaml"), "--gpus", "1" + "0" * 400)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "is not in the range 1<=x<=2147483647" in result.stderr
