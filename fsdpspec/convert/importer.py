@@ -1,0 +1,215 @@
+"""The one importer core: the v1 spec a source format's values add up to, written as a
+commented YAML document.
+
+Each source module (accelerate, trainer, axolotl, torchtitan) reads its own file into a
+Draft: dotted v1 field → (value, the source line it came from), the keys it did not
+carry (with line and why), and the features it refuses (the spec cannot say them). This
+module then fills what the source does not say (model, GPU, host memory, process count)
+as marked assumptions, checks the layer class against the model, plans the job, and
+writes the text. Nothing is written when anything is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml.comments import CommentedMap
+
+from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.spec.yamltext import COMMENT_COLUMN, dump_yaml
+
+# Host RAM is in no source config; GPU servers carry about this much per GPU.
+HOST_GIB_PER_GPU = 128
+# A source that names no model and no layer class of a known family: a small preset.
+DEFAULT_PRESET = "llama3.2-1b"
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something the conversion did not carry over; ``line`` is 1-based (None when the
+    remark is about the whole file)."""
+
+    line: int | None
+    message: str
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One value of the source, the key as written there, and its line."""
+
+    value: Any
+    line: int | None
+    written: str
+
+
+def origin(*entries: Entry) -> str:
+    where = ", ".join(f"{e.written} (line {e.line})" if e.line else e.written
+                      for e in entries)
+    return f"from {where}"
+
+
+class ImportRefused(ValueError):
+    """The source asks for what the spec cannot say (or holds values of no shape its
+    tool writes): the import stops, each note naming the key or feature."""
+
+    def __init__(self, notes: list[Note]):
+        super().__init__("; ".join(n.message for n in notes))
+        self.notes = notes
+
+
+@dataclass
+class Draft:
+    """The spec being written: dotted field → (value, comment), and what was not."""
+
+    fields: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    notes: list[Note] = field(default_factory=list)
+    refusals: list[Note] = field(default_factory=list)
+
+    def put(self, dotted: str, value: Any, comment: str) -> None:
+        self.fields[dotted] = (value, comment)
+
+    def carry(self, dotted: str, value: Any, entry: Entry, extra: str = "") -> None:
+        self.put(dotted, value, origin(entry) + extra)
+
+    def has(self, dotted: str) -> bool:
+        return dotted in self.fields
+
+    def value(self, dotted: str, default: Any = None) -> Any:
+        return self.fields.get(dotted, (default, ""))[0]
+
+    def refuse(self, line: int | None, feature: str) -> None:
+        self.refusals.append(Note(line, f"{feature}: the spec cannot say this yet"))
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """What the command line fills in where a source is silent."""
+
+    accelerator: str = "H100-80GB"
+    gpus_per_node: int = 8
+    preset: str | None = None
+    hf_config: str | None = None
+
+
+@dataclass
+class Imported:
+    """The v1 spec text, and what was left behind."""
+
+    text: str
+    notes: list[Note]
+
+
+def _spec_order(dotted: str) -> tuple[int, ...]:
+    """Sections, and fields in them, in the order the models declare them."""
+    model: Any = JobSpec
+    order = []
+    for name in dotted.split("."):
+        names = list(model.model_fields)
+        order.append(names.index(name) if name in names else len(names))
+        annotation = model.model_fields[name].annotation if name in names else None
+        model = annotation if hasattr(annotation, "model_fields") else _submodel(annotation)
+        if model is None:
+            break
+    return tuple(order)
+
+
+def _submodel(annotation: Any) -> Any:
+    for arg in getattr(annotation, "__args__", ()):
+        if hasattr(arg, "model_fields"):
+            return arg
+    return None
+
+
+def _nest(fields: dict[str, tuple[Any, str]]) -> CommentedMap:
+    root = CommentedMap()
+    for dotted in sorted(fields, key=_spec_order):
+        value, comment = fields[dotted]
+        *parents, last = dotted.split(".")
+        node = root
+        for name in parents:
+            node = node.setdefault(name, CommentedMap())
+        node[last] = value
+        if comment:
+            node.yaml_add_eol_comment(comment, last, column=COMMENT_COLUMN)
+    return root
+
+
+def _header(tool: str, kind: str, source: str, name: str) -> CommentedMap:
+    document = CommentedMap(apiVersion="fsdpspec/v1", kind="TrainingJob")
+    document["metadata"] = CommentedMap(name=name)
+    document.yaml_set_start_comment(
+        f"Imported from the {tool} config {source} by `fsdpspec import {kind}`.\n"
+        "Values marked 'assumed' or 'not in the source' are fsdpspec's guesses: check them.")
+    return document
+
+
+def _resources(draft: Draft, tool: str, assumed: Assumptions) -> None:
+    if not draft.has("resources.nodes"):
+        draft.put("resources.nodes", 1, f"assumed: {tool} configs do not say")
+    if not draft.has("resources.gpus_per_node"):
+        draft.put("resources.gpus_per_node", assumed.gpus_per_node,
+                  f"assumed ({tool} configs do not say): --gpus-per-node")
+    if not draft.has("resources.accelerator"):
+        draft.put("resources.accelerator", assumed.accelerator,
+                  "not in the source: the GPU you run on (--accelerator)")
+    if draft.value("resources.accelerator") != "cpu":
+        per_node = draft.value("resources.gpus_per_node")
+        draft.put("resources.host_memory_gib", HOST_GIB_PER_GPU * per_node,
+                  f"assumed {HOST_GIB_PER_GPU} GiB per GPU: set your nodes' RAM")
+    if draft.value("resources.nodes") > 1 and not draft.has("launch.rdzv_endpoint"):
+        draft.notes.append(Note(None, (
+            f"{draft.value('resources.nodes')} nodes and no rendezvous host in the source: "
+            "set launch.rdzv_endpoint (the first node's host:port) before `fsdpspec run`")))
+
+
+def _fit_assumptions(document: CommentedMap, draft: Draft, base_dir: Path) -> list[Note]:
+    """Plan the imported job. The host RAM is our guess, so a guess too small for the
+    job is raised to its planned peak (FS203 would otherwise blame the user's config for
+    our assumption). The model is the user's choice or our placeholder: when it does not
+    fit the GPUs, say so."""
+    from fsdpspec.catalog.modelconfig import ModelConfigError, model_config
+    from fsdpspec.plan.geometry import GeometryError
+    from fsdpspec.plan.memory import GIB
+    from fsdpspec.plan.planner import plan_job
+
+    try:
+        spec = JobSpec.model_validate(json.loads(json.dumps(document)))
+        plan = plan_job(spec, model_config(spec.model, base_dir))
+    except (ValueError, ModelConfigError, GeometryError):
+        return []  # an invalid import is reported by `fsdpspec validate` on the result
+    if not plan.fits_host and spec.resources.accelerator != "cpu":
+        needed = math.ceil(plan.host.peak / GIB / 64) * 64
+        draft.put("resources.host_memory_gib", needed,
+                  f"assumed: the planned peak ({HOST_GIB_PER_GPU} GiB per GPU is too little)"
+                  ": set your nodes' RAM")
+    if plan.fits_device:
+        return []
+    model = spec.model.preset or spec.model.hf_config
+    return [Note(None, f"the model {model} does not fit {spec.world_size} × "
+                 f"{plan.accelerator.name} as configured (peak {plan.device.total / GIB:.1f} "
+                 f"of {plan.capacity / GIB:.1f} GiB): name your model with --preset or "
+                 "--hf-config, and see `fsdpspec plan`")]
+
+
+def finish(draft: Draft, *, tool: str, kind: str, source: str, name: str,
+           model: Entry | None, layers: Entry | None, assumed: Assumptions,
+           base_dir: Path) -> Imported:
+    """The commented v1 spec of a draft, or ImportRefused when the source asks for a
+    feature the spec lacks. ``model`` is the model the source names, ``layers`` the
+    wrapping classes it names (both checked here)."""
+    from fsdpspec.convert.model import apply_layers, apply_model
+
+    if draft.refusals:
+        raise ImportRefused(sorted(draft.refusals, key=lambda n: n.line or 0))
+    _resources(draft, tool, assumed)
+    config = apply_model(draft, model, layers, assumed, base_dir)
+    apply_layers(draft, layers, config)
+    document = _header(tool, kind, source, name)
+    document.update(_nest(draft.fields))
+    notes = draft.notes + _fit_assumptions(document, draft, base_dir)
+    document.update(_nest(draft.fields))
+    return Imported(dump_yaml(document), sorted(notes, key=lambda n: n.line or 0))
