@@ -20,6 +20,12 @@ KINDS = {"accelerate": "accelerate", "trainer": "trainer", "axolotl": "axolotl",
          "torchtitan": "torchtitan"}
 
 
+def _where(config: str, note) -> str:
+    if isinstance(note.line, int):
+        return f"{config}:{note.line}"
+    return note.line or config
+
+
 @click.command("import")
 @click.argument("kind", type=click.Choice(list(KINDS)))
 @click.argument("config", metavar="FILE")
@@ -60,10 +66,8 @@ def command(kind, config, output, name, preset, hf_config, accelerator, gpus_per
         raise click.UsageError(str(exc)) from None
     except ImportRefused as refused:
         for note in refused.notes:
-            line = f":{note.line}" if note.line else ""
-            click.echo(f"{config}{line}: {note.message}; nothing imported", err=True)
+            click.echo(f"{_where(config, note)}: {note.message}; nothing imported", err=True)
         raise SystemExit(1) from None
     for note in imported.notes:
-        line = f":{note.line}" if note.line else ""
-        click.echo(f"{config}{line}: {note.message}", err=True)
+        click.echo(f"{_where(config, note)}: {note.message}", err=True)
     deliver(imported.text, output)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.convert import accelerate_vocab as vocab
-from fsdpspec.convert.fsdpkeys import FsdpReading, apply_fsdp, read_keys
+from fsdpspec.convert.fsdpkeys import FsdpReading, apply_fsdp, read_keys, take_layers
 from fsdpspec.convert.importer import (
     Assumptions,
     Draft,
@@ -79,7 +79,7 @@ def _parallelism(document: Document, reading: FsdpReading, draft: Draft) -> None
         entry = Entry(value, document.line(join(f"/{_PARALLELISM}", key)), key)
         if short in _REFUSED_SIZES or short in ("dp_replicate_size", "dp_shard_size"):
             if isinstance(value, bool) or not isinstance(value, int):
-                raise ImportRefused([Note(entry.line, f"{key} is not a size")])
+                raise ImportRefused([Note(entry.line, f"FS052 {key} is not a size")])
             sizes[short] = entry
         elif value not in (None, False):
             draft.notes.append(Note(entry.line, f"{key}: no v1 field; not imported"))
@@ -147,12 +147,9 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     _topology(reading, draft)
     apply_fsdp(reading, draft)
     _parallelism(document, reading, draft)
-    layers = reading.entries.get("fsdp_transformer_layer_cls_to_wrap")
-    layer_entry = Entry(reading.values[layers.written], layers.line, layers.written) \
-        if layers else None
-    draft.fields.pop("fsdp.transformer_layer_cls", None)  # the core checks them first
+    layers = take_layers(reading, draft)
     return finish(draft, tool="accelerate", kind="accelerate", source=document.file,
-                  name=name, model=None, layers=layer_entry, assumed=assumed,
+                  name=name, model=None, layers=layers, assumed=assumed,
                   base_dir=base_dir)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fsdpspec.convert import accelerate_vocab as vocab
-from fsdpspec.convert.importer import Draft, Entry, Note, origin
+from fsdpspec.convert.importer import Draft, Entry, Note
 from fsdpspec.spec.suggest import closest
 
 
@@ -140,12 +140,12 @@ def read_keys(entries: dict[str, Entry], *, ignore: frozenset[str] = frozenset()
     line, a value of no shape accelerate writes is ``malformed`` (the import stops)."""
     reading = FsdpReading()
     for key, entry in entries.items():
-        value, line = entry.value, entry.line
+        value, line = entry.value, entry.at
         if value is None and (key in CONVERT or key in vocab.NOT_CARRIED):
             continue  # accelerate writes null for "not set"
         problem = malformed(key, value) if key in CONVERT else None
         if problem:
-            reading.malformed.append(Note(line, f"{entry.written} is {problem}"))
+            reading.malformed.append(Note(line, f"FS052 {entry.written} is {problem}"))
         elif key in CONVERT:
             try:
                 reading.values[key] = CONVERT[key](value)
@@ -186,7 +186,7 @@ def _settle_strategy(reading: FsdpReading) -> None:
     if obeyed not in values:  # FSDP2 with a hybrid strategy and no reshard key
         values[obeyed], entries[obeyed] = "FULL_SHARD", entries[ignored]
     entry = entries[ignored]
-    reading.notes.append(Note(entry.line, (
+    reading.notes.append(Note(entry.at, (
         f"{entry.written} {values[ignored]} is not read by accelerate with fsdp_version "
         f"{reading.version()}, which shards as {values[obeyed]}"
         + (" over all processes (hybrid sharding is parallelism_config's "
@@ -198,7 +198,7 @@ def _settle_strategy(reading: FsdpReading) -> None:
 
 def apply_fsdp(reading: FsdpReading, draft: Draft) -> None:
     """The FSDP fields of the draft: accelerate's defaults for keys not given, then the
-    values given, then FSDP1 flat parameters made checkpointable (FS903)."""
+    values given."""
     absent = dict(vocab.ABSENT_DEFAULTS)
     if reading.version() == 1:
         absent.update(vocab.FSDP1_ABSENT_DEFAULTS)
@@ -209,24 +209,15 @@ def apply_fsdp(reading: FsdpReading, draft: Draft) -> None:
     for key, value in reading.values.items():
         target = vocab.KEY_TO_FIELD[key]
         if target.startswith("fsdp."):
-            draft.put(target, value, origin(reading.entries[key]))
-    _checkpointable_flat_params(reading, draft)
+            draft.carry(target, value, reading.entries[key])
 
 
-def _checkpointable_flat_params(reading: FsdpReading, draft: Draft) -> None:
-    """accelerate trains FSDP1 with use_orig_params false under activation checkpointing,
-    but torch cannot map that run's optimizer state back to names through the
-    checkpoint wrapper (FS903), and FSDP1 offers no other way to save it: the flat
-    parameters are the one thing the checkpoint cannot hold. use_orig_params true trains
-    the same model with the same parameter memory, and checkpoints."""
-    values = reading.values
-    if (reading.version() == 1 and values.get("fsdp_use_orig_params") is False
-            and values.get("fsdp_activation_checkpointing", "none") != "none"):
-        entry = reading.entries["fsdp_use_orig_params"]
-        draft.put("fsdp.use_orig_params", True,
-                  f"{entry.written} false (line {entry.line}) with activation "
-                  "checkpointing cannot be checkpointed (FS903): true trains the same")
-        draft.notes.append(Note(entry.line, (
-            f"{entry.written} false with activation checkpointing: the run's checkpoints "
-            "could not be loaded (FS903); wrote fsdp.use_orig_params: true, which trains "
-            "the same model with the same memory")))
+def take_layers(reading: FsdpReading, draft: Draft) -> Entry | None:
+    """The wrapping classes the source names (as a list), taken out of the draft: the
+    core checks them against the model before any is written."""
+    draft.fields.pop("fsdp.transformer_layer_cls", None)
+    entry = reading.entries.get("fsdp_transformer_layer_cls_to_wrap")
+    if entry is None:
+        return None
+    return Entry(reading.values["fsdp_transformer_layer_cls_to_wrap"], entry.line,
+                 entry.written, entry.file)

@@ -30,26 +30,39 @@ DEFAULT_PRESET = "llama3.2-1b"
 
 @dataclass(frozen=True)
 class Note:
-    """Something the conversion did not carry over; ``line`` is 1-based (None when the
-    remark is about the whole file)."""
+    """Something the conversion did not carry over. ``line`` is the 1-based line of the
+    imported file, "other-file:line" for a file it names (a Trainer's fsdp_config), or
+    None when the remark is about the whole file."""
 
-    line: int | None
+    line: int | str | None
     message: str
+
+
+def note_order(note: Note) -> tuple[int, str]:
+    return (note.line, "") if isinstance(note.line, int) else (2**31, str(note.line or ""))
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One value of the source, the key as written there, and its line."""
+    """One value of the source, the key as written there, and its line (in ``file``
+    when that is not the imported file itself)."""
 
     value: Any
     line: int | None
     written: str
+    file: str | None = None
+
+    @property
+    def at(self) -> int | str | None:
+        return f"{self.file}:{self.line}" if self.file else self.line
 
 
 def origin(*entries: Entry) -> str:
-    where = ", ".join(f"{e.written} (line {e.line})" if e.line else e.written
-                      for e in entries)
-    return f"from {where}"
+    def where(e: Entry) -> str:
+        if e.file:
+            return f"{e.written} ({e.file}:{e.line})"
+        return f"{e.written} (line {e.line})" if e.line else e.written
+    return "from " + ", ".join(where(e) for e in entries)
 
 
 class ImportRefused(ValueError):
@@ -68,12 +81,17 @@ class Draft:
     fields: dict[str, tuple[Any, str]] = field(default_factory=dict)
     notes: list[Note] = field(default_factory=list)
     refusals: list[Note] = field(default_factory=list)
+    where: dict[str, int | str | None] = field(default_factory=dict)  # field → source line
 
     def put(self, dotted: str, value: Any, comment: str) -> None:
         self.fields[dotted] = (value, comment)
 
     def carry(self, dotted: str, value: Any, entry: Entry, extra: str = "") -> None:
         self.put(dotted, value, origin(entry) + extra)
+        self.where[dotted] = entry.at
+
+    def note(self, entry: Entry, message: str) -> None:
+        self.notes.append(Note(entry.at, message))
 
     def has(self, dotted: str) -> bool:
         return dotted in self.fields
@@ -81,8 +99,9 @@ class Draft:
     def value(self, dotted: str, default: Any = None) -> Any:
         return self.fields.get(dotted, (default, ""))[0]
 
-    def refuse(self, line: int | None, feature: str) -> None:
-        self.refusals.append(Note(line, f"{feature}: the spec cannot say this yet"))
+    def refuse(self, line: int | str | None, feature: str, code: str = "FS050") -> None:
+        """Stop the import: the source asks for ``feature``, which the spec lacks."""
+        self.refusals.append(Note(line, f"{code} {feature}: the spec cannot say this yet"))
 
 
 @dataclass(frozen=True)
@@ -140,7 +159,6 @@ def _nest(fields: dict[str, tuple[Any, str]]) -> CommentedMap:
 
 def _header(tool: str, kind: str, source: str, name: str) -> CommentedMap:
     document = CommentedMap(apiVersion="fsdpspec/v1", kind="TrainingJob")
-    document["metadata"] = CommentedMap(name=name)
     document.yaml_set_start_comment(
         f"Imported from the {tool} config {source} by `fsdpspec import {kind}`.\n"
         "Values marked 'assumed' or 'not in the source' are fsdpspec's guesses: check them.")
@@ -164,6 +182,25 @@ def _resources(draft: Draft, tool: str, assumed: Assumptions) -> None:
         draft.notes.append(Note(None, (
             f"{draft.value('resources.nodes')} nodes and no rendezvous host in the source: "
             "set launch.rdzv_endpoint (the first node's host:port) before `fsdpspec run`")))
+
+
+def _checkpointable_flat_params(draft: Draft) -> None:
+    """accelerate and the Trainer run FSDP1 with use_orig_params false under activation
+    checkpointing, but torch cannot map that run's optimizer state back to names through
+    the checkpoint wrapper (FS903), whichever way the layers are wrapped: the flat
+    parameters are what the checkpoint cannot hold, and FSDP1 has no other state-dict
+    path for them. use_orig_params true trains the same model with the same parameter
+    memory, and checkpoints; the import writes it and says so."""
+    if (draft.value("fsdp.version") == 1 and draft.value("fsdp.use_orig_params") is False
+            and draft.value("fsdp.activation_checkpointing", "none") != "none"):
+        line = draft.where.get("fsdp.use_orig_params")
+        draft.put("fsdp.use_orig_params", True,
+                  f"{draft.fields['fsdp.use_orig_params'][1]}: false, with activation "
+                  "checkpointing, could not be checkpointed (FS903)")
+        draft.notes.append(Note(line, (
+            "use_orig_params false with activation checkpointing: the run's checkpoints "
+            "could not be loaded (FS903); wrote fsdp.use_orig_params: true, which trains "
+            "the same model with the same memory")))
 
 
 def _fit_assumptions(document: CommentedMap, draft: Draft, base_dir: Path) -> list[Note]:
@@ -204,7 +241,9 @@ def finish(draft: Draft, *, tool: str, kind: str, source: str, name: str,
     from fsdpspec.convert.model import apply_layers, apply_model
 
     if draft.refusals:
-        raise ImportRefused(sorted(draft.refusals, key=lambda n: n.line or 0))
+        raise ImportRefused(sorted(draft.refusals, key=note_order))
+    draft.put("metadata.name", name, "")
+    _checkpointable_flat_params(draft)
     _resources(draft, tool, assumed)
     config = apply_model(draft, model, layers, assumed, base_dir)
     apply_layers(draft, layers, config)
@@ -212,4 +251,4 @@ def finish(draft: Draft, *, tool: str, kind: str, source: str, name: str,
     document.update(_nest(draft.fields))
     notes = draft.notes + _fit_assumptions(document, draft, base_dir)
     document.update(_nest(draft.fields))
-    return Imported(dump_yaml(document), sorted(notes, key=lambda n: n.line or 0))
+    return Imported(dump_yaml(document), sorted(notes, key=note_order))

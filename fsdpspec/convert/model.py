@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.catalog.families import FAMILIES, family
+from fsdpspec.catalog.hub import parse_hub_id
 from fsdpspec.catalog.modelconfig import ModelConfigError, read_hf_config, resolve_input_path
 from fsdpspec.catalog.presets import HUB_PRESETS, PRESETS, preset_config
 from fsdpspec.convert.importer import DEFAULT_PRESET, Assumptions, Draft, Entry, Note, origin
@@ -48,10 +49,14 @@ def _named(draft: Draft, model: Entry, layers: Entry | None, base_dir: Path) -> 
         return config
     stand_in = _stand_in(layers)
     draft.put("model.preset", stand_in, f"assumed: a stand-in for {name} (see the note)")
-    draft.notes.append(Note(model.line, (
+    if parse_hub_id(name) is not None:
+        fix = (f"fetch its config (`huggingface-cli download {name} config.json`) and set "
+               f"model.hf_config: {name}")
+    else:
+        fix = "set model.hf_config to the model's directory on this machine"
+    draft.notes.append(Note(model.at, (
         f"{model.written} {name} is not a preset, a local config or in the Hugging Face "
-        f"cache: planned as the preset {stand_in}; fetch its config (`huggingface-cli "
-        f"download {name} config.json`) and set model.hf_config: {name}")))
+        f"cache: planned as the preset {stand_in}; {fix}")))
     return preset_config(stand_in)
 
 
@@ -93,6 +98,6 @@ def apply_layers(draft: Draft, layers: Entry | None, config: dict[str, Any] | No
         draft.carry("fsdp.transformer_layer_cls", kept, layers)
     if dropped:
         model = draft.value("model.preset") or draft.value("model.hf_config")
-        draft.notes.append(Note(layers.line, (
+        draft.notes.append(Note(layers.at, (
             f"{layers.written} {', '.join(dropped)} is not a layer of the model {model}: "
             f"not imported (the model's {found.layer_class} is wrapped)")))

@@ -82,6 +82,22 @@ LOAD_CODES = _codes(
      "that is not in the Hugging Face cache: an error offline (`HF_HUB_OFFLINE=1`), a "
      "warning online, where `fsdpspec run` fetches it first. The message gives the "
      "`huggingface-cli download` command."),
+    ("FS050", "import-feature-missing", "an imported config asks for what the spec cannot say",
+     "`fsdpspec import` stops, writing nothing, when the source config uses a feature the "
+     "v1 spec has no field for: tensor, context, sequence, pipeline or expert parallelism "
+     "(accelerate's parallelism_config sizes, axolotl's tensor_parallel_size and "
+     "context_parallel_size, torchtitan's degrees), float8 training, activation offloading, "
+     "a quantized base model, or an optimizer other than AdamW and SGD. One line per "
+     "feature names it, its size and its line. Importing without it would train another "
+     "job than the one configured."),
+    ("FS051", "import-adapter", "an imported config trains an adapter (LoRA, QLoRA)",
+     "axolotl's `adapter: lora|qlora` with its `lora_*` keys trains low-rank adapters over "
+     "a frozen (for QLoRA, 4-bit) base model; until the spec holds adapters, `fsdpspec "
+     "import` refuses it by name rather than importing a full fine-tune."),
+    ("FS052", "import-malformed-value", "an imported config holds a value its tool never writes",
+     "A list, a mapping, an out-of-range integer or non-ASCII digits where the source "
+     "tool writes a scalar: the tool itself would fail on it, so the import stops with "
+     "one line naming the key."),
     ("FS030", "model-config", "the model's config cannot be used",
      "`model.hf_config` is unreadable, or its config.json lacks or mistypes a field the "
      "planner needs."),
