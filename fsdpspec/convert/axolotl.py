@@ -19,8 +19,8 @@ from fsdpspec.convert.importer import (
     Assumptions,
     Draft,
     Entry,
-    ImportRefused,
     Imported,
+    ImportRefused,
     finish,
 )
 from fsdpspec.convert.sources import Document, read_yaml
