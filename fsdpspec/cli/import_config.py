@@ -47,7 +47,7 @@ def command(kind, config, output, name, preset, hf_config, accelerator, gpus_per
     equivalent are listed on stderr with their lines; a feature the spec cannot say
     (tensor, context or pipeline parallelism, LoRA, float8 …) stops the import with
     exit 1 and one line per feature."""
-    from fsdpspec.convert.importer import Assumptions, ImportRefused
+    from fsdpspec.convert.draft import Assumptions, ImportRefused
     from fsdpspec.convert.model import ModelNeeded
     from fsdpspec.convert.sources import SourceError
 

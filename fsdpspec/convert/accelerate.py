@@ -14,17 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.convert import accelerate_vocab as vocab
+from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note, origin
 from fsdpspec.convert.fsdpkeys import FsdpReading, apply_fsdp, read_keys, take_layers
-from fsdpspec.convert.importer import (
-    Assumptions,
-    Draft,
-    Entry,
-    Imported,
-    ImportRefused,
-    Note,
-    finish,
-    origin,
-)
+from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import Document, SourceError, read_yaml
 from fsdpspec.semantics import (
     DEFAULT_RDZV_PORT,

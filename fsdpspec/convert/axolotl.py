@@ -14,15 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.convert import hftrain
+from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused
 from fsdpspec.convert.fsdpkeys import apply_fsdp, read_keys, take_layers
-from fsdpspec.convert.importer import (
-    Assumptions,
-    Draft,
-    Entry,
-    Imported,
-    ImportRefused,
-    finish,
-)
+from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import Document, read_yaml
 from fsdpspec.convert.trainer import fsdp_entries, positioned_config
 from fsdpspec.spec.load import join

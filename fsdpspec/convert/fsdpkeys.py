@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fsdpspec.convert import accelerate_vocab as vocab
-from fsdpspec.convert.importer import Draft, Entry, Note
+from fsdpspec.convert.draft import Draft, Entry, Note
 from fsdpspec.spec.suggest import closest
 
 

@@ -10,8 +10,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from fsdpspec.convert.draft import Draft, Entry, Note
 from fsdpspec.convert.fsdpkeys import NotCarried, boolean
-from fsdpspec.convert.importer import Draft, Entry, Note
 
 
 def as_bool(value: Any) -> bool:

@@ -13,7 +13,10 @@ from fsdpspec.catalog.families import FAMILIES, family
 from fsdpspec.catalog.hub import parse_hub_id
 from fsdpspec.catalog.modelconfig import ModelConfigError, read_hf_config, resolve_input_path
 from fsdpspec.catalog.presets import HUB_PRESETS, PRESETS, preset_config
-from fsdpspec.convert.importer import DEFAULT_PRESET, Assumptions, Draft, Entry, Note, origin
+from fsdpspec.convert.draft import Assumptions, Draft, Entry, Note, origin
+
+# A source that names no model and no layer class of a known family: a small preset.
+DEFAULT_PRESET = "llama3.2-1b"
 
 
 class ModelNeeded(ValueError):

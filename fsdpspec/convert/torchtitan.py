@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.convert import hftrain
+from fsdpspec.convert.draft import Assumptions, Draft, Entry, Note
 from fsdpspec.convert.fsdpkeys import NotCarried
-from fsdpspec.convert.importer import Assumptions, Draft, Entry, Imported, Note, finish
+from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import Document, read_toml
 from fsdpspec.spec.load import join
 
@@ -210,7 +211,7 @@ def _training(toml: _Toml, draft: Draft) -> None:
 
 def _optimizer(toml: _Toml, draft: Draft) -> None:
     name = toml.get("optimizer", "name")
-    if name is not None and str(name.value).lower() not in ("adamw", "adam"):
+    if name is not None and str(name.value).lower() != "adamw":
         draft.refuse(name.line, f"{name.written} {name.value} (an optimizer the spec lacks; "
                      "it has adamw and sgd)")
         return

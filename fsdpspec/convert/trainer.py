@@ -15,16 +15,9 @@ import json
 from pathlib import Path
 
 from fsdpspec.convert import hftrain
+from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
 from fsdpspec.convert.fsdpkeys import apply_fsdp, read_keys, take_layers
-from fsdpspec.convert.importer import (
-    Assumptions,
-    Draft,
-    Entry,
-    Imported,
-    ImportRefused,
-    Note,
-    finish,
-)
+from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import (
     Command,
     Document,
