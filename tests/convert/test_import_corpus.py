@@ -192,4 +192,15 @@ def test_each_kind_as_a_user_types_it(name: str, tmp_path: Path) -> None:
     result = run_cli("import", kind, str(CONFIGS / name), "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert f"wrote {out}" in result.stderr
-    assert out.read_text().startswith(f"# Imported from the ")
+    assert out.read_text().startswith("# Imported from the ")
+
+
+def test_docs_name_every_key_each_importer_reads_or_refuses() -> None:
+    """docs/import.md's tables against the importers' own tables."""
+    from fsdpspec.convert import accelerate, axolotl, hftrain, torchtitan, trainer
+
+    text = (ROOT / "docs" / "import.md").read_text()
+    keys = [*hftrain._SIMPLE, *hftrain._SPECIAL, *trainer._FSDP_WORDS, *trainer._SEQ_LEN,
+            *accelerate._REFUSED_SIZES, *axolotl._RENAMED, *axolotl._REFUSED_SIZES,
+            *axolotl._REFUSED_SWITCHES, *torchtitan._REFUSED_DEGREES]
+    assert [k for k in keys if f"`{k}" not in text and f" {k}" not in text] == []

@@ -169,8 +169,9 @@ def test_trainer_arguments_file_with_inline_prefixless_config(tmp_path: Path) ->
 
 
 def test_trainer_yaml_and_a_config_file_beside_the_script(tmp_path: Path) -> None:
-    (tmp_path / "fsdp.json").write_text('{\n  "fsdp_activation_checkpointing": "true",\n'
-                                        '  "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]\n}')
+    (tmp_path / "fsdp.json").write_text(
+        '{\n  "fsdp_activation_checkpointing": "true",\n'
+        '  "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]\n}')
     script = ("export NGPU=4\n"
               "accelerate launch --num_processes 4 train.py \\\n"
               "  --fsdp 'full_shard auto_wrap' --fsdp_config fsdp.json \\\n"
