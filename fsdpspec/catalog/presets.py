@@ -254,3 +254,32 @@ def preset_names() -> list[str]:
 def preset_config(name: str) -> dict[str, Any]:
     """A fresh copy of a preset's config dict (callers may mutate it)."""
     return copy.deepcopy(PRESETS[name])
+
+
+# Hub ids whose published config.json has a preset's geometry, for the importers: a
+# source that names one of these models gets the preset (no download needed to plan it).
+HUB_PRESETS: dict[str, str] = {
+    "meta-llama/Llama-2-7b-hf": "llama2-7b",
+    "NousResearch/Llama-2-7b-hf": "llama2-7b",
+    "meta-llama/Llama-2-13b-hf": "llama2-13b",
+    "meta-llama/Llama-2-70b-hf": "llama2-70b",
+    "meta-llama/Meta-Llama-3-8B": "llama3-8b",
+    "NousResearch/Meta-Llama-3-8B": "llama3-8b",
+    "meta-llama/Meta-Llama-3-70B": "llama3-70b",
+    "meta-llama/Llama-3.1-405B": "llama3.1-405b",
+    "meta-llama/Llama-3.2-1B": "llama3.2-1b",
+    "meta-llama/Llama-3.2-3B": "llama3.2-3b",
+    "mistralai/Mistral-7B-v0.1": "mistral-7b",
+    "Qwen/Qwen2.5-0.5B": "qwen2.5-0.5b",
+    "Qwen/Qwen2.5-7B": "qwen2.5-7b",
+    "Qwen/Qwen2.5-72B": "qwen2.5-72b",
+    "google/gemma-2-2b": "gemma2-2b",
+    "google/gemma-2-9b": "gemma2-9b",
+    "google/gemma-2-27b": "gemma2-27b",
+    "microsoft/Phi-3-mini-4k-instruct": "phi3-mini",
+    "openai/gpt-oss-20b": "gpt-oss-20b",
+    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
+    "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b",
+    "EleutherAI/pythia-1.4b": "pythia-1.4b",
+    "bigcode/starcoder2-3b": "starcoder2-3b",
+}

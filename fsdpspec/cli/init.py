@@ -14,7 +14,7 @@ from fsdpspec.atomicio import write_text
 from fsdpspec.catalog.accelerators import CATALOG, accelerator_names
 from fsdpspec.catalog.presets import preset_config, preset_names
 from fsdpspec.cli.output import deliver, output_option
-from fsdpspec.convert.accelerate import HOST_GIB_PER_GPU
+from fsdpspec.convert.importer import HOST_GIB_PER_GPU
 from fsdpspec.report import RENDERERS
 from fsdpspec.semantics import DEFAULT_RDZV_PORT
 from fsdpspec.spec.names import kubernetes_name

@@ -18,7 +18,7 @@ COMMANDS: dict[str, str] = {
     "report": "report",
     "show": "show",
     "export": "export",
-    "import": "import_accelerate",
+    "import": "import_config",
     "init": "init",
     "rules": "rules",
     "explain": "explain",

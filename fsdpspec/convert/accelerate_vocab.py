@@ -22,6 +22,7 @@ KEY_TO_FIELD: dict[str, str] = {
     "fsdp_sync_module_states": "fsdp.sync_module_states",
     "fsdp_cpu_ram_efficient_loading": "fsdp.cpu_ram_efficient_loading",
     "fsdp_use_orig_params": "fsdp.use_orig_params",
+    "fsdp_limit_all_gathers": "fsdp.limit_all_gathers",
     "fsdp_activation_checkpointing": "fsdp.activation_checkpointing",
     "mixed_precision": "fsdp.mixed_precision",
     "num_processes": "resources.gpus_per_node",
@@ -84,13 +85,20 @@ SILENT_NOOP_KEYS: dict[str, str] = {
         "fsdp_backward_prefetch, NO_PREFETCH when that is absent; not imported"),
 }
 
+# Real accelerate keys with no v1 field: reported with the reason, never "did you mean".
+NOT_CARRIED: dict[str, str] = {
+    "fsdp_ignored_modules": "modules FSDP would leave unsharded; the spec shards every unit",
+    "dynamo_backend": ("accelerate's torch.compile backend; the spec compiles with "
+                       "train.compile (inductor)"),
+}
+
 # Keys that say nothing a spec holds (where the script runs, TPU and debug settings).
 NO_BEARING_KEYS: frozenset[str] = frozenset({
     "compute_environment", "debug", "downcast_bf16", "machine_rank",
     "main_training_function", "rdzv_backend", "same_network", "tpu_env", "tpu_use_cluster",
     "tpu_use_sudo", "gpu_ids", "enable_cpu_affinity", "fsdp_config",
     "dynamo_config", "deepspeed_config", "megatron_lm_config", "ipex_config",
-    "mpirun_config", "tpu_name", "tpu_zone", "commands", "command_file",
+    "mpirun_config", "tpu_name", "tpu_zone", "commands", "command_file", "fp8_config",
 })
 
 # accelerate's value for a key left out, where it differs from fsdpspec's default.

@@ -103,6 +103,22 @@ LOAD_CODES = _codes(
      "A model_type without an analytic family is planned from the model transformers "
      "builds on the meta device; that costs time per layer, so a config declaring more "
      "than 1024 layers (no causal LM has that many) is refused rather than built."),
+    ("FS050", "import-feature-missing", "an imported config asks for what the spec cannot say",
+     "`fsdpspec import` stops, writing nothing, when the source config uses a feature the "
+     "v1 spec has no field for: tensor, context, sequence, pipeline or expert parallelism "
+     "(accelerate's parallelism_config sizes, axolotl's tensor_parallel_size and "
+     "context_parallel_size, torchtitan's degrees), float8 training, activation offloading, "
+     "a quantized base model, or an optimizer other than AdamW and SGD. One line per "
+     "feature names it, its size and its line. Importing without it would train another "
+     "job than the one configured."),
+    ("FS051", "import-adapter", "an imported config trains an adapter (LoRA, QLoRA)",
+     "axolotl's `adapter: lora|qlora` with its `lora_*` keys trains low-rank adapters over "
+     "a frozen (for QLoRA, 4-bit) base model; until the spec holds adapters, `fsdpspec "
+     "import` refuses it by name rather than importing a full fine-tune."),
+    ("FS052", "import-malformed-value", "an imported config holds a value its tool never writes",
+     "A list, a mapping, an out-of-range integer or non-ASCII digits where the source "
+     "tool writes a scalar: the tool itself would fail on it, so the import stops with "
+     "one line naming the key."),
     ("FS030", "model-config", "the model's config cannot be used",
      "`model.hf_config` is unreadable, or its config.json lacks or mistypes a field the "
      "planner needs."),

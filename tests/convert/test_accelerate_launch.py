@@ -109,3 +109,16 @@ num_processes: 2
     result = cli("import", "accelerate", str(config), "-o", str(spec))
     assert "the model llama3-8b does not fit 2 × H100-80GB as configured" in result.stderr
     assert [d.code for d in check_file(spec).diagnostics if d.is_error] == ["FS201"]
+
+
+def test_an_fsdp2_hybrid_export_reaches_accelerate_as_its_mesh(cli, tmp_path: Path) -> None:
+    """HYBRID_SHARD under FSDP2 is accelerate's parallelism_config, which its launcher
+    turns into the 2-D mesh sizes (a strategy name would be ignored)."""
+    config = _exported(cli, ROOT / "examples" / "llama3-8b-h100.yaml", tmp_path / "a.yaml",
+                       "fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=4",
+                       "fsdp.version=2")
+    env = _launch_env(config)
+    assert env["FSDP_VERSION"] == "2" and env["FSDP_RESHARD_AFTER_FORWARD"] == "true"
+    # the example's 8 GPUs: two replicas of 4-rank shard groups
+    assert env["PARALLELISM_CONFIG_DP_SHARD_SIZE"] == "4"
+    assert env["PARALLELISM_CONFIG_DP_REPLICATE_SIZE"] == "2"

@@ -27,7 +27,7 @@ def test_a_malformed_value_is_one_line_naming_the_key_and_writes_nothing(
     result = run_cli("import", "accelerate", "a.yaml", "-o", "out.yaml", cwd=tmp_path)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"a.yaml:5: {key} is "), lines
+    assert len(lines) == 1 and lines[0].startswith(f"a.yaml:5: FS052 {key} is "), lines
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml"]
 
 

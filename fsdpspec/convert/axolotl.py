@@ -1,0 +1,193 @@
+"""`fsdpspec import axolotl CONFIG.yaml`: an axolotl config as a v1 spec.
+
+axolotl hands its training keys to the HF Trainer (some under its own names, renamed
+here for hftrain) and its FSDP settings to accelerate, in two generations: FSDP1 as
+`fsdp: [full_shard, auto_wrap]` with `fsdp_`-prefixed `fsdp_config` keys, FSDP2 as
+`fsdp_version: 2` with unprefixed keys. Its parallelism sizes follow accelerate's
+parallelism_config: a pure data-parallel layout is hybrid sharding, anything else (and
+LoRA/QLoRA adapters, float8, activation offloading) is refused by name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fsdpspec.convert import hftrain
+from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused
+from fsdpspec.convert.fsdpkeys import apply_fsdp, read_keys, take_layers
+from fsdpspec.convert.importer import Imported, finish
+from fsdpspec.convert.sources import Document, read_yaml
+from fsdpspec.convert.trainer import fsdp_entries, positioned_config
+from fsdpspec.spec.load import join
+
+# axolotl key → the TrainingArguments name it is handed to the Trainer as.
+_RENAMED = {
+    "micro_batch_size": "per_device_train_batch_size",
+    "num_epochs": "num_train_epochs",
+    "lr_scheduler": "lr_scheduler_type",
+    "optimizer": "optim",
+    "torch_compile": "torch_compile",
+}
+# Sizes of parallelisms the spec cannot say, with the feature each names.
+_REFUSED_SIZES = {
+    "tensor_parallel_size": "tensor parallelism",
+    "context_parallel_size": "context parallelism",
+    "sequence_parallel_degree": "sequence parallelism",
+    "expert_parallel_size": "expert parallelism",
+    "pipeline_parallel_size": "pipeline parallelism",
+}
+# Switches the spec cannot say, refused when on.
+_REFUSED_SWITCHES = {
+    "activation_offloading": "activation offloading to the CPU",
+    "fp8": "float8 training",
+    "load_in_8bit": "an 8-bit quantized base model",
+    "load_in_4bit": "a 4-bit quantized base model",
+}
+_ATTENTION = {"sdpa": "sdpa", "eager": "eager", "flash_attention_2": "flash_attention_2"}
+# axolotl dataset types that are one of the spec's data formats.
+_DATASET_FORMATS = {"chat_template": "chat", "completion": "text"}
+# Keys that change nothing the spec holds (logging destinations, prepared-data caches).
+_NO_BEARING = frozenset({
+    "strict", "dataset_prepared_path", "model_type", "tokenizer_type", "wandb_project",
+    "wandb_entity", "wandb_watch", "wandb_name", "wandb_log_model", "trackio_project_name",
+    "trackio_run_name", "trackio_space_id", "resume_from_checkpoint",
+})
+_HANDLED = frozenset({"base_model", "fsdp", "fsdp_config", "fsdp_version", "sequence_len",
+                      "dp_shard_size", "dp_replicate_size", "adapter", "datasets",
+                      "attn_implementation", *_REFUSED_SIZES, *_REFUSED_SWITCHES})
+
+
+def _entries(document: Document) -> dict[str, Entry]:
+    return {key: Entry(value, document.line(join("", key)), key)
+            for key, value in document.data.items()}
+
+
+def _refusals(entries: dict[str, Entry], draft: Draft) -> None:
+    adapter = entries.get("adapter")
+    if adapter is not None and adapter.value:
+        lora = sorted(k for k in entries if k.startswith("lora_") and entries[k].value)
+        keys = f" with {', '.join(lora)}" if lora else ""
+        draft.refuse(adapter.line, f"adapter {adapter.value} (a low-rank adapter over a "
+                     f"frozen base model{keys})", code="FS051")
+    for key, feature in _REFUSED_SIZES.items():
+        entry = entries.get(key)
+        if entry is not None and isinstance(entry.value, int) and entry.value > 1:
+            draft.refuse(entry.line, f"{key} {entry.value} ({feature}, {entry.value}-way)")
+    for key, feature in _REFUSED_SWITCHES.items():
+        entry = entries.get(key)
+        if entry is not None and entry.value not in (None, False):
+            draft.refuse(entry.line, f"{key} {entry.value} ({feature})")
+
+
+def _fsdp_config(document: Document, entries: dict[str, Entry]) -> dict[str, Entry]:
+    config = positioned_config(document)
+    if "fsdp_version" in entries:
+        config["fsdp_version"] = entries["fsdp_version"]
+    return config
+
+
+def _layout(entries: dict[str, Entry], reading: Any, draft: Draft,
+            assumed: Assumptions) -> None:
+    """dp_replicate_size × dp_shard_size is the process count and, with more than one
+    replica, hybrid sharding over dp_shard_size ranks."""
+    shard, replicate = entries.get("dp_shard_size"), entries.get("dp_replicate_size")
+    sizes = [e for e in (replicate, shard) if e is not None and isinstance(e.value, int)]
+    draft.put("resources.nodes", 1, "assumed: axolotl configs do not say")
+    if not sizes:
+        draft.put("resources.gpus_per_node", assumed.gpus_per_node,
+                  "assumed (axolotl configs do not say): --gpus-per-node")
+        return
+    total = 1
+    for entry in sizes:
+        total *= entry.value
+    draft.put("resources.gpus_per_node", total,
+              " × ".join(f"{e.written} {e.value} (line {e.line})" for e in sizes))
+    if replicate is not None and replicate.value > 1:
+        group = shard.value if shard is not None else 1
+        resharded = reading.values.get("fsdp_reshard_after_forward", "FULL_SHARD")
+        draft.put("fsdp.sharding_strategy",
+                  "HYBRID_SHARD" if resharded == "FULL_SHARD" else "HYBRID_SHARD_ZERO2",
+                  f"{replicate.written} {replicate.value} replicas (line {replicate.line})")
+        draft.put("fsdp.shard_group_size", group, f"{group}-rank shard groups")
+
+
+def _datasets(entries: dict[str, Entry], draft: Draft, base_dir: Path) -> None:
+    """A first dataset of a type the spec reads becomes `data` when it is on this
+    machine; the others, and one that is not here, are notes."""
+    from fsdpspec.catalog.hub import cached_snapshot, parse_hub_id
+
+    entry = entries.get("datasets")
+    if entry is None or not isinstance(entry.value, list):
+        return
+    for index, item in enumerate(entry.value):
+        kind = item.get("type") if isinstance(item, dict) else None
+        path = item.get("path") if isinstance(item, dict) else None
+        data_format = _DATASET_FORMATS.get(kind) if isinstance(kind, str) else None
+        where = f"datasets[{index}] {path} (type {kind})"
+        if index > 0 or data_format is None or not isinstance(path, str):
+            reason = "the spec trains on one dataset" if index > 0 else \
+                "not a format the spec reads (text, chat, prompt_completion)"
+            draft.note(entry, f"{where}: {reason}; not imported")
+            continue
+        hub = parse_hub_id(path, "dataset")
+        here = (base_dir / path).exists() or (hub is not None and cached_snapshot(hub))
+        if not here:
+            draft.note(entry, f"{where}: data.source dataset, format {data_format}, but it "
+                       "is not on this machine or in the Hugging Face cache; not imported "
+                       "(fetch it, then set data)")
+            continue
+        draft.carry("data.source", "dataset", entry)
+        draft.carry("data.path", path, entry)
+        draft.carry("data.format", data_format, entry)
+        field_name = item.get("field_messages" if data_format == "chat" else "field")
+        if isinstance(field_name, str):
+            target = "data.messages_field" if data_format == "chat" else "data.text_field"
+            draft.carry(target, field_name, entry)
+
+
+def _model_keys(entries: dict[str, Entry], draft: Draft) -> None:
+    length = entries.get("sequence_len")
+    if length is not None:
+        draft.carry("data.seq_len", hftrain.as_int(str(length.value).replace("_", "")), length)
+    attention = entries.get("attn_implementation")
+    if attention is not None and attention.value in _ATTENTION:
+        draft.carry("model.attention", _ATTENTION[attention.value], attention)
+    elif attention is not None and attention.value is not None:
+        draft.note(attention, f"attn_implementation {attention.value}: the spec has sdpa, "
+                   "eager and flash_attention_2; not imported")
+
+
+def _rest(entries: dict[str, Entry], draft: Draft) -> None:
+    for key, entry in entries.items():
+        known = key in _HANDLED or key in _NO_BEARING or key.startswith("lora_")
+        if entry.value is None or known or _RENAMED.get(key, key) in hftrain.READ:
+            continue
+        draft.note(entry, f"{key}: no v1 field; not imported")
+
+
+def import_config(path: Path, *, name: str, assumed: Assumptions,
+                  base_dir: Path) -> Imported:
+    """A commented v1 spec of the axolotl config at ``path``."""
+    document = read_yaml(path)
+    entries = _entries(document)
+    draft = Draft()
+    _refusals(entries, draft)
+    args = {_RENAMED.get(k, k): e for k, e in entries.items()}
+    config = _fsdp_config(document, entries)
+    reading = read_keys(fsdp_entries(args, path.parent, draft, config))
+    if reading.malformed:
+        raise ImportRefused(reading.malformed)
+    draft.notes += reading.notes
+    apply_fsdp(reading, draft)
+    _layout(entries, reading, draft, assumed)
+    world = draft.value("resources.gpus_per_node")
+    hftrain.apply_training(draft, args, world)
+    _model_keys(entries, draft)
+    _datasets(entries, draft, base_dir)
+    _rest(entries, draft)
+    layers = take_layers(reading, draft)
+    return finish(draft, tool="axolotl", kind="axolotl", source=str(path), name=name,
+                  model=entries.get("base_model"), layers=layers, assumed=assumed,
+                  base_dir=base_dir)
+

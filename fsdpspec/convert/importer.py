@@ -1,0 +1,168 @@
+"""The one importer core: the v1 spec a source format's values add up to, written as a
+commented YAML document.
+
+Each source module (accelerate, trainer, axolotl, torchtitan) reads its own file into a
+Draft: dotted v1 field → (value, the source line it came from), the keys it did not
+carry (with line and why), and the features it refuses (the spec cannot say them). This
+module then fills what the source does not say (model, GPU, host memory, process count)
+as marked assumptions, checks the layer class against the model, plans the job, and
+writes the text. Nothing is written when anything is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml.comments import CommentedMap
+
+from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note, note_order
+from fsdpspec.convert.model import apply_layers, apply_model
+from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.spec.yamltext import COMMENT_COLUMN, dump_yaml
+
+# Host RAM is in no source config; GPU servers carry about this much per GPU.
+HOST_GIB_PER_GPU = 128
+
+
+@dataclass
+class Imported:
+    """The v1 spec text, and what was left behind."""
+
+    text: str
+    notes: list[Note]
+
+
+def _spec_order(dotted: str) -> tuple[int, ...]:
+    """Sections, and fields in them, in the order the models declare them."""
+    model: Any = JobSpec
+    order = []
+    for name in dotted.split("."):
+        names = list(model.model_fields)
+        order.append(names.index(name) if name in names else len(names))
+        annotation = model.model_fields[name].annotation if name in names else None
+        model = annotation if hasattr(annotation, "model_fields") else _submodel(annotation)
+        if model is None:
+            break
+    return tuple(order)
+
+
+def _submodel(annotation: Any) -> Any:
+    for arg in getattr(annotation, "__args__", ()):
+        if hasattr(arg, "model_fields"):
+            return arg
+    return None
+
+
+def _nest(fields: dict[str, tuple[Any, str]]) -> CommentedMap:
+    root = CommentedMap()
+    for dotted in sorted(fields, key=_spec_order):
+        value, comment = fields[dotted]
+        *parents, last = dotted.split(".")
+        node = root
+        for name in parents:
+            node = node.setdefault(name, CommentedMap())
+        node[last] = value
+        if comment:
+            node.yaml_add_eol_comment(comment, last, column=COMMENT_COLUMN)
+    return root
+
+
+def _header(tool: str, kind: str, source: str, name: str) -> CommentedMap:
+    document = CommentedMap(apiVersion="fsdpspec/v1", kind="TrainingJob")
+    document.yaml_set_start_comment(
+        f"Imported from the {tool} config {source} by `fsdpspec import {kind}`.\n"
+        "Values marked 'assumed' or 'not in the source' are fsdpspec's guesses: check them.")
+    return document
+
+
+def _resources(draft: Draft, tool: str, assumed: Assumptions) -> None:
+    if not draft.has("resources.nodes"):
+        draft.put("resources.nodes", 1, f"assumed: {tool} configs do not say")
+    if not draft.has("resources.gpus_per_node"):
+        draft.put("resources.gpus_per_node", assumed.gpus_per_node,
+                  f"assumed ({tool} configs do not say): --gpus-per-node")
+    if not draft.has("resources.accelerator"):
+        draft.put("resources.accelerator", assumed.accelerator,
+                  "not in the source: the GPU you run on (--accelerator)")
+    if draft.value("resources.accelerator") != "cpu":
+        per_node = draft.value("resources.gpus_per_node")
+        draft.put("resources.host_memory_gib", HOST_GIB_PER_GPU * per_node,
+                  f"assumed {HOST_GIB_PER_GPU} GiB per GPU: set your nodes' RAM")
+    if draft.value("resources.nodes") > 1 and not draft.has("launch.rdzv_endpoint"):
+        draft.notes.append(Note(None, (
+            f"{draft.value('resources.nodes')} nodes and no rendezvous host in the source: "
+            "set launch.rdzv_endpoint (the first node's host:port) before `fsdpspec run`")))
+
+
+def _checkpointable_flat_params(draft: Draft) -> None:
+    """accelerate and the Trainer run FSDP1 with use_orig_params false under activation
+    checkpointing, but torch cannot map that run's optimizer state back to names through
+    the checkpoint wrapper (FS903), whichever way the layers are wrapped: the flat
+    parameters are what the checkpoint cannot hold, and FSDP1 has no other state-dict
+    path for them. use_orig_params true trains the same model with the same parameter
+    memory, and checkpoints; the import writes it and says so."""
+    if (draft.value("fsdp.version") == 1 and draft.value("fsdp.use_orig_params") is False
+            and draft.value("fsdp.activation_checkpointing", "none") != "none"):
+        line = draft.where.get("fsdp.use_orig_params")
+        draft.put("fsdp.use_orig_params", True,
+                  f"{draft.fields['fsdp.use_orig_params'][1]}: false, with activation "
+                  "checkpointing, could not be checkpointed (FS903)")
+        draft.notes.append(Note(line, (
+            "use_orig_params false with activation checkpointing: the run's checkpoints "
+            "could not be loaded (FS903); wrote fsdp.use_orig_params: true, which trains "
+            "the same model with the same memory")))
+
+
+def _fit_assumptions(document: CommentedMap, draft: Draft, base_dir: Path) -> list[Note]:
+    """Plan the imported job. The host RAM is our guess, so a guess too small for the
+    job is raised to its planned peak (FS203 would otherwise blame the user's config for
+    our assumption). The model is the user's choice or our placeholder: when it does not
+    fit the GPUs, say so."""
+    from fsdpspec.catalog.modelconfig import ModelConfigError
+    from fsdpspec.job.job import resolve
+    from fsdpspec.plan.memory import GIB
+    from fsdpspec.plan.planner import plan_job
+
+    try:
+        job = resolve(JobSpec.model_validate(json.loads(json.dumps(document))), base_dir)
+    except (ValueError, ModelConfigError):
+        return []  # an invalid import is reported by `fsdpspec validate` on the result
+    if job.geometry is None:  # `fsdpspec validate` on the result says why (no geometry)
+        return []
+    spec, plan = job.spec, plan_job(job)
+    if not plan.fits_host and spec.resources.accelerator != "cpu":
+        needed = math.ceil(plan.host.peak / GIB / 64) * 64
+        draft.put("resources.host_memory_gib", needed,
+                  f"assumed: the planned peak ({HOST_GIB_PER_GPU} GiB per GPU is too little)"
+                  ": set your nodes' RAM")
+    if plan.fits_device:
+        return []
+    model = spec.model.preset or spec.model.hf_config
+    return [Note(None, f"the model {model} does not fit {spec.world_size} × "
+                 f"{plan.accelerator.name} as configured (peak {plan.device.total / GIB:.1f} "
+                 f"of {plan.capacity / GIB:.1f} GiB): name your model with --preset or "
+                 "--hf-config, and see `fsdpspec plan`")]
+
+
+def finish(draft: Draft, *, tool: str, kind: str, source: str, name: str,
+           model: Entry | None, layers: Entry | None, assumed: Assumptions,
+           base_dir: Path) -> Imported:
+    """The commented v1 spec of a draft, or ImportRefused when the source asks for a
+    feature the spec lacks. ``model`` is the model the source names, ``layers`` the
+    wrapping classes it names (both checked here)."""
+    if draft.refusals:
+        raise ImportRefused(sorted(draft.refusals, key=note_order))
+    draft.put("metadata.name", name, "")
+    _checkpointable_flat_params(draft)
+    _resources(draft, tool, assumed)
+    config = apply_model(draft, model, layers, assumed, base_dir)
+    apply_layers(draft, layers, config)
+    document = _header(tool, kind, source, name)
+    document.update(_nest(draft.fields))
+    notes = draft.notes + _fit_assumptions(document, draft, base_dir)
+    document.update(_nest(draft.fields))
+    return Imported(dump_yaml(document), sorted(notes, key=note_order))

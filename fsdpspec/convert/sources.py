@@ -1,0 +1,268 @@
+"""Other tools' config files read as positioned plain data: YAML (the spec loader), JSON
+(bounded as a model's config.json is), TOML (tomllib, bounded) and one launch command of
+a shell script (shlex). Every reader is total: a file it cannot use is one SourceError
+line naming the file (and the line where there is one), never a traceback."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fsdpspec.catalog.configjson import ConfigJsonError, load_object, read_bytes
+from fsdpspec.spec.load import join, load_file
+
+
+class SourceError(ValueError):
+    """The file cannot be imported; the message is one line, starting with the file."""
+
+
+@dataclass
+class Document:
+    """A config's plain data and the 1-based line of each key, by JSON pointer."""
+
+    file: str
+    data: dict[str, Any]
+    lines: dict[str, int] = field(default_factory=dict)
+
+    def line(self, pointer: str) -> int | None:
+        return self.lines.get(pointer)
+
+
+def read_yaml(path: Path) -> Document:
+    """A YAML mapping through fsdpspec's own bounded loader (size, depth, aliases,
+    duplicate keys and tags are refused there)."""
+    loaded = load_file(path)
+    if loaded.diagnostics:
+        first = loaded.diagnostics[0]
+        where = f"{first.file}:{first.position.line}" if first.position else str(path)
+        raise SourceError(f"{where}: {first.message}")
+    if not isinstance(loaded.data, dict):
+        raise SourceError(f"{path}: the config is not a mapping of keys")
+    lines = {pointer: position.line for pointer, position in loaded.source_map.keys.items()}
+    return Document(str(path), loaded.data, lines)
+
+
+_JSON_KEY = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:')
+
+
+def _json_key_lines(text: str) -> dict[str, int]:
+    """The line of every object key, by pointer: a scan that follows strings, objects
+    and arrays (json has already accepted the text, so it is well formed)."""
+    lines: dict[str, int] = {}
+    stack: list[str] = []  # pointer of each open container
+    pending = ""  # pointer of the value about to start
+    index, line = 0, 1
+    while index < len(text):
+        char = text[index]
+        if char == '"':
+            match = _JSON_KEY.match(text, index)
+            if match and (not stack or not stack[-1].endswith("[]")):
+                key = json.loads(f'"{match.group(1)}"')
+                pending = join(stack[-1] if stack else "", key)
+                lines[pending] = line
+                line += match.group(0).count("\n")
+                index = match.end()
+                continue
+            end = re.compile(r'"((?:[^"\\]|\\.)*)"').match(text, index)
+            index = end.end() if end else index + 1
+            continue
+        if char == "[":
+            stack.append(pending + "[]")
+        elif char == "{":
+            # an object inside an array has no key: its own keys are left out
+            inside_array = bool(stack) and stack[-1].endswith("[]")
+            stack.append(stack[-1] + "/[]" if inside_array else pending)
+        elif char in "}]" and stack:
+            stack.pop()
+        elif char == "\n":
+            line += 1
+        index += 1
+    return {k: v for k, v in lines.items() if "[]" not in k}
+
+
+def read_json(path: Path) -> Document:
+    """A JSON object read as catalog/configjson reads a model config (1 MiB, no NaN,
+    bounded integers and depth)."""
+    try:
+        data = load_object(path)
+        text = read_bytes(path).decode("utf-8")
+    except ConfigJsonError as exc:
+        raise SourceError(str(exc)) from None
+    return Document(str(path), data, _json_key_lines(text))
+
+
+MAX_TOML_BYTES = 1 << 20
+_TOML_TABLE = re.compile(r"^\s*\[([A-Za-z0-9_.\-\s\"]+)\]\s*(#.*)?$")
+_TOML_KEY = re.compile(r"^\s*([A-Za-z0-9_\-]+)\s*=")
+
+
+def read_toml(path: Path) -> Document:
+    """A TOML file (at most 1 MiB) through tomllib; lines come from its table headers
+    and `key =` lines."""
+    try:
+        raw = read_bytes(path)
+    except ConfigJsonError as exc:
+        raise SourceError(str(exc).replace("not a model config", "not a TOML config")) from None
+    try:
+        text = raw.decode("utf-8")
+        data = tomllib.loads(text)
+    except UnicodeDecodeError:
+        raise SourceError(f"{path} is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SourceError(f"{path}: {exc}") from None
+    lines: dict[str, int] = {}
+    table = ""
+    for number, text_line in enumerate(text.splitlines(), 1):
+        header = _TOML_TABLE.match(text_line)
+        if header:
+            table = ""
+            for part in header.group(1).split("."):
+                table = join(table, part.strip().strip('"'))
+            lines.setdefault(table, number)
+            continue
+        key = _TOML_KEY.match(text_line)
+        if key:
+            lines.setdefault(join(table, key.group(1)), number)
+    return Document(str(path), data, lines)
+
+
+# ---- shell scripts ---------------------------------------------------------------------
+
+LAUNCHERS = ("torchrun", "accelerate", "python", "python3", "deepspeed")
+_STOP = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>&1"}
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str
+    line: int
+
+
+@dataclass
+class Command:
+    """One launch command of a script: the launcher's tokens, the program (a script or a
+    module), and the program's own arguments."""
+
+    file: str
+    launcher: str
+    launcher_args: list[Token]
+    program: Token | None
+    args: list[Token]
+    env: dict[str, Token]
+
+
+def _logical_lines(text: str) -> list[list[tuple[str, int]]]:
+    """Physical lines joined at trailing backslashes, each part with its line number."""
+    commands, current = [], []
+    for number, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.rstrip()
+        continued = stripped.endswith("\\")
+        current.append((stripped[:-1] if continued else stripped, number))
+        if not continued:
+            commands.append(current)
+            current = []
+    if current:
+        commands.append(current)
+    return commands
+
+
+def _tokens(parts: list[tuple[str, int]], file: str) -> list[Token]:
+    tokens: list[Token] = []
+    for text, number in parts:
+        try:
+            words = shlex.split(text, comments=True)
+        except ValueError as exc:
+            raise SourceError(f"{file}:{number}: cannot read the shell line ({exc})") from None
+        tokens += [Token(word, number) for word in words]
+    for index, token in enumerate(tokens):
+        if token.text in _STOP or token.text.startswith((">", "2>", "1>")):
+            return tokens[:index]
+    return tokens
+
+
+def _is_launch(tokens: list[Token]) -> bool:
+    words = [t.text for t in tokens if not _ASSIGNMENT.match(t.text)]
+    if not words:
+        return False
+    program = Path(words[0]).name
+    if program == "accelerate":
+        return len(words) > 1 and words[1] == "launch"
+    return program in LAUNCHERS
+
+
+def _split(tokens: list[Token], file: str, value_options: set[str]) -> Command:
+    env = {}
+    while tokens and _ASSIGNMENT.match(tokens[0].text):
+        name, _, _ = tokens[0].text.partition("=")
+        env[name] = tokens.pop(0)
+    launcher = Path(tokens[0].text).name
+    rest = tokens[2:] if launcher == "accelerate" else tokens[1:]
+    launcher_args: list[Token] = []
+    index = 0
+    while index < len(rest):
+        token = rest[index]
+        if token.text in ("-m", "--module"):
+            launcher_args.append(token)
+            index += 1
+            break
+        if not token.text.startswith("-"):
+            break
+        launcher_args.append(token)
+        if "=" not in token.text and token.text in value_options and index + 1 < len(rest):
+            launcher_args.append(rest[index + 1])
+            index += 1
+        index += 1
+    program = rest[index] if index < len(rest) else None
+    return Command(file, launcher, launcher_args, program, rest[index + 1:], env)
+
+
+# Launcher options that take a value (the rest are flags), as torchrun, python and
+# accelerate launch spell them.
+LAUNCHER_VALUE_OPTIONS = {
+    "--nproc_per_node", "--nproc-per-node", "--nnodes", "--node_rank", "--node-rank",
+    "--master_addr", "--master-addr", "--master_port", "--master-port", "--rdzv_endpoint",
+    "--rdzv-endpoint", "--rdzv_backend", "--rdzv-backend", "--rdzv_id", "--rdzv-id",
+    "--max_restarts", "--max-restarts", "--local-ranks-filter", "--local_ranks_filter",
+    "--log_dir", "--log-dir", "--redirects", "--tee", "--monitor_interval",
+    "--config_file", "--num_processes", "--num_machines", "--machine_rank",
+    "--main_process_ip", "--main_process_port", "--mixed_precision", "--gpu_ids",
+    "--dynamo_backend", "--deepspeed_config_file", "--fsdp_sharding_strategy", "-c",
+}
+
+
+def read_command(path: Path) -> Command:
+    """The one launch command (torchrun, accelerate launch, python) of a shell script."""
+    try:
+        text = read_bytes(path).decode("utf-8")
+    except ConfigJsonError as exc:
+        raise SourceError(str(exc).replace("not a model config", "not a launch script")) from None
+    except UnicodeDecodeError:
+        raise SourceError(f"{path} is not UTF-8 text") from None
+    launches = []
+    for parts in _logical_lines(text):
+        tokens = _tokens(parts, str(path))
+        if _is_launch(tokens):
+            launches.append(tokens)
+    if not launches:
+        raise SourceError(f"{path}: no torchrun, accelerate launch or python command found")
+    if len(launches) > 1:
+        lines = ", ".join(str(t[0].line) for t in launches)
+        raise SourceError(f"{path}: {len(launches)} launch commands (lines {lines}); "
+                          "import reads a script with one")
+    return _split(launches[0], str(path), LAUNCHER_VALUE_OPTIONS)
+
+
+def read_source(path: Path) -> Document:
+    """A YAML, JSON or TOML config by its file name's ending."""
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return read_json(path)
+    if suffix == ".toml":
+        return read_toml(path)
+    return read_yaml(path)

@@ -1,0 +1,307 @@
+"""`fsdpspec import torchtitan CONFIG.toml`: a torchtitan training TOML (the schema
+before its 2026 Python configs) as a v1 spec.
+
+Both of its layouts are read: parallel degrees under `[training]` and `[experimental]`
+(2024), or under `[parallelism]` (2025 on). torchtitan always shards with FSDP2; a
+replicate degree above one is hybrid sharding over the shard degree, and −1 means "the
+GPUs left". Tensor, context, pipeline and expert parallelism, float8 and op-level
+selective checkpointing are refused by name: the spec cannot say them yet.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fsdpspec.convert import hftrain
+from fsdpspec.convert.draft import Assumptions, Draft, Entry, Note
+from fsdpspec.convert.fsdpkeys import NotCarried
+from fsdpspec.convert.importer import Imported, finish
+from fsdpspec.convert.sources import Document, read_toml
+from fsdpspec.spec.load import join
+
+# (model name, flavor) → the preset of the same geometry.
+_PRESETS = {
+    ("llama2", "7B"): "llama2-7b", ("llama2", "13B"): "llama2-13b",
+    ("llama2", "70B"): "llama2-70b", ("llama3", "8B"): "llama3-8b",
+    ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3.1-405b",
+}
+# Degrees the spec cannot say, with the feature each names.
+_REFUSED_DEGREES = {
+    "tensor_parallel_degree": "tensor parallelism",
+    "context_parallel_degree": "context parallelism",
+    "pipeline_parallel_degree": "pipeline parallelism",
+    "expert_parallel_degree": "expert parallelism",
+    "expert_tensor_parallel_degree": "expert tensor parallelism",
+}
+_DEGREE_TABLES = ("parallelism", "training", "experimental")
+_DTYPES = {"bfloat16", "float16", "float32"}
+_SCHEDULES = {"linear": "linear", "cosine": "cosine"}
+
+
+class _Toml:
+    """The TOML's keys by (table, key), each an Entry naming `[table] key` and its line."""
+
+    def __init__(self, document: Document):
+        self.document = document
+        self.used: set[tuple[str, str]] = set()
+
+    def get(self, tables: tuple[str, ...] | str, key: str) -> Entry | None:
+        for table in (tables,) if isinstance(tables, str) else tables:
+            section = self._section(table)
+            if isinstance(section, dict) and key in section:
+                self.used.add((table, key))
+                pointer = join("".join(f"/{p}" for p in table.split(".")), key)
+                return Entry(section[key], self.document.line(pointer), f"[{table}] {key}")
+        return None
+
+    def _section(self, table: str) -> Any:
+        node: Any = self.document.data
+        for part in table.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+    def unread(self) -> list[Entry]:
+        """Every scalar key the importer did not read, with its line."""
+        found = []
+
+        def walk(node: dict, table: str) -> None:
+            for key, value in node.items():
+                if isinstance(value, dict):
+                    walk(value, f"{table}.{key}" if table else key)
+                elif (table, key) not in self.used:
+                    pointer = join("".join(f"/{p}" for p in table.split(".")), key)
+                    found.append(Entry(value, self.document.line(pointer), f"[{table}] {key}"))
+        walk(self.document.data, "")
+        return found
+
+
+def _degree(toml: _Toml, key: str) -> Entry | None:
+    return toml.get(_DEGREE_TABLES, key)
+
+
+def _refusals(toml: _Toml, draft: Draft) -> None:
+    for key, feature in _REFUSED_DEGREES.items():
+        entry = _degree(toml, key)
+        if entry is not None and isinstance(entry.value, int) and entry.value > 1:
+            draft.refuse(entry.line, f"{entry.written} {entry.value} ({feature}, "
+                         f"{entry.value}-way)")
+    converters = toml.get("model", "converters")
+    for name in converters.value if converters and isinstance(converters.value, list) else []:
+        draft.refuse(converters.line, f"{converters.written} {name} ({name} training)")
+    float8 = toml.get("float8", "enable_float8_linear")
+    if float8 is not None and float8.value is True:
+        draft.refuse(float8.line, f"{float8.written} (float8 training)")
+    for key in ("async_tp", "enable_async_tensor_parallel", "pipeline_parallel_schedule"):
+        _degree(toml, key)  # only meaningful with the parallelisms refused above
+    toml.get("quantize.linear.float8", "enable_fsdp_float8_all_gather")
+
+
+def _checkpointing(toml: _Toml, draft: Draft) -> None:
+    mode = toml.get("activation_checkpoint", "mode")
+    if mode is None:
+        return
+    if mode.value in ("none", "full"):
+        draft.carry("fsdp.activation_checkpointing", mode.value, mode)
+        toml.get("activation_checkpoint", "selective_ac_option")  # read only when selective
+        return
+    option = toml.get("activation_checkpoint", "selective_ac_option")
+    value = str(option.value) if option is not None else "2"
+    if value.isdigit() and int(value) > 0:
+        draft.carry("fsdp.activation_checkpointing", "selective", mode)
+        draft.carry("fsdp.ac_every", int(value), option or mode)
+    else:
+        draft.refuse(option.line if option else mode.line,
+                     f"[activation_checkpoint] selective_ac_option {value} (op-level "
+                     "selective activation checkpointing)")
+
+
+def _layout(toml: _Toml, draft: Draft, assumed: Assumptions) -> None:
+    """World, strategy and shard group from the two data-parallel degrees."""
+    shard, replicate = _degree(toml, "data_parallel_shard_degree"), \
+        _degree(toml, "data_parallel_replicate_degree")
+    shard_n = shard.value if shard is not None else -1
+    replicate_n = replicate.value if replicate is not None else 1
+    if not isinstance(shard_n, int) or not isinstance(replicate_n, int) or replicate_n < 1:
+        raise NotCarried("data parallel degrees are not whole numbers")
+    draft.put("resources.nodes", 1, "assumed: torchtitan configs do not say")
+    if shard_n == -1:
+        world = assumed.gpus_per_node
+        draft.put("resources.gpus_per_node", world,
+                  "assumed (torchtitan configs do not say; run_train.sh's NGPU): "
+                  "--gpus-per-node")
+        shard_n = max(world // replicate_n, 1)
+    else:
+        world = shard_n * replicate_n
+        draft.put("resources.gpus_per_node", world, "data_parallel_shard_degree × "
+                  f"data_parallel_replicate_degree (line {shard.line})")
+    draft.put("fsdp.version", 2, "torchtitan shards with FSDP2 (fully_shard)")
+    reshard = toml.get("parallelism", "fsdp_reshard_after_forward")
+    keeps = reshard is not None and reshard.value == "never"
+    if replicate_n > 1 and shard_n > 1:
+        draft.carry("fsdp.sharding_strategy",
+                    "HYBRID_SHARD_ZERO2" if keeps else "HYBRID_SHARD", replicate,
+                    f": {replicate_n} replicas of {shard_n}-rank shard groups")
+        draft.put("fsdp.shard_group_size", shard_n,
+                  f"from {shard.written} (line {shard.line})" if shard else "the GPUs left")
+    elif replicate_n > 1:
+        draft.carry("fsdp.sharding_strategy", "NO_SHARD", replicate, ": replicated (DDP)")
+    elif keeps:
+        draft.carry("fsdp.sharding_strategy", "SHARD_GRAD_OP", reshard)
+
+
+def _precision(toml: _Toml, draft: Draft) -> None:
+    param = toml.get(("training",), "mixed_precision_param")
+    reduce = toml.get(("training",), "mixed_precision_reduce")
+    # torchtitan's defaults: parameters in bfloat16, gradients reduced in float32.
+    param_dtype = param.value if param else "bfloat16"
+    reduce_dtype = reduce.value if reduce else "float32"
+    if param_dtype not in _DTYPES or reduce_dtype not in _DTYPES:
+        draft.notes.append(Note((param or reduce).line, "mixed precision dtypes "
+                                f"{param_dtype}/{reduce_dtype}: not imported"))
+        return
+    given = [e for e in (param, reduce) if e is not None]
+    comment = ("from " + ", ".join(f"{e.written} (line {e.line})" for e in given)) if given \
+        else "torchtitan's default: bfloat16 parameters, float32 reduction"
+    # FSDP2 leaves buffers as they are (buffer_dtype is FSDP1's, FS901).
+    draft.put("fsdp.mixed_precision", {"param_dtype": param_dtype, "reduce_dtype": reduce_dtype},
+              comment)
+
+
+def _training(toml: _Toml, draft: Draft) -> None:
+    batch = toml.get("training", "local_batch_size") or toml.get("training", "batch_size")
+    micro = batch.value if batch is not None else 8
+    draft.put("data.micro_batch_size", micro, f"from {batch.written} (line {batch.line})"
+              if batch else "torchtitan's default local batch")
+    world = draft.value("resources.gpus_per_node")
+    data_parallel = world  # every rank is a data-parallel rank (other degrees are refused)
+    global_batch = toml.get("training", "global_batch_size")
+    if global_batch is not None and isinstance(global_batch.value, int) and global_batch.value > 0:
+        draft.carry("data.global_batch_size", global_batch.value, global_batch)
+    else:
+        draft.put("data.global_batch_size", micro * data_parallel,
+                  f"{micro} per rank × {data_parallel} data-parallel ranks, no accumulation")
+    simple = {
+        ("training", "seq_len"): ("data.seq_len", hftrain.as_int),
+        ("training", "steps"): ("train.max_steps", hftrain.as_int),
+        ("training", "max_norm"): ("optimizer.grad_clip_norm", hftrain.as_float),
+        ("training", "seed"): ("train.seed", hftrain.as_int),
+        ("training", "compile"): ("train.compile", hftrain.as_bool),
+        ("training", "enable_cpu_offload"): ("fsdp.cpu_offload", hftrain.as_bool),
+        ("compile", "enable"): ("train.compile", hftrain.as_bool),
+        ("optimizer", "lr"): ("optimizer.lr", hftrain.as_float),
+        ("optimizer", "eps"): ("optimizer.eps", hftrain.as_float),
+        ("optimizer", "weight_decay"): ("optimizer.weight_decay", hftrain.as_float),
+        ("lr_scheduler", "warmup_steps"): ("optimizer.scheduler.warmup_steps", hftrain.as_int),
+        ("training", "warmup_steps"): ("optimizer.scheduler.warmup_steps", hftrain.as_int),
+        ("lr_scheduler", "min_lr_factor"): ("optimizer.scheduler.min_lr_ratio",
+                                            hftrain.as_float),
+        ("metrics", "log_freq"): ("logging.interval_steps", hftrain.as_int),
+        ("metrics", "enable_tensorboard"): ("logging.tensorboard", hftrain.as_bool),
+        ("job", "description"): ("metadata.description", str),
+    }
+    for (table, key), (target, convert) in simple.items():
+        entry = toml.get(table, key)
+        if entry is not None:
+            try:
+                draft.carry(target, convert(entry.value), entry)
+            except NotCarried as exc:
+                draft.note(entry, f"{entry.written}: {exc}; not imported")
+
+
+def _optimizer(toml: _Toml, draft: Draft) -> None:
+    name = toml.get("optimizer", "name")
+    if name is not None and str(name.value).lower() != "adamw":
+        draft.refuse(name.line, f"{name.written} {name.value} (an optimizer the spec lacks; "
+                     "it has adamw and sgd)")
+        return
+    draft.put("optimizer.name", "adamw", f"from {name.written} (line {name.line})" if name
+              else "torchtitan's default AdamW")
+    # torchtitan's AdamW defaults where the spec's differ.
+    if not draft.has("optimizer.weight_decay"):
+        draft.put("optimizer.weight_decay", 0.1, "torchtitan's default weight_decay")
+    draft.put("optimizer.betas", [0.9, 0.95], "torchtitan's AdamW betas")
+    decay = toml.get("lr_scheduler", "decay_type")
+    schedule = str(decay.value) if decay is not None else "linear"
+    if schedule in _SCHEDULES:
+        draft.put("optimizer.scheduler.name", _SCHEDULES[schedule],
+                  f"from {decay.written} (line {decay.line})" if decay
+                  else "torchtitan's default: linear decay after warmup")
+    else:
+        draft.note(decay, f"{decay.written} {schedule}: the spec decays linearly or by cosine; "
+                   "imported as linear")
+        draft.put("optimizer.scheduler.name", "linear", f"{schedule} is not in the spec")
+    if not draft.has("optimizer.scheduler.min_lr_ratio"):
+        draft.put("optimizer.scheduler.min_lr_ratio", 0.0, "torchtitan decays to 0 by default")
+    ratio = toml.get("lr_scheduler", "decay_ratio")
+    if ratio is not None and ratio.value is not None:
+        draft.note(ratio, f"{ratio.written} {ratio.value}: a stable phase before the decay, "
+                   "which the spec's schedules lack; decays right after warmup")
+
+
+def _checkpoint(toml: _Toml, draft: Draft) -> None:
+    enabled = toml.get("checkpoint", "enable") or toml.get("checkpoint", "enable_checkpoint")
+    if enabled is not None and enabled.value is False:
+        draft.carry("checkpoint.interval_steps", 0, enabled, ": saves only when stopped")
+        toml.get("checkpoint", "interval")  # no saves: its interval says nothing
+    else:
+        interval = toml.get("checkpoint", "interval")
+        if interval is not None:
+            draft.carry("checkpoint.interval_steps", interval.value, interval)
+    keep = toml.get("checkpoint", "keep_latest_k")
+    if keep is not None and isinstance(keep.value, int):
+        draft.carry("checkpoint.keep_last", keep.value, keep)
+    dtype = toml.get("checkpoint", "export_dtype")
+    if dtype is not None and dtype.value in _DTYPES:
+        draft.carry("checkpoint.final.dtype", dtype.value, dtype)
+    toml.get("checkpoint", "interval_type")
+
+
+def _model(toml: _Toml) -> Entry | None:
+    name, flavor = toml.get("model", "name"), toml.get("model", "flavor")
+    if name is None:
+        return None
+    preset = _PRESETS.get((str(name.value), str(flavor.value) if flavor else ""))
+    if preset is not None:
+        return Entry(preset, flavor.line if flavor else name.line,
+                     f"[model] {name.value} {flavor.value if flavor else ''}".strip())
+    assets = toml.get("model", "hf_assets_path")
+    if assets is not None:
+        return assets
+    label = f"{name.value} {flavor.value}" if flavor else str(name.value)
+    return Entry(label, name.line, "[model] name and flavor")
+
+
+# Keys that change nothing the spec holds (profiling, output folders, metrics colours).
+# ([float8] and [quantize.*] configure float8, which is refused unless off.)
+_NO_BEARING_TABLES = {"profiling", "job", "comm", "memory_estimation", "fault_tolerance",
+                      "float8", "quantize"}
+
+
+def import_config(path: Path, *, name: str, assumed: Assumptions,
+                  base_dir: Path) -> Imported:
+    """A commented v1 spec of the torchtitan TOML at ``path``."""
+    toml = _Toml(read_toml(path))
+    draft = Draft()
+    _refusals(toml, draft)
+    _checkpointing(toml, draft)
+    try:
+        _layout(toml, draft, assumed)
+    except NotCarried as exc:
+        draft.refuse(None, str(exc))
+    model = _model(toml)
+    if draft.refusals:
+        return finish(draft, tool="torchtitan", kind="torchtitan", source=str(path),
+                      name=name, model=model, layers=None, assumed=assumed,
+                      base_dir=base_dir)
+    _precision(toml, draft)
+    _training(toml, draft)
+    _optimizer(toml, draft)
+    _checkpoint(toml, draft)
+    for entry in toml.unread():
+        table = entry.written[1:].split("]")[0].split(".")[0]
+        if table not in _NO_BEARING_TABLES and entry.value not in (None, False, "", [],
+                                                                    "disabled"):
+            draft.note(entry, f"{entry.written}: no v1 field; not imported")
+    return finish(draft, tool="torchtitan", kind="torchtitan", source=str(path), name=name,
+                  model=model, layers=None, assumed=assumed, base_dir=base_dir)

@@ -1,0 +1,276 @@
+"""`fsdpspec import trainer FILE`: an HF Trainer job as a v1 spec, from a shell script's
+one launch command (torchrun, accelerate launch, python) or a TrainingArguments JSON or
+YAML file.
+
+The Trainer turns its `fsdp` option ("full_shard auto_wrap offload" …) and its
+`fsdp_config` (a JSON file, inline JSON or a mapping; keys with or without the `fsdp_`
+prefix) into accelerate's FSDP keys, so this module does the same and hands them to
+fsdpkeys; the training keys go to hftrain. What a script holds that cannot be read (a
+shell variable, a process count of "gpu") is a note naming its line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fsdpspec.convert import hftrain
+from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
+from fsdpspec.convert.fsdpkeys import apply_fsdp, read_keys, take_layers
+from fsdpspec.convert.importer import Imported, finish
+from fsdpspec.convert.sources import (
+    Command,
+    Document,
+    SourceError,
+    Token,
+    read_command,
+    read_json,
+    read_source,
+)
+from fsdpspec.spec.load import join
+
+# The words of the Trainer's `fsdp` option, as accelerate keys.
+_FSDP_WORDS = {
+    "full_shard": ("fsdp_sharding_strategy", "FULL_SHARD"),
+    "shard_grad_op": ("fsdp_sharding_strategy", "SHARD_GRAD_OP"),
+    "no_shard": ("fsdp_sharding_strategy", "NO_SHARD"),
+    "hybrid_shard": ("fsdp_sharding_strategy", "HYBRID_SHARD"),
+    "hybrid_shard_zero2": ("fsdp_sharding_strategy", "HYBRID_SHARD_ZERO2"),
+    "offload": ("fsdp_offload_params", True),
+}
+# Trainer arguments that are FSDP keys under another name (older transformers).
+_FSDP_ARGS = {"fsdp_transformer_layer_cls_to_wrap", "fsdp_min_num_params", "fsdp_version"}
+# Script arguments common to Trainer scripts (alpaca, FastChat, trl) that say the length.
+_SEQ_LEN = ("model_max_length", "max_seq_length", "max_length", "block_size", "seq_len")
+_MODEL = ("model_name_or_path", "model_name", "model_id")
+
+
+def _args(tokens: list[Token], file: str, draft: Draft) -> dict[str, Entry]:
+    """`--key value`, `--key=value` and bare `--flag` (True) by key, dashes as
+    underscores; a value holding a shell variable is a note, not a value."""
+    args: dict[str, Entry] = {}
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        index += 1
+        if not token.text.startswith("--"):
+            draft.notes.append(Note(token.line, f"argument {token.text!r}: not an option; "
+                                    "not imported"))
+            continue
+        key, eq, value = token.text[2:].partition("=")
+        if not eq:
+            if index < len(tokens) and not tokens[index].text.startswith("--"):
+                value = tokens[index].text
+                index += 1
+            else:
+                value = "True"
+        name = key.replace("-", "_")
+        if "$" in value:
+            draft.notes.append(Note(token.line, f"--{key} {value}: a shell variable, which "
+                                    "import cannot read; not imported"))
+            continue
+        args[name] = Entry(value, token.line, f"--{key}")
+    return args
+
+
+def _launcher_value(command: Command, *names: str) -> Entry | None:
+    tokens = command.launcher_args
+    for index, token in enumerate(tokens):
+        key, eq, value = token.text.partition("=")
+        if key in names:
+            if not eq:
+                value = tokens[index + 1].text if index + 1 < len(tokens) else ""
+            return Entry(value, token.line, key)
+    return None
+
+
+def _count(entry: Entry | None, draft: Draft, what: str) -> int | None:
+    if entry is None:
+        return None
+    if str(entry.value).isdigit() and int(entry.value) > 0:
+        return int(entry.value)
+    draft.note(entry, f"{entry.written} {entry.value}: not a number of {what} import can "
+               "read; not imported")
+    return None
+
+
+def _topology(command: Command, draft: Draft) -> None:
+    launcher = command.launcher
+    if launcher == "accelerate":
+        config = _launcher_value(command, "--config_file", "-c")
+        if config is not None:
+            draft.note(config, (f"--config_file {config.value}: the accelerate config is not "
+                                "read here (import it with `fsdpspec import accelerate`)"))
+        total = _count(_launcher_value(command, "--num_processes"), draft, "processes")
+        nodes = _count(_launcher_value(command, "--num_machines"), draft, "machines") or 1
+        host = _launcher_value(command, "--main_process_ip")
+        port = _launcher_value(command, "--main_process_port")
+        per_node = total // nodes if total and total % nodes == 0 else None
+    elif launcher in ("torchrun", "python", "python3"):
+        per_node_entry = _launcher_value(command, "--nproc_per_node", "--nproc-per-node")
+        per_node = _count(per_node_entry, draft, "processes")
+        nodes = _count(_launcher_value(command, "--nnodes"), draft, "nodes") or 1
+        host = _launcher_value(command, "--master_addr", "--master-addr")
+        port = _launcher_value(command, "--master_port", "--master-port")
+        endpoint = _launcher_value(command, "--rdzv_endpoint", "--rdzv-endpoint")
+        if endpoint is not None and "$" not in str(endpoint.value) and nodes > 1:
+            draft.carry("launch.rdzv_endpoint", endpoint.value, endpoint)
+        if launcher != "torchrun" and per_node_entry is None:
+            per_node = 1  # plain python: one process
+    else:
+        raise SourceError(f"{command.file}: {launcher} launches are not read; use torchrun, "
+                          "accelerate launch or python")
+    if per_node:
+        draft.put("resources.gpus_per_node", per_node, f"{launcher} (line "
+                  f"{command.launcher_args[0].line if command.launcher_args else '?'})")
+    draft.put("resources.nodes", nodes, f"{launcher}: {nodes} node(s)")
+    if nodes > 1 and host is not None and "$" not in str(host.value) \
+            and not draft.has("launch.rdzv_endpoint"):
+        port_value = port.value if port is not None and str(port.value).isdigit() else 29500
+        draft.put("launch.rdzv_endpoint", f"{host.value}:{port_value}",
+                  f"from {host.written} (line {host.line})")
+
+
+def _fsdp_config(value: Entry, base: Path) -> dict[str, Entry]:
+    """The fsdp_config keys as accelerate keys: a JSON file (beside the script, or from
+    the working directory), inline JSON, or a mapping."""
+    if isinstance(value.value, dict):
+        data, lines, file = value.value, {}, None
+    elif str(value.value).lstrip().startswith("{"):
+        try:
+            data = json.loads(value.value)
+        except json.JSONDecodeError as exc:
+            raise SourceError(f"{value.written} is not JSON: {exc}") from None
+        lines, file = {}, None
+    else:
+        path = base / str(value.value)
+        if not path.exists():
+            path = Path(str(value.value))
+        document = read_json(path)
+        data, lines, file = document.data, document.lines, str(path)
+    if not isinstance(data, dict):
+        raise SourceError(f"{value.written} is not a mapping of FSDP keys")
+    entries = {}
+    for key, item in data.items():
+        line = lines.get(join("", key)) if file else value.line
+        entries[accelerate_key(key)] = Entry(item, line, key if file else f"{value.written} {key}",
+                                        file)
+    return entries
+
+
+def accelerate_key(key: str) -> str:
+    """A Trainer or axolotl fsdp_config key as accelerate spells it (`fsdp_` prefixed)."""
+    return key if key.startswith("fsdp_") else f"fsdp_{key}"
+
+
+def positioned_config(document: Document, key: str = "fsdp_config") -> dict[str, Entry]:
+    """A mapping fsdp_config of a YAML or JSON file, each key with its own line."""
+    section = document.data.get(key)
+    if not isinstance(section, dict):
+        return {}
+    return {accelerate_key(name): Entry(value, document.line(join(f"/{key}", name)), name)
+            for name, value in section.items()}
+
+
+def fsdp_entries(args: dict[str, Entry], base: Path, draft: Draft,
+                 config: dict[str, Entry] | None = None) -> dict[str, Entry]:
+    """The Trainer's `fsdp` words and `fsdp_config` (HF argument names) as accelerate
+    keys; ``config`` is an fsdp_config already read with its positions. axolotl, which
+    hands both to the Trainer, reads its config through this too."""
+    entries: dict[str, Entry] = {}
+    option = args.get("fsdp")
+    words = option.value if option is not None else ""
+    words = words.split() if isinstance(words, str) else list(words or [])
+    if not words and not config and "fsdp_config" not in args:
+        draft.notes.append(Note(option.at if option else None, (
+            "no fsdp option: the Trainer would not use FSDP; imported as an FSDP job")))
+    for word in words:
+        if word in _FSDP_WORDS:
+            key, value = _FSDP_WORDS[word]
+            entries[key] = Entry(value, option.line, f"{option.written} {word}")
+        elif word != "auto_wrap":
+            draft.note(option, f"{option.written} {word}: not an FSDP option of the Trainer; "
+                       "not imported")
+    if words:
+        # The Trainer wraps by layer class with auto_wrap (by size when min_num_params is
+        # set); without it, nothing is wrapped but the root, as accelerate's default.
+        policy = "TRANSFORMER_BASED_WRAP" if "auto_wrap" in words else "NO_WRAP"
+        entries["fsdp_auto_wrap_policy"] = Entry(policy, option.line, option.written)
+    for key in _FSDP_ARGS:
+        if key in args:
+            entries[key] = args[key]
+    if config:
+        entries.update(config)
+    elif "fsdp_config" in args:
+        entries.update(_fsdp_config(args["fsdp_config"], base))
+    minimum = entries.get("fsdp_min_num_params")
+    if "auto_wrap" in words and minimum is not None and str(minimum.value) not in ("0", ""):
+        entries["fsdp_auto_wrap_policy"] = Entry("SIZE_BASED_WRAP", option.line, option.written)
+    return entries
+
+
+def _program_note(command: Command, draft: Draft) -> None:
+    if command.program is not None:
+        draft.notes.append(Note(command.program.line, (
+            f"the training program {command.program.text} is not imported: fsdpspec trains "
+            "with its own engine (the model, data and loss the spec names)")))
+
+
+_HANDLED = frozenset({"fsdp", "fsdp_config", *_FSDP_ARGS, *_SEQ_LEN, *_MODEL})
+
+
+def _rest(args: dict[str, Entry], draft: Draft) -> None:
+    for key in _SEQ_LEN:
+        if key in args:
+            draft.carry("data.seq_len", hftrain.as_int(args[key].value), args[key])
+            break
+    for key, entry in args.items():
+        if key in _HANDLED or key in hftrain.READ or key in hftrain.NO_BEARING:
+            continue
+        draft.note(entry, f"{entry.written}: no v1 field; not imported")
+
+
+def _arguments(path: Path, draft: Draft) -> tuple[dict[str, Entry], dict[str, Entry]]:
+    """The Trainer's arguments by name, and an fsdp_config read with its positions."""
+    if path.suffix.lower() in (".json", ".yaml", ".yml"):
+        document: Document = read_source(path)
+        args = {key.replace("-", "_"): Entry(value, document.line(join("", key)), key)
+                for key, value in document.data.items()}
+        return args, positioned_config(document)
+    command = read_command(path)
+    if command.launcher == "python" and command.program is not None \
+            and command.program.text in ("torch.distributed.run", "torch.distributed.launch"):
+        command = _as_torchrun(command)
+    _topology(command, draft)
+    _program_note(command, draft)
+    return _args(command.args, command.file, draft), {}
+
+
+def _as_torchrun(command: Command) -> Command:
+    """`python -m torch.distributed.run …` is torchrun."""
+    from fsdpspec.convert.sources import LAUNCHER_VALUE_OPTIONS, _split
+
+    tokens = [Token("torchrun", command.program.line), *command.args]
+    return _split(tokens, command.file, LAUNCHER_VALUE_OPTIONS)
+
+
+def import_config(path: Path, *, name: str, assumed: Assumptions,
+                  base_dir: Path) -> Imported:
+    """A commented v1 spec of the Trainer job at ``path``."""
+    draft = Draft()
+    args, config = _arguments(path, draft)
+    reading = read_keys(fsdp_entries(args, path.parent, draft, config))
+    if reading.malformed:
+        raise ImportRefused(reading.malformed)
+    draft.notes += reading.notes
+    apply_fsdp(reading, draft)
+    if not draft.has("resources.gpus_per_node"):
+        draft.put("resources.gpus_per_node", assumed.gpus_per_node,
+                  "assumed (the source does not say): --gpus-per-node")
+    world = draft.value("resources.gpus_per_node") * draft.value("resources.nodes", 1)
+    hftrain.apply_training(draft, args, world)
+    _rest(args, draft)
+    layers = take_layers(reading, draft)
+    model = next((args[k] for k in _MODEL if k in args), None)
+    return finish(draft, tool="HF Trainer", kind="trainer", source=str(path), name=name,
+                  model=model, layers=layers, assumed=assumed, base_dir=base_dir)

@@ -1,0 +1,206 @@
+"""`fsdpspec import accelerate|trainer|axolotl|torchtitan` on real configs taken from
+public projects (tests/convert/configs/README.md cites each): every one imports with the
+strategy, offload, checkpointing, precision, state dict type, process count and FSDP
+version its tool runs, or is refused with one line per feature the spec lacks. An
+import that needs nothing we lack then validates and dry-runs clean.
+
+The expectations are read off the source files by hand (and their tools' defaults:
+accelerate and the Trainer default to FSDP1 with FULL_STATE_DICT and no backward
+prefetch; torchtitan shards with FSDP2; an HF `bf16: auto` is bf16). Everything runs
+through click's runner on the real CLI, except one subprocess per kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT, run_cli
+from fsdpspec.cli.main import cli
+from fsdpspec.validate import check_file
+
+CONFIGS = ROOT / "tests" / "convert" / "configs"
+BF16, FP32 = "bfloat16", "float32"
+
+
+def job(version: int, strategy: str, offload: bool, ac: str, precision: str,
+        state_dict: str, world: int, *, errors: tuple[str, ...] = (), **more: Any) -> dict:
+    return dict(version=version, strategy=strategy, offload=offload, ac=ac,
+                precision=precision, state_dict=state_dict, world=world, errors=errors, **more)
+
+
+def refused(*features: str) -> dict:
+    return {"refused": features}
+
+
+FULL, SGO = "FULL_SHARD", "SHARD_GRAD_OP"
+FSD, SSD = "FULL_STATE_DICT", "SHARDED_STATE_DICT"
+
+EXPECTED: dict[str, dict] = {
+    # accelerate: FSDP1 unless fsdp_version 2; num_processes counts all machines.
+    "accelerate/accelerate-template-fsdp.yaml": job(1, FULL, False, "none", BF16, SSD, 2),
+    "accelerate/accelerate-slurm-fsdp.yaml": job(1, FULL, False, "none", FP32, SSD, 8),
+    "accelerate/accelerate-tests-latest-fsdp.yaml": job(1, FULL, False, "none", FP32, SSD, 1),
+    "accelerate/accelerate-cp8.yaml": refused("parallelism_config_cp_size 8 (context "
+                                              "parallelism, 8-way)"),
+    "accelerate/accelerate-tp-hsdp.yaml": refused("parallelism_config_tp_size 2 (tensor "
+                                                  "parallelism, 2-way)"),
+    "accelerate/trl-fsdp1.yaml": job(1, FULL, False, "none", BF16, FSD, 8),
+    "accelerate/trl-fsdp2.yaml": job(2, FULL, False, "none", BF16, FSD, 8),
+    "accelerate/trl-context-parallel-2gpu.yaml": refused(
+        "parallelism_config_cp_size 2 (context parallelism, 2-way)"),
+    "accelerate/alignment-handbook-fsdp.yaml": job(1, FULL, False, "none", BF16, SSD, 8),
+    "accelerate/llamafactory-fsdp.yaml": job(1, FULL, False, "none", BF16, FSD, 2),
+    "accelerate/llamafactory-fsdp2.yaml": job(2, FULL, False, "none", BF16, FSD, 2),
+    "accelerate/llamafactory-multiple-nodes.yaml": job(1, FULL, False, "none", BF16, FSD, 16,
+                                                       nodes=2),
+    "accelerate/llamafactory-offload.yaml": job(1, FULL, True, "none", BF16, FSD, 2),
+    "accelerate/peft-sft-fsdp.yaml": job(1, FULL, False, "none", BF16, SSD, 8),
+    "accelerate/peft-sft-fsdp-qlora.yaml": job(1, FULL, True, "none", FP32, SSD, 2),
+    "accelerate/peft-tests-fsdp2.yaml": job(2, FULL, False, "none", BF16, SSD, 2),
+    # HF Trainer: the process count is the launcher's; gradient_checkpointing is full AC.
+    "trainer/fastchat-train-vicuna-7b.sh": job(1, FULL, False, "full", BF16, FSD, 4),
+    "trainer/fastchat-train-vicuna-13b.sh": job(1, FULL, True, "full", BF16, FSD, 8),
+    "trainer/fastchat-test-readme-train.sh": job(1, FULL, False, "full", BF16, FSD, 4,
+                                                 preset="llama2-7b"),
+    "trainer/alpaca-readme-llama.sh": job(1, FULL, False, "none", BF16, FSD, 4,
+                                          errors=("FS201",)),
+    "trainer/alpaca-readme-opt.sh": job(1, FULL, False, "none", BF16, FSD, 4),
+    "trainer/qwerty-pretrain.sh": job(1, FULL, False, "none", BF16, FSD, 2, errors=("FS201",)),
+    "trainer/qwerty-finetune.sh": job(1, FULL, False, "full", BF16, FSD, 3),
+    "trainer/qwerty-finetune-2-machine.sh": job(1, FULL, False, "none", BF16, FSD, 6, nodes=2),
+    # fsdp.json: activation_checkpointing true, use_orig_params false (FS903: written true).
+    "trainer/scicom-fsdp1-peft/fsdp1-peft.sh": job(1, FULL, False, "full", BF16, FSD, 8,
+                                                   errors=("FS201",), use_orig_params=True),
+    "trainer/scicom-fsdp1-ep/fsdp1.sh": job(1, FULL, False, "full", BF16, FSD, 8,
+                                            preset="gpt-oss-20b", use_orig_params=True),
+    "trainer/scicom-gpt-oss-lora/fsdp1-gpt-oss-120b-lora-256.sh": job(
+        1, FULL, False, "full", BF16, FSD, 8, use_orig_params=True),
+    # axolotl: `fsdp: [full_shard, auto_wrap]` is FSDP1; processes are not in the file.
+    "axolotl/llama-3-fft-8b-liger-fsdp.yaml": job(1, FULL, True, "full", BF16, FSD, 8,
+                                                  use_orig_params=True),
+    "axolotl/phi3-ft-fsdp.yml": job(1, FULL, True, "full", BF16, FSD, 8, preset="phi3-mini",
+                                    use_orig_params=True),
+    "axolotl/qwen2-adamw-pretrain-fsdp2.yaml": job(2, FULL, False, "none", BF16, FSD, 8,
+                                                   preset="qwen2.5-0.5b"),
+    "axolotl/gpt-oss-20b-fft-fsdp2.yaml": refused("activation_offloading True"),
+    "axolotl/llama-2-qlora-fsdp.yml": refused("adapter qlora", "load_in_4bit True"),
+    "axolotl/llama-3_1-8b-hsdp-tp.yaml": refused("tensor_parallel_size 2 (tensor parallelism"),
+    "axolotl/qwen3-8b-fsdp-tp-cp.yaml": refused("tensor_parallel_size 2",
+                                                "context_parallel_size 2"),
+    "axolotl/llama-3-3b-fp8-fsdp2.yaml": refused("fp8 True (float8 training)"),
+    "axolotl/llama3-8b-fsdp2-alst.yaml": refused("context_parallel_size 8",
+                                                 "activation_offloading legacy"),
+    "axolotl/qwen2-muon-pretrain-fsdp2.yaml": refused("optimizer muon"),
+    # torchtitan: FSDP2, data_parallel_shard_degree -1 over the assumed 8 GPUs.
+    "torchtitan/2024-debug_model.toml": job(2, FULL, False, "selective", BF16, SSD, 8,
+                                            ac_every=2),
+    "torchtitan/2026-qwen3_32b.toml": job(2, FULL, False, "full", BF16, SSD, 8),
+    "torchtitan/2024-llama3_8b.toml": refused("selective_ac_option op"),
+    "torchtitan/2024-llama2_7b.toml": refused("selective_ac_option op"),
+    "torchtitan/2024-llama3_70b.toml": refused("[training] tensor_parallel_degree 8"),
+    "torchtitan/2026-llama3_8b.toml": refused("selective_ac_option op"),
+    "torchtitan/2026-llama3_70b.toml": refused("[parallelism] tensor_parallel_degree 8"),
+    "torchtitan/2026-llama3_405b.toml": refused("converters float8",
+                                                "[parallelism] tensor_parallel_degree 8"),
+    "torchtitan/2026-qwen3_0.6b.toml": refused("selective_ac_option op"),
+    "torchtitan/2026-deepseek_v3_16b.toml": refused("expert_parallel_degree 8",
+                                                    "selective_ac_option op"),
+    "torchtitan/2026-llama4_17bx16e.toml": refused("tensor_parallel_degree 8",
+                                                   "expert_tensor_parallel_degree 8"),
+}
+
+
+def _corpus() -> list[str]:
+    return sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("*/**/*")
+                  if p.suffix in (".yaml", ".yml", ".toml", ".sh"))
+
+
+def test_every_corpus_file_is_expected_and_cited() -> None:
+    readme = (CONFIGS / "README.md").read_text()
+    files = _corpus()
+    assert files == sorted(EXPECTED)
+    assert [f for f in files if f"`{f}`" not in readme] == []
+    for kind in ("accelerate", "trainer", "axolotl", "torchtitan"):
+        assert len([f for f in files if f.startswith(kind + "/")]) >= 8, kind
+
+
+def _import(name: str, out: Path):
+    kind = name.split("/")[0]
+    return CliRunner().invoke(cli, ["import", kind, str(CONFIGS / name), "-o", str(out)])
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_imports_as_its_tool_runs_it(name: str, tmp_path: Path) -> None:
+    out = tmp_path / "job.yaml"
+    result = _import(name, out)
+    expected = EXPECTED[name]
+    assert "Traceback" not in result.output
+    if "refused" in expected:
+        assert result.exit_code == 1, result.output
+        assert not out.exists()
+        lines = [line for line in result.output.splitlines() if "nothing imported" in line]
+        for feature in expected["refused"]:
+            line = next((x for x in lines if feature in x), None)
+            assert line is not None, (feature, result.output)
+            assert line.startswith(f"{CONFIGS / name}:") and " FS05" in line, line
+        return
+    assert result.exit_code == 0, result.output
+    report = check_file(out)
+    spec = report.spec
+    assert spec is not None, [d.message for d in report.diagnostics]
+    fsdp = spec.fsdp
+    assert (fsdp.version, fsdp.sharding_strategy, fsdp.cpu_offload,
+            fsdp.activation_checkpointing, fsdp.mixed_precision.param_dtype,
+            fsdp.state_dict_type, spec.world_size) == (
+        expected["version"], expected["strategy"], expected["offload"], expected["ac"],
+        expected["precision"], expected["state_dict"], expected["world"])
+    assert spec.resources.nodes == expected.get("nodes", 1)
+    for key, field in (("preset", spec.model.preset), ("ac_every", fsdp.ac_every),
+                       ("use_orig_params", fsdp.use_orig_params)):
+        if key in expected:
+            assert field == expected[key], key
+    assert tuple(d.code for d in report.diagnostics if d.is_error) == expected["errors"]
+    if expected["errors"]:  # the import said which assumption fails, and what to set
+        assert "does not fit" in result.output and "--preset or --hf-config" in result.output
+
+
+CLEAN = [n for n, e in sorted(EXPECTED.items()) if "refused" not in e and not e["errors"]
+         and e.get("nodes", 1) == 1]
+
+
+@pytest.mark.parametrize("name", CLEAN)
+def test_import_then_validate_then_dry_run_is_clean(name: str, tmp_path: Path) -> None:
+    out = tmp_path / "job.yaml"
+    assert _import(name, out).exit_code == 0
+    runner = CliRunner()
+    validated = runner.invoke(cli, ["validate", str(out), "--format", "concise"])
+    assert validated.exit_code == 0, validated.output
+    assert " error " not in validated.output
+    dry = runner.invoke(cli, ["run", "--dry-run", str(out)])
+    assert dry.exit_code == 0, dry.output
+
+
+@pytest.mark.parametrize("name", ["accelerate/trl-fsdp2.yaml", "trainer/qwerty-finetune.sh",
+                                  "axolotl/phi3-ft-fsdp.yml", "torchtitan/2026-qwen3_32b.toml"])
+def test_each_kind_as_a_user_types_it(name: str, tmp_path: Path) -> None:
+    """The real `fsdpspec` process, once per kind."""
+    kind = name.split("/")[0]
+    out = tmp_path / "job.yaml"
+    result = run_cli("import", kind, str(CONFIGS / name), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert f"wrote {out}" in result.stderr
+    assert out.read_text().startswith("# Imported from the ")
+
+
+def test_docs_name_every_key_each_importer_reads_or_refuses() -> None:
+    """docs/import.md's tables against the importers' own tables."""
+    from fsdpspec.convert import accelerate, axolotl, hftrain, torchtitan, trainer
+
+    text = (ROOT / "docs" / "import.md").read_text()
+    keys = [*hftrain._SIMPLE, *hftrain._SPECIAL, *trainer._FSDP_WORDS, *trainer._SEQ_LEN,
+            *accelerate._REFUSED_SIZES, *axolotl._RENAMED, *axolotl._REFUSED_SIZES,
+            *axolotl._REFUSED_SWITCHES, *torchtitan._REFUSED_DEGREES]
+    assert [k for k in keys if f"`{k}" not in text and f" {k}" not in text] == []

@@ -1,0 +1,210 @@
+"""The defects issue 23 found in `fsdpspec import accelerate`, one test each, and the
+Trainer / axolotl readers' own edges: every line asserts the message and its line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from ruamel.yaml import YAML
+
+from fsdpspec.cli.main import cli
+from fsdpspec.validate import check_file
+
+HEAD = "distributed_type: FSDP\nmixed_precision: bf16\n"
+
+
+def _import(tmp_path: Path, kind: str, name: str, text: str, *extra: str):
+    source = tmp_path / name
+    source.write_text(text)
+    out = tmp_path / "job.yaml"
+    result = CliRunner().invoke(cli, ["import", kind, str(source), "-o", str(out), *extra])
+    return source, out, result
+
+
+def _errors(out: Path) -> list[str]:
+    return [d.code for d in check_file(out).diagnostics if d.is_error]
+
+
+@pytest.mark.parametrize("section", ["  cp_size: 8\n", "  parallelism_config_cp_size: 8\n"])
+def test_context_parallelism_is_refused_naming_its_size(tmp_path: Path, section: str) -> None:
+    source, out, result = _import(tmp_path, "accelerate", "cp.yaml", HEAD + "num_processes: 8\n"
+                                  "fsdp_config:\n  fsdp_version: 2\nparallelism_config:\n"
+                                  + section)
+    assert result.exit_code == 1 and not out.exists()
+    key = section.split(":")[0].strip()
+    assert result.output.strip() == (f"{source}:7: FS050 {key} 8 (context parallelism, 8-way): "
+                                     "the spec cannot say this yet; nothing imported")
+
+
+def test_tensor_parallel_hsdp_is_refused_and_pure_hsdp_is_hybrid(tmp_path: Path) -> None:
+    layout = (HEAD + "num_processes: 8\nfsdp_config:\n  fsdp_version: 2\n"
+              "  fsdp_reshard_after_forward: true\nparallelism_config:\n"
+              "  dp_replicate_size: 2\n  dp_shard_size: {shard}\n  tp_size: {tp}\n")
+    source, out, result = _import(tmp_path, "accelerate", "a.yaml", layout.format(shard=2, tp=2))
+    assert result.exit_code == 1
+    assert f"{source}:10: FS050 tp_size 2 (tensor parallelism, 2-way)" in result.output
+    _, out, result = _import(tmp_path, "accelerate", "a.yaml", layout.format(shard=4, tp=1))
+    assert result.exit_code == 0, result.output
+    spec = check_file(out).spec
+    assert (spec.fsdp.sharding_strategy, spec.fsdp.shard_group_size, spec.world_size) == (
+        "HYBRID_SHARD", 4, 8)
+    assert _errors(out) == []
+
+
+def test_a_layer_class_of_another_model_is_reported_not_copied(tmp_path: Path) -> None:
+    source, out, result = _import(tmp_path, "accelerate", "bert.yaml", HEAD + "num_processes: 1\n"
+                                  "fsdp_config:\n  fsdp_transformer_layer_cls_to_wrap: "
+                                  "BertLayer\n")
+    assert result.exit_code == 0
+    assert (f"{source}:5: fsdp_transformer_layer_cls_to_wrap BertLayer is not a layer of the "
+            "model llama3.2-1b: not imported (the model's LlamaDecoderLayer is wrapped)"
+            ) in result.output
+    assert "BertLayer" not in out.read_text().split("fsdp:")[1].split("#")[0]
+    assert check_file(out).spec.fsdp.transformer_layer_cls == []
+    assert _errors(out) == []
+
+
+FOUR_MACHINES = """\
+distributed_type: FSDP
+mixed_precision: bf16
+num_machines: 4
+num_processes: 4
+fsdp_config:
+  fsdp_version: 2
+  fsdp_sharding_strategy: HYBRID_SHARD
+  fsdp_reshard_after_forward: true
+  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer
+"""
+
+
+def test_four_machines_without_an_ip_say_what_to_set(tmp_path: Path) -> None:
+    source, out, result = _import(tmp_path, "accelerate", "four.yaml", FOUR_MACHINES)
+    assert result.exit_code == 0
+    assert (f"{source}: 4 nodes and no rendezvous host in the source: set "
+            "launch.rdzv_endpoint (the first node's host:port) before `fsdpspec run`"
+            ) in result.output
+    # Until issue 24 lets a spec without an endpoint validate, FS025 is the one error.
+    assert set(_errors(out)) <= {"FS025"}
+
+
+def test_an_fsdp2_hybrid_strategy_is_not_silently_replaced(tmp_path: Path) -> None:
+    source, out, result = _import(tmp_path, "accelerate", "four.yaml", FOUR_MACHINES)
+    assert (f"{source}:7: fsdp_sharding_strategy HYBRID_SHARD is not read by accelerate with "
+            "fsdp_version 2, which shards as FULL_SHARD over all processes (hybrid sharding "
+            "is parallelism_config's dp_replicate_size × dp_shard_size): not imported"
+            ) in result.output
+    assert YAML(typ="safe").load(out.read_text())["fsdp"]["sharding_strategy"] == "FULL_SHARD"
+    # Under FSDP1 accelerate obeys fsdp_sharding_strategy, and the other key is the note.
+    text = FOUR_MACHINES.replace("fsdp_version: 2", "fsdp_version: 1").replace(
+        "fsdp_reshard_after_forward: true", "fsdp_reshard_after_forward: SHARD_GRAD_OP")
+    source, out, result = _import(tmp_path, "accelerate", "four.yaml", text)
+    assert f"{source}:8: fsdp_reshard_after_forward SHARD_GRAD_OP is not read" in result.output
+    assert YAML(typ="safe").load(out.read_text())["fsdp"]["sharding_strategy"] == "HYBRID_SHARD"
+
+
+def test_real_accelerate_keys_get_no_wrong_hint(tmp_path: Path) -> None:
+    source, _, result = _import(tmp_path, "accelerate", "keys.yaml", HEAD + "num_processes: 2\n"
+                                "dynamo_backend: INDUCTOR\nfsdp_config:\n"
+                                "  fsdp_ignored_modules: [lm_head]\n  fsdp_offload_param: true\n")
+    assert result.exit_code == 0, result.output
+    assert "did you mean fsdp_sync_module_states" not in result.output
+    assert "did you mean rdzv_backend" not in result.output
+    assert f"{source}:4: dynamo_backend: accelerate's torch.compile backend" in result.output
+    assert f"{source}:6: fsdp_ignored_modules: modules FSDP would leave unsharded" in result.output
+    assert (f"{source}:7: unknown key fsdp_offload_param (did you mean fsdp_offload_params?)"
+            ) in result.output
+
+
+def test_flat_params_with_checkpointing_import_as_a_job_that_validates(tmp_path: Path) -> None:
+    source, out, result = _import(tmp_path, "accelerate", "ac.yaml", HEAD + "num_processes: 2\n"
+                                  "fsdp_config:\n  fsdp_activation_checkpointing: true\n"
+                                  "  fsdp_use_orig_params: false\n")
+    assert result.exit_code == 0
+    assert f"{source}:6: use_orig_params false with activation checkpointing" in result.output
+    assert "FS903" in out.read_text() and check_file(out).spec.fsdp.use_orig_params is True
+    assert _errors(out) == []
+
+
+def test_export_writes_the_fsdp2_form_with_hybrid_as_parallelism_config(tmp_path: Path) -> None:
+    _, spec, result = _import(tmp_path, "accelerate", "a.yaml", HEAD + "num_processes: 8\n"
+                              "fsdp_config:\n  fsdp_version: 2\nparallelism_config:\n"
+                              "  dp_replicate_size: 2\n  dp_shard_size: 4\n")
+    exported = tmp_path / "back.yaml"
+    result = CliRunner().invoke(cli, ["export", "accelerate", str(spec), "-o", str(exported)])
+    assert result.exit_code == 0, result.output
+    config = YAML(typ="safe").load(exported.read_text())
+    assert config["fsdp_config"]["fsdp_version"] == 2
+    assert config["fsdp_config"]["fsdp_reshard_after_forward"] is True
+    assert "fsdp_sharding_strategy" not in config["fsdp_config"]
+    assert config["parallelism_config"] == {"parallelism_config_dp_replicate_size": 2,
+                                            "parallelism_config_dp_shard_size": 4}
+
+
+# ---- HF Trainer -----------------------------------------------------------------------
+
+def test_trainer_arguments_file_with_inline_prefixless_config(tmp_path: Path) -> None:
+    arguments = {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "fsdp": ["shard_grad_op",
+                 "auto_wrap", "offload"], "fsdp_config": {"backward_prefetch": "backward_post",
+                 "fsdp_version": "1", "use_orig_params": "true"}, "bf16": True,
+                 "per_device_train_batch_size": 2, "gradient_accumulation_steps": 4,
+                 "max_steps": 100, "warmup_ratio": 0.1, "save_steps": 50,
+                 "lr_scheduler_type": "cosine", "learning_rate": 1e-5}
+    source, out, result = _import(tmp_path, "trainer", "args.json",
+                                  json.dumps(arguments, indent=2), "--gpus-per-node", "2")
+    assert result.exit_code == 0, result.output
+    spec = check_file(out).spec
+    assert spec.model.preset == "qwen2.5-0.5b"
+    assert (spec.fsdp.sharding_strategy, spec.fsdp.cpu_offload, spec.fsdp.backward_prefetch,
+            spec.fsdp.use_orig_params) == ("SHARD_GRAD_OP", True, "BACKWARD_POST", True)
+    assert (spec.data.micro_batch_size, spec.data.global_batch_size) == (2, 16)
+    assert (spec.train.max_steps, spec.optimizer.scheduler.warmup_steps) == (100, 10)
+    assert spec.optimizer.scheduler.min_lr_ratio == 0.0
+    text = out.read_text()  # lines of the JSON file's own keys, nested ones too
+    assert "from fsdp shard_grad_op (line 3)" in text
+    assert "from backward_prefetch (line 9)" in text
+    assert _errors(out) == []
+
+
+def test_trainer_yaml_and_a_config_file_beside_the_script(tmp_path: Path) -> None:
+    (tmp_path / "fsdp.json").write_text(
+        '{\n  "fsdp_activation_checkpointing": "true",\n'
+        '  "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]\n}')
+    script = ("export NGPU=4\n"
+              "accelerate launch --num_processes 4 train.py \\\n"
+              "  --fsdp 'full_shard auto_wrap' --fsdp_config fsdp.json \\\n"
+              "  --max-steps=20 --fp16 --seed $SEED\n")
+    source, out, result = _import(tmp_path, "trainer", "run.sh", script)
+    assert result.exit_code == 0, result.output
+    assert f"{source}:4: --seed $SEED: a shell variable" in result.output
+    spec = check_file(out).spec
+    assert (spec.world_size, spec.train.max_steps, spec.fsdp.activation_checkpointing,
+            spec.fsdp.mixed_precision.param_dtype) == (4, 20, "full", "float16")
+    assert f"{tmp_path / 'fsdp.json'}:2" in out.read_text()
+
+
+def test_a_script_with_two_launches_or_none_is_one_line(tmp_path: Path) -> None:
+    source, out, result = _import(tmp_path, "trainer", "two.sh",
+                                  "torchrun a.py --fsdp full_shard\npython b.py\n")
+    assert result.exit_code == 1 and not out.exists()
+    assert result.output.strip().endswith(
+        f"{source}: 2 launch commands (lines 1, 2); import reads a script with one; "
+        "nothing imported")
+    source, out, result = _import(tmp_path, "trainer", "none.sh", "echo hi\n")
+    assert result.exit_code == 1 and "no torchrun, accelerate launch or python command" in (
+        result.output)
+
+
+# ---- axolotl ---------------------------------------------------------------------------
+
+def test_axolotl_lora_is_refused_by_name_with_its_keys(tmp_path: Path) -> None:
+    source, out, result = _import(tmp_path, "axolotl", "lora.yaml",
+                                  "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_r: 16\n"
+                                  "lora_alpha: 32\nfsdp_version: 2\nfsdp_config:\n"
+                                  "  reshard_after_forward: true\n")
+    assert result.exit_code == 1 and not out.exists()
+    assert result.output.strip() == (
+        f"{source}:2: FS051 adapter lora (a low-rank adapter over a frozen base model with "
+        "lora_alpha, lora_r): the spec cannot say this yet; nothing imported")
