@@ -86,8 +86,10 @@ def test_four_machines_without_an_ip_say_what_to_set(tmp_path: Path) -> None:
     assert (f"{source}: 4 nodes and no rendezvous host in the source: set "
             "launch.rdzv_endpoint (the first node's host:port) before `fsdpspec run`"
             ) in result.output
-    # Until issue 24 lets a spec without an endpoint validate, FS025 is the one error.
-    assert set(_errors(out)) <= {"FS025"}
+    # The exports derive the endpoint, so FS025 no longer applies; the placeholder model
+    # (the source names none) does not fit unwrapped on 4 GPUs, and the import says so.
+    assert "the model llama3-8b does not fit 4 × H100-80GB" in result.output
+    assert _errors(out) == ["FS201"]
 
 
 def test_an_fsdp2_hybrid_strategy_is_not_silently_replaced(tmp_path: Path) -> None:

@@ -75,8 +75,8 @@ def test_plan_without_torch_names_the_model_type_in_one_line(tmp_path: Path) -> 
 
 def test_an_absurd_layer_count_is_refused_with_a_code_not_built() -> None:
     """A gpt2 config with 3000 layers took over 15 s to build on the meta device."""
-    from fsdpspec.plan.geometry import GeometryError
-    from fsdpspec.plan.introspect import introspected_geometry
+    from fsdpspec.job.geometry import GeometryError
+    from fsdpspec.job.introspect import introspected_geometry
 
     config = {"model_type": "gpt2", "n_layer": 3000, "n_embd": 64, "n_head": 4,
               "vocab_size": 256, "n_positions": 128}
