@@ -12,7 +12,6 @@ tests/runners/conftest.py; its two nodes take one such job each):
 
 from __future__ import annotations
 
-import hashlib
 import re
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_cluster import Cluster
+from slurm_cluster import Cluster, digest
 
 from conftest import ROOT
 
@@ -43,12 +42,6 @@ def export(root: Path, *overrides: str) -> Path:
 def log_of(root: Path, job_id: str) -> str:
     """The job's log, in the submit directory."""
     return (root / f"quickstart-{job_id}.out").read_text()
-
-
-def digest(directory: Path) -> dict[str, str]:
-    """Every file under ``directory``: its sha256 (and so its bytes)."""
-    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")

@@ -25,10 +25,9 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_cluster import Cluster, running
+from slurm_cluster import Cluster, digest, running
 
 from conftest import QUICKSTART
-from test_slurm_cluster import digest
 
 pytestmark = pytest.mark.slow
 
