@@ -255,3 +255,23 @@ def torchrun_engine(spec_data: dict, run_dir: Path, nproc: int = 2,
 @pytest.fixture
 def train_engine():
     return torchrun_engine
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """The one real Slurm cluster of a test session, two nodes (tests/support/
+    slurm_cluster.py), shared by the single-node and the two-node tests so that no two
+    sets of daemons fight over ports or state; always torn down (daemons by pid, the
+    nodes' namespaces deleted)."""
+    from slurm_cluster import missing_tools, start_cluster, stop_cluster
+
+    missing = missing_tools()
+    if missing or os.geteuid() != 0:
+        pytest.skip(f"a real Slurm needs root and {', '.join(missing) or 'its daemons'} "
+                    "(.ci/run installs slurm-wlm and munge)")
+    cluster = start_cluster()
+    try:
+        yield cluster
+    finally:
+        stop_cluster(cluster)
+

@@ -19,6 +19,7 @@ from fsdpspec_runners.local.resolved import absolute_inputs, resolved_document
 from fsdpspec_runners.local.rundir import (
     RunDirError,
     join_run_dir,
+    layout_change,
     prepare_run_dir,
     run_dir_path,
 )
@@ -112,9 +113,12 @@ def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
                 join_run_dir(spec, run_dir)
                 click.echo(f"joining {spec.metadata.name} in {run_dir}", err=True)
             else:
+                change = layout_change(spec, run_dir)  # before the new spec replaces the old
                 resumed = prepare_run_dir(spec, run_dir)
                 click.echo(f"{'resuming' if resumed else 'starting'} {spec.metadata.name} in "
                            f"{run_dir}", err=True)
+                if change:
+                    click.echo(change, err=True)
             title = spec.metadata.name if sys.stdout.isatty() else None
             code, stopped_by = run_supervised(argv, env, progress_title=title)
             if not node_rank:

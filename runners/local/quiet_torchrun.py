@@ -53,10 +53,21 @@ def run(argv: list[str]) -> int:
     return 0
 
 
+_relayed = False  # whether a stop has reached workers of this torchrun
+
+
 def _relay_to_workers(signum: int, _frame: FrameType | None) -> None:
-    """Pass a stop on to the workers (they checkpoint and exit 0) and keep running."""
+    """Pass a stop on to the workers (they checkpoint and exit 0) and keep running, to
+    the exit barrier too; before there are workers, stop at once (nothing to save)."""
+    global _relayed
+    workers = children(os.getpid())
+    if not workers:
+        if not _relayed:
+            raise SystemExit(128 + signum)
+        return
+    _relayed = True
     relayed = signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM
-    for pid in children(os.getpid()):
+    for pid in workers:
         try:
             os.kill(pid, relayed)
         except ProcessLookupError:

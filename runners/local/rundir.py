@@ -4,6 +4,12 @@ A directory holding another job's resolved-spec.json is never reused: the engine
 resume from that job's checkpoints. The same job may change how long it trains, how it
 logs and saves, and how it is launched; anything else (model, data, sharding,
 optimizer…) makes it another job.
+
+Launching includes the layout: after a preemption a job often gets fewer or more nodes.
+A run resumed on another node or process count (and so perhaps another micro-batch)
+with the same global batch reshards its checkpoint (DCP reshards a sharded one; a full
+state dict is sharded anew as it loads) and continues from the same step and data
+position, which count global sequences, not per-rank ones.
 """
 
 from __future__ import annotations
@@ -24,8 +30,11 @@ from fsdpspec_runners.local.resolved import (
 )
 from fsdpspec_runners.local.runlock import is_lock_file
 
+# Fields a resumed run may change that lay it out anew (the global batch stays).
+LAYOUT_CHANGES = ("resources.nodes", "resources.gpus_per_node", "data.micro_batch_size")
 # Fields that may differ between a run and its resumption (dotted prefixes).
 RESUMABLE_CHANGES = (
+    *LAYOUT_CHANGES, "resources.cpus_per_node", "resources.host_memory_gib",
     "train.max_steps", "logging.", "checkpoint.interval_steps", "checkpoint.keep_last",
     "checkpoint.final.", "checkpoint.resume", "launch.", "metadata.description",
     "metadata.labels", "lint.",
@@ -96,6 +105,27 @@ def _check_same_job(spec: JobSpec, run_dir: Path, document: dict[str, Any]) -> N
         raise RunDirError(f"{run_dir} holds a run of {name!r} whose model config.json had "
                           "other contents: set checkpoint.dir to a new directory, or "
                           "remove the old run")
+
+
+def layout_change(spec: JobSpec, run_dir: Path) -> str | None:
+    """One line saying how a resumed run's layout differs from its run directory's; None
+    for a new run, the same layout, or a directory the same-job check refuses."""
+    try:
+        document = _previous_document(run_dir) if run_dir.is_dir() else None
+    except RunDirError:
+        return None
+    if document is None or job_differences(document["spec"], spec.as_json_data()):
+        return None
+    old, new = _flatten(document["spec"]), _flatten(spec.as_json_data())
+    changed = [f"{k} {old.get(k)} → {new.get(k)}" for k in LAYOUT_CHANGES
+               if old.get(k) != new.get(k)]
+    if not changed:
+        return None
+    before = old["resources.nodes"] * old["resources.gpus_per_node"]
+    processes = f"{spec.world_size} process{'es' if spec.world_size > 1 else ''}"
+    return (f"new layout: {processes}, was {before} ({', '.join(changed)}); "
+            "the checkpoint is resharded and the run continues at its step and data "
+            f"position (global batch {spec.data.global_batch_size})")
 
 
 def _bookkeeping(path: Path) -> bool:

@@ -21,6 +21,7 @@ requeued job may start again at once (cred_expire, then `StartTime=now`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import re
@@ -62,6 +63,13 @@ def command_name(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
+
+
+def digest(directory: Path) -> dict[str, str]:
+    """Every file under ``directory``: its sha256 (and so its bytes), to show that a
+    refused job changed nothing."""
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 def _kill_and_wait(pids: list[int], signum: int, timeout_s: float = 20) -> None:

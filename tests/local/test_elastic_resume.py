@@ -1,0 +1,84 @@
+"""Elastic resume: a run resumed on another process count with the same global batch
+reshards its checkpoint and continues at the same step and data position, and says so
+in one line; another global batch stays refused, naming the field. Both checkpoint
+layouts: SHARDED (DCP reshards, here 2 → 1 processes) and FULL_STATE_DICT (every rank
+keeps its own shards of the one file, here 1 → 3). Each resumed run's losses match an
+uninterrupted run's, step for step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fault_jobs import fsdpspec_run, job_file, run_dir
+
+pytestmark = pytest.mark.slow
+
+# 6 sequences per step: 6 micro-batches of 1 on 1 process, 3 on 2, 2 on 3.
+JOB = {"data": {"global_batch_size": 6, "micro_batch_size": 1},
+       "checkpoint": {"interval_steps": 10}, "train": {"max_steps": 20}}
+
+
+def losses(run: Path) -> dict[int, float]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r["loss"] for r in map(json.loads, lines) if "loss" in r}
+
+
+def ok(result):
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[int, float]:
+    job = job_file(tmp_path_factory.mktemp("straight"), JOB)
+    ok(fsdpspec_run(job))
+    return losses(run_dir(job))
+
+
+@pytest.mark.parametrize(("state_dict_type", "before", "after"), [
+    ("SHARDED_STATE_DICT", 2, 1), ("FULL_STATE_DICT", 1, 3)])
+def test_a_run_resumed_on_another_process_count_continues_exactly(
+        tmp_path: Path, uninterrupted: dict[int, float], state_dict_type: str,
+        before: int, after: int) -> None:
+    job = job_file(tmp_path, {**JOB, "fsdp": {"state_dict_type": state_dict_type}})
+    ok(fsdpspec_run(job, "--set", "train.max_steps=10",
+                    "--set", f"resources.gpus_per_node={before}"))
+    resumed = ok(fsdpspec_run(job, "--set", f"resources.gpus_per_node={after}"))
+    processes = f"{after} process{'es' if after > 1 else ''}"
+    assert (f"new layout: {processes}, was {before} (resources.gpus_per_node {before} → "
+            f"{after}); the checkpoint is resharded and the run continues at its step and "
+            "data position (global batch 6)") in resumed.stderr.splitlines()
+    assert "(step 10)" in resumed.stdout
+    steps = losses(run_dir(job))
+    assert sorted(steps) == list(range(1, 21))
+    # The same sequences in the same order each step: the same losses, to float noise.
+    assert max(abs(steps[s] - uninterrupted[s]) for s in steps) < 1e-4
+    # Another global batch is another job still, whatever the layout.
+    refused = fsdpspec_run(job, "--set", "data.global_batch_size=12")
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"Error: {run_dir(job)} holds a run of 'engine-test' with a different "
+        "data.global_batch_size: set checkpoint.dir to a new directory, or remove the old run")
+
+
+def test_each_step_takes_the_same_sequences_on_any_layout() -> None:
+    """Data order: step s is global sequences [s·G, (s+1)·G), however they are split
+    over processes and micro-batches; so a resumed layout neither repeats nor skips."""
+    from fsdpspec.spec.v1 import Data
+    from fsdpspec_runners.engine.data import Batches, SequenceSource
+
+    def step_rows(world: int, micro: int, position: int) -> list[tuple[int, ...]]:
+        data = Data(source="synthetic", seq_len=8, micro_batch_size=micro, global_batch_size=6)
+        source = SequenceSource(data, vocab_size=320, seed=3)
+        rows = []
+        for rank in range(world):
+            batches = Batches(source, data, rank, world)
+            batches.load_state_dict({"position": position})
+            rows += [tuple(r.tolist()) for b in batches.next_step() for r in b["input_ids"]]
+        return sorted(rows)
+
+    for position in (0, 60):
+        layouts = [step_rows(w, m, position) for w, m in ((1, 1), (1, 6), (2, 1), (2, 3), (3, 2))]
+        assert all(rows == layouts[0] for rows in layouts) and len(layouts[0]) == 6
