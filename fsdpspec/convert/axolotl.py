@@ -15,7 +15,7 @@ from typing import Any
 
 from fsdpspec.convert import hftrain
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused
-from fsdpspec.convert.fsdpkeys import apply_fsdp, read_keys, take_layers
+from fsdpspec.convert.fsdpkeys import NotCarried, apply_fsdp, read_keys, take_layers
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import Document, read_yaml
 from fsdpspec.convert.trainer import fsdp_entries, positioned_config
@@ -149,7 +149,10 @@ def _datasets(entries: dict[str, Entry], draft: Draft, base_dir: Path) -> None:
 def _model_keys(entries: dict[str, Entry], draft: Draft) -> None:
     length = entries.get("sequence_len")
     if length is not None:
-        draft.carry("data.seq_len", hftrain.as_int(str(length.value).replace("_", "")), length)
+        try:
+            draft.carry("data.seq_len", hftrain.as_int(length.value), length)
+        except NotCarried as exc:
+            draft.note(length, f"sequence_len: {exc}; not imported")
     attention = entries.get("attn_implementation")
     if attention is not None and attention.value in _ATTENTION:
         draft.carry("model.attention", _ATTENTION[attention.value], attention)
@@ -175,7 +178,7 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     _refusals(entries, draft)
     args = {_RENAMED.get(k, k): e for k, e in entries.items()}
     config = _fsdp_config(document, entries)
-    reading = read_keys(fsdp_entries(args, path.parent, draft, config))
+    reading = read_keys(fsdp_entries(args, path, draft, config))
     if reading.malformed:
         raise ImportRefused(reading.malformed)
     draft.notes += reading.notes

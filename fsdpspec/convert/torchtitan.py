@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.convert import hftrain
-from fsdpspec.convert.draft import Assumptions, Draft, Entry, Note
+from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
 from fsdpspec.convert.fsdpkeys import NotCarried
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import Document, read_toml
@@ -122,8 +122,12 @@ def _layout(toml: _Toml, draft: Draft, assumed: Assumptions) -> None:
         _degree(toml, "data_parallel_replicate_degree")
     shard_n = shard.value if shard is not None else -1
     replicate_n = replicate.value if replicate is not None else 1
-    if not isinstance(shard_n, int) or not isinstance(replicate_n, int) or replicate_n < 1:
-        raise NotCarried("data parallel degrees are not whole numbers")
+    if (isinstance(shard_n, bool) or isinstance(replicate_n, bool) or not isinstance(shard_n, int)
+            or not isinstance(replicate_n, int) or replicate_n < 1
+            or not (shard_n == -1 or 1 <= shard_n <= 2**20) or replicate_n > 2**20):
+        where = (shard or replicate).line if (shard or replicate) else None
+        raise ImportRefused([Note(where, "FS052 the data parallel degrees are not whole "
+                                  "numbers (data_parallel_shard_degree: -1 or above 0)")])
     draft.put("resources.nodes", 1, "assumed: torchtitan configs do not say")
     if shard_n == -1:
         world = assumed.gpus_per_node
@@ -170,7 +174,11 @@ def _precision(toml: _Toml, draft: Draft) -> None:
 
 def _training(toml: _Toml, draft: Draft) -> None:
     batch = toml.get("training", "local_batch_size") or toml.get("training", "batch_size")
-    micro = batch.value if batch is not None else 8
+    try:
+        micro = hftrain.as_int(batch.value) if batch is not None else 8
+    except NotCarried as exc:
+        draft.note(batch, f"{batch.written}: {exc}; not imported")
+        batch, micro = None, 8
     draft.put("data.micro_batch_size", micro, f"from {batch.written} (line {batch.line})"
               if batch else "torchtitan's default local batch")
     world = draft.value("resources.gpus_per_node")
@@ -285,10 +293,7 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     draft = Draft()
     _refusals(toml, draft)
     _checkpointing(toml, draft)
-    try:
-        _layout(toml, draft, assumed)
-    except NotCarried as exc:
-        draft.refuse(None, str(exc))
+    _layout(toml, draft, assumed)
     model = _model(toml)
     if draft.refusals:
         return finish(draft, tool="torchtitan", kind="torchtitan", source=str(path),

@@ -51,3 +51,27 @@ def test_an_unusable_config_is_one_line_and_writes_nothing(text: str, tmp_path: 
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml"]
+
+
+@pytest.mark.parametrize(("kind", "name", "content"), [
+    ("torchtitan", "a.toml", b"[training\nsteps = 1\n"),
+    ("torchtitan", "a.toml", b"[parallelism]\ndata_parallel_shard_degree = 'x'\n"),
+    ("torchtitan", "a.toml", b"\xff\xfe[job]\n"),
+    ("torchtitan", "a.toml", b"x = 1\n" * 200_000),
+    ("axolotl", "a.yaml", b"- base_model\n"),
+    ("axolotl", "a.yaml", b"fsdp: [[full_shard]]\nfsdp_config: {fsdp_version: 2}\n"),
+    ("axolotl", "a.yaml", b"fsdp_version: 2\nfsdp_config:\n  reshard_after_forward: [1]\n"),
+    ("trainer", "a.json", b'["--fsdp", "full_shard"]'),
+    ("trainer", "a.json", b'{"fsdp": "full_shard", "fsdp_config": "missing.json"}'),
+    ("trainer", "a.sh", b"torchrun train.py --fsdp 'full_shard\n"),
+    ("trainer", "a.sh", b"torchrun a.py\ntorchrun b.py\n"),
+])
+def test_a_bad_source_of_any_kind_is_one_line_and_writes_nothing(
+    kind: str, name: str, content: bytes, tmp_path: Path
+) -> None:
+    (tmp_path / name).write_bytes(content)
+    result = run_cli("import", kind, name, "-o", "out.yaml", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and name in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
