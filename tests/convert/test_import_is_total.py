@@ -69,9 +69,15 @@ def test_an_unusable_config_is_one_line_and_writes_nothing(text: str, tmp_path: 
 def test_a_bad_source_of_any_kind_is_one_line_and_writes_nothing(
     kind: str, name: str, content: bytes, tmp_path: Path
 ) -> None:
-    (tmp_path / name).write_bytes(content)
-    result = run_cli("import", kind, name, "-o", "out.yaml", cwd=tmp_path)
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and name in lines[0], lines
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
+
+    source = tmp_path / name
+    source.write_bytes(content)
+    result = CliRunner().invoke(cli, ["import", kind, str(source), "-o",
+                                      str(tmp_path / "out.yaml")])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and str(source) in lines[0], lines
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
