@@ -57,9 +57,10 @@ def read_bytes(path: Path) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except (OSError, ValueError) as exc:
         raise ConfigJsonError(f"cannot read {path}: {getattr(exc, 'strerror', exc)}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a directory
+        os.close(fd)
+        raise ConfigJsonError(f"{path} is not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigJsonError(f"{path} is not a regular file")
         raw = fh.read(MAX_CONFIG_BYTES + 1)
     if len(raw) > MAX_CONFIG_BYTES:
         raise ConfigJsonError(f"{path} is larger than 1 MiB; not a model config")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.convert import hftrain
-from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused
+from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
 from fsdpspec.convert.fsdpkeys import NotCarried, apply_fsdp, read_keys, take_layers
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import Document, read_yaml
@@ -72,7 +72,11 @@ def _refusals(entries: dict[str, Entry], draft: Draft) -> None:
                      f"frozen base model{keys})", code="FS051")
     for key, feature in _REFUSED_SIZES.items():
         entry = entries.get(key)
-        if entry is not None and isinstance(entry.value, int) and entry.value > 1:
+        if entry is None or entry.value is None:
+            continue
+        if isinstance(entry.value, bool) or not isinstance(entry.value, int):
+            draft.refusals.append(Note(entry.line, f"FS052 {key} {entry.value!r} is not a size"))
+        elif entry.value > 1:
             draft.refuse(entry.line, f"{key} {entry.value} ({feature}, {entry.value}-way)")
     for key, feature in _REFUSED_SWITCHES.items():
         entry = entries.get(key)
@@ -91,8 +95,15 @@ def _layout(entries: dict[str, Entry], reading: Any, draft: Draft,
             assumed: Assumptions) -> None:
     """dp_replicate_size × dp_shard_size is the process count and, with more than one
     replica, hybrid sharding over dp_shard_size ranks."""
-    shard, replicate = entries.get("dp_shard_size"), entries.get("dp_replicate_size")
-    sizes = [e for e in (replicate, shard) if e is not None and isinstance(e.value, int)]
+    shard, replicate = (entries.get(k) for k in ("dp_shard_size", "dp_replicate_size"))
+    shard, replicate = (e if e is not None and e.value is not None else None
+                        for e in (shard, replicate))
+    sizes = [e for e in (replicate, shard) if e is not None]
+    bad = [e for e in sizes if isinstance(e.value, bool) or not isinstance(e.value, int)
+           or not 1 <= e.value <= 2**20]
+    if bad:
+        raise ImportRefused([Note(e.line, f"FS052 {e.written} {e.value!r} is not a size")
+                             for e in bad])
     draft.put("resources.nodes", 1, "assumed: axolotl configs do not say")
     if not sizes:
         draft.put("resources.gpus_per_node", assumed.gpus_per_node,
@@ -154,7 +165,8 @@ def _model_keys(entries: dict[str, Entry], draft: Draft) -> None:
         except NotCarried as exc:
             draft.note(length, f"sequence_len: {exc}; not imported")
     attention = entries.get("attn_implementation")
-    if attention is not None and attention.value in _ATTENTION:
+    if attention is not None and isinstance(attention.value, str) and (
+            attention.value in _ATTENTION):
         draft.carry("model.attention", _ATTENTION[attention.value], attention)
     elif attention is not None and attention.value is not None:
         draft.note(attention, f"attn_implementation {attention.value}: the spec has sdpa, "

@@ -185,8 +185,8 @@ def fsdp_entries(args: dict[str, Entry], source: Path, draft: Draft,
     entries: dict[str, Entry] = {}
     option = args.get("fsdp")
     words = option.value if option is not None else ""
-    words = words.split() if isinstance(words, str) else list(words or [])
-    if not all(isinstance(word, str) for word in words):
+    words = words.split() if isinstance(words, str) else words or []
+    if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
         raise SourceError(f"{source}:{option.line}: {option.written} is not a list of words "
                           "(full_shard, auto_wrap, offload …)")
     if not words and not config and "fsdp_config" not in args:
