@@ -129,7 +129,10 @@ def _datasets(entries: dict[str, Entry], draft: Draft, base_dir: Path) -> None:
     from fsdpspec.catalog.hub import cached_snapshot, parse_hub_id
 
     entry = entries.get("datasets")
-    if entry is None or not isinstance(entry.value, list):
+    if entry is None or entry.value is None:
+        return
+    if not isinstance(entry.value, list):
+        draft.note(entry, "datasets: not a list of datasets; not imported")
         return
     for index, item in enumerate(entry.value):
         kind = item.get("type") if isinstance(item, dict) else None

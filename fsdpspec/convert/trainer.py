@@ -94,7 +94,33 @@ def _count(entry: Entry | None, draft: Draft, what: str) -> int | None:
     return None
 
 
+# Launcher options that change nothing the spec holds (where logs go, which rank this
+# node is, how the rendezvous is named); those read are in _topology.
+_LAUNCHER_NO_BEARING = {
+    "--standalone", "--rdzv_backend", "--rdzv-backend", "--rdzv_id", "--rdzv-id",
+    "--node_rank", "--node-rank", "--machine_rank", "--local-ranks-filter",
+    "--local_ranks_filter", "--log_dir", "--log-dir", "--redirects", "--tee",
+    "--monitor_interval", "--multi_gpu", "--use_fsdp", "-m", "--module", "--gpu_ids",
+    "--same_network", "--main_training_function",
+}
+_LAUNCHER_READ = {
+    "--nproc_per_node", "--nproc-per-node", "--nnodes", "--master_addr", "--master-addr",
+    "--master_port", "--master-port", "--rdzv_endpoint", "--rdzv-endpoint",
+    "--num_processes", "--num_machines", "--main_process_ip", "--main_process_port",
+    "--config_file", "-c",
+}
+
+
+def _unread_launcher_options(command: Command, draft: Draft) -> None:
+    for token in command.launcher_args:
+        key = token.text.partition("=")[0]
+        if key.startswith("-") and key not in _LAUNCHER_READ | _LAUNCHER_NO_BEARING:
+            draft.notes.append(Note(token.line, f"{command.launcher} option {key}: not read "
+                                    "by import; not imported"))
+
+
 def _topology(command: Command, draft: Draft) -> None:
+    _unread_launcher_options(command, draft)
     launcher = command.launcher
     if launcher == "accelerate":
         config = _launcher_value(command, "--config_file", "-c")
@@ -106,6 +132,10 @@ def _topology(command: Command, draft: Draft) -> None:
         host = _launcher_value(command, "--main_process_ip")
         port = _launcher_value(command, "--main_process_port")
         per_node = total // nodes if total and total % nodes == 0 else None
+        if total and per_node is None:
+            draft.notes.append(Note(command.launcher_args[0].line, (
+                f"--num_processes {total} is not a multiple of --num_machines {nodes}: "
+                "not imported")))
     elif launcher in ("torchrun", "python", "python3"):
         per_node_entry = _launcher_value(command, "--nproc_per_node", "--nproc-per-node")
         per_node = _count(per_node_entry, draft, "processes")
