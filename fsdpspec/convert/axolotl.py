@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.convert import hftrain
-from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused
-from fsdpspec.convert.fsdpkeys import apply_fsdp, read_keys, take_layers
+from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
+from fsdpspec.convert.fsdpkeys import NotCarried, apply_fsdp, read_keys, take_layers
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import Document, read_yaml
 from fsdpspec.convert.trainer import fsdp_entries, positioned_config
@@ -72,7 +72,11 @@ def _refusals(entries: dict[str, Entry], draft: Draft) -> None:
                      f"frozen base model{keys})", code="FS051")
     for key, feature in _REFUSED_SIZES.items():
         entry = entries.get(key)
-        if entry is not None and isinstance(entry.value, int) and entry.value > 1:
+        if entry is None or entry.value is None:
+            continue
+        if isinstance(entry.value, bool) or not isinstance(entry.value, int):
+            draft.refusals.append(Note(entry.line, f"FS052 {key} {entry.value!r} is not a size"))
+        elif entry.value > 1:
             draft.refuse(entry.line, f"{key} {entry.value} ({feature}, {entry.value}-way)")
     for key, feature in _REFUSED_SWITCHES.items():
         entry = entries.get(key)
@@ -91,8 +95,15 @@ def _layout(entries: dict[str, Entry], reading: Any, draft: Draft,
             assumed: Assumptions) -> None:
     """dp_replicate_size × dp_shard_size is the process count and, with more than one
     replica, hybrid sharding over dp_shard_size ranks."""
-    shard, replicate = entries.get("dp_shard_size"), entries.get("dp_replicate_size")
-    sizes = [e for e in (replicate, shard) if e is not None and isinstance(e.value, int)]
+    shard, replicate = (entries.get(k) for k in ("dp_shard_size", "dp_replicate_size"))
+    shard, replicate = (e if e is not None and e.value is not None else None
+                        for e in (shard, replicate))
+    sizes = [e for e in (replicate, shard) if e is not None]
+    bad = [e for e in sizes if isinstance(e.value, bool) or not isinstance(e.value, int)
+           or not 1 <= e.value <= 2**20]
+    if bad:
+        raise ImportRefused([Note(e.line, f"FS052 {e.written} {e.value!r} is not a size")
+                             for e in bad])
     draft.put("resources.nodes", 1, "assumed: axolotl configs do not say")
     if not sizes:
         draft.put("resources.gpus_per_node", assumed.gpus_per_node,
@@ -118,7 +129,10 @@ def _datasets(entries: dict[str, Entry], draft: Draft, base_dir: Path) -> None:
     from fsdpspec.catalog.hub import cached_snapshot, parse_hub_id
 
     entry = entries.get("datasets")
-    if entry is None or not isinstance(entry.value, list):
+    if entry is None or entry.value is None:
+        return
+    if not isinstance(entry.value, list):
+        draft.note(entry, "datasets: not a list of datasets; not imported")
         return
     for index, item in enumerate(entry.value):
         kind = item.get("type") if isinstance(item, dict) else None
@@ -149,9 +163,13 @@ def _datasets(entries: dict[str, Entry], draft: Draft, base_dir: Path) -> None:
 def _model_keys(entries: dict[str, Entry], draft: Draft) -> None:
     length = entries.get("sequence_len")
     if length is not None:
-        draft.carry("data.seq_len", hftrain.as_int(str(length.value).replace("_", "")), length)
+        try:
+            draft.carry("data.seq_len", hftrain.as_int(length.value), length)
+        except NotCarried as exc:
+            draft.note(length, f"sequence_len: {exc}; not imported")
     attention = entries.get("attn_implementation")
-    if attention is not None and attention.value in _ATTENTION:
+    if attention is not None and isinstance(attention.value, str) and (
+            attention.value in _ATTENTION):
         draft.carry("model.attention", _ATTENTION[attention.value], attention)
     elif attention is not None and attention.value is not None:
         draft.note(attention, f"attn_implementation {attention.value}: the spec has sdpa, "
@@ -175,7 +193,7 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     _refusals(entries, draft)
     args = {_RENAMED.get(k, k): e for k, e in entries.items()}
     config = _fsdp_config(document, entries)
-    reading = read_keys(fsdp_entries(args, path.parent, draft, config))
+    reading = read_keys(fsdp_entries(args, path, draft, config))
     if reading.malformed:
         raise ImportRefused(reading.malformed)
     draft.notes += reading.notes

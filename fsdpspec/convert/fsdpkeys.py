@@ -184,7 +184,9 @@ def _settle_strategy(reading: FsdpReading) -> None:
     else:
         ignored, obeyed = "fsdp_sharding_strategy", "fsdp_reshard_after_forward"
     if obeyed not in values:  # FSDP2 with a hybrid strategy and no reshard key
-        values[obeyed], entries[obeyed] = "FULL_SHARD", entries[ignored]
+        values[obeyed] = "FULL_SHARD"
+        entries[obeyed] = Entry(True, None, "accelerate's FSDP2 default "
+                                "fsdp_reshard_after_forward: true")
     entry = entries[ignored]
     reading.notes.append(Note(entry.at, (
         f"{entry.written} {values[ignored]} is not read by accelerate with fsdp_version "

@@ -100,11 +100,13 @@ def _resources(draft: Draft, tool: str, assumed: Assumptions) -> None:
 
 def _checkpointable_flat_params(draft: Draft) -> None:
     """accelerate and the Trainer run FSDP1 with use_orig_params false under activation
-    checkpointing, but torch cannot map that run's optimizer state back to names through
-    the checkpoint wrapper (FS903), whichever way the layers are wrapped: the flat
-    parameters are what the checkpoint cannot hold, and FSDP1 has no other state-dict
-    path for them. use_orig_params true trains the same model with the same parameter
-    memory, and checkpoints; the import writes it and says so."""
+    checkpointing; fsdpspec's engine cannot checkpoint it (FS903). torch can: measured on
+    2 gloo ranks, FSDP.optim_state_dict saves and loads it whichever way the layers are
+    wrapped, and torch.distributed.checkpoint's get_state_dict does when the checkpoint
+    wrapper goes inside each FSDP unit after wrapping (accelerate's order), but not when
+    the layers are wrapped before FSDP (the engine's order, torchtitan's). Until the
+    engine does one of those, the import writes use_orig_params: true, which trains the
+    same model with the same parameter memory and checkpoints, and says so."""
     if (draft.value("fsdp.version") == 1 and draft.value("fsdp.use_orig_params") is False
             and draft.value("fsdp.activation_checkpointing", "none") != "none"):
         line = draft.where.get("fsdp.use_orig_params")
@@ -112,9 +114,9 @@ def _checkpointable_flat_params(draft: Draft) -> None:
                   f"{draft.fields['fsdp.use_orig_params'][1]}: false, with activation "
                   "checkpointing, could not be checkpointed (FS903)")
         draft.notes.append(Note(line, (
-            "use_orig_params false with activation checkpointing: the run's checkpoints "
-            "could not be loaded (FS903); wrote fsdp.use_orig_params: true, which trains "
-            "the same model with the same memory")))
+            "use_orig_params false with activation checkpointing: fsdpspec's engine could "
+            "not load this run's checkpoints (FS903); wrote fsdp.use_orig_params: true, "
+            "which trains the same model with the same memory")))
 
 
 def _fit_assumptions(document: CommentedMap, draft: Draft, base_dir: Path) -> list[Note]:

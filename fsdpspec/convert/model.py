@@ -35,7 +35,10 @@ def _stand_in(layers: Entry | None) -> str:
 
 
 def _named(draft: Draft, model: Entry, layers: Entry | None, base_dir: Path) -> dict | None:
-    name = str(model.value)
+    if not isinstance(model.value, str) or not model.value or "\x00" in model.value:
+        draft.note(model, f"{model.written} {model.value!r} is not a model name; not imported")
+        return apply_model(draft, None, layers, Assumptions(), base_dir)
+    name = model.value
     preset = name if name in PRESETS else HUB_PRESETS.get(name)
     if preset:
         same = "" if preset == name else f" ({name} has this preset's geometry)"
@@ -43,7 +46,7 @@ def _named(draft: Draft, model: Entry, layers: Entry | None, base_dir: Path) -> 
         return preset_config(preset)
     try:
         config = read_hf_config(name, base_dir)
-    except ModelConfigError:
+    except (ModelConfigError, OSError, ValueError):
         config = None
     if config is not None:
         local = resolve_input_path(name, base_dir)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.convert import hftrain
-from fsdpspec.convert.draft import Assumptions, Draft, Entry, Note
+from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
 from fsdpspec.convert.fsdpkeys import NotCarried
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import Document, read_toml
@@ -83,14 +83,20 @@ def _degree(toml: _Toml, key: str) -> Entry | None:
 def _refusals(toml: _Toml, draft: Draft) -> None:
     for key, feature in _REFUSED_DEGREES.items():
         entry = _degree(toml, key)
-        if entry is not None and isinstance(entry.value, int) and entry.value > 1:
+        if entry is None:
+            continue
+        if isinstance(entry.value, bool) or not isinstance(entry.value, int):
+            draft.refusals.append(Note(entry.line, f"FS052 {entry.written} "
+                                       f"{entry.value!r} is not a degree"))
+        elif entry.value > 1:
             draft.refuse(entry.line, f"{entry.written} {entry.value} ({feature}, "
                          f"{entry.value}-way)")
     converters = toml.get("model", "converters")
-    for name in converters.value if converters and isinstance(converters.value, list) else []:
+    names = converters.value if converters is not None else []
+    for name in names if isinstance(names, list) else [names]:
         draft.refuse(converters.line, f"{converters.written} {name} ({name} training)")
     float8 = toml.get("float8", "enable_float8_linear")
-    if float8 is not None and float8.value is True:
+    if float8 is not None and float8.value not in (None, False):
         draft.refuse(float8.line, f"{float8.written} (float8 training)")
     for key in ("async_tp", "enable_async_tensor_parallel", "pipeline_parallel_schedule"):
         _degree(toml, key)  # only meaningful with the parallelisms refused above
@@ -101,9 +107,13 @@ def _checkpointing(toml: _Toml, draft: Draft) -> None:
     mode = toml.get("activation_checkpoint", "mode")
     if mode is None:
         return
-    if mode.value in ("none", "full"):
+    if isinstance(mode.value, str) and mode.value in ("none", "full"):
         draft.carry("fsdp.activation_checkpointing", mode.value, mode)
         toml.get("activation_checkpoint", "selective_ac_option")  # read only when selective
+        return
+    if mode.value != "selective":
+        draft.note(mode, f"{mode.written} {mode.value!r}: not none, selective or full; "
+                   "not imported")
         return
     option = toml.get("activation_checkpoint", "selective_ac_option")
     value = str(option.value) if option is not None else "2"
@@ -122,8 +132,12 @@ def _layout(toml: _Toml, draft: Draft, assumed: Assumptions) -> None:
         _degree(toml, "data_parallel_replicate_degree")
     shard_n = shard.value if shard is not None else -1
     replicate_n = replicate.value if replicate is not None else 1
-    if not isinstance(shard_n, int) or not isinstance(replicate_n, int) or replicate_n < 1:
-        raise NotCarried("data parallel degrees are not whole numbers")
+    if (isinstance(shard_n, bool) or isinstance(replicate_n, bool) or not isinstance(shard_n, int)
+            or not isinstance(replicate_n, int) or replicate_n < 1
+            or not (shard_n == -1 or 1 <= shard_n <= 2**20) or replicate_n > 2**20):
+        where = (shard or replicate).line if (shard or replicate) else None
+        raise ImportRefused([Note(where, "FS052 the data parallel degrees are not whole "
+                                  "numbers (data_parallel_shard_degree: -1 or above 0)")])
     draft.put("resources.nodes", 1, "assumed: torchtitan configs do not say")
     if shard_n == -1:
         world = assumed.gpus_per_node
@@ -138,6 +152,9 @@ def _layout(toml: _Toml, draft: Draft, assumed: Assumptions) -> None:
     draft.put("fsdp.version", 2, "torchtitan shards with FSDP2 (fully_shard)")
     reshard = toml.get("parallelism", "fsdp_reshard_after_forward")
     keeps = reshard is not None and reshard.value == "never"
+    if reshard is not None and reshard.value not in ("default", "always", "never"):
+        draft.note(reshard, f"{reshard.written} {reshard.value!r}: not default, always or "
+                   "never; not imported")
     if replicate_n > 1 and shard_n > 1:
         draft.carry("fsdp.sharding_strategy",
                     "HYBRID_SHARD_ZERO2" if keeps else "HYBRID_SHARD", replicate,
@@ -156,7 +173,7 @@ def _precision(toml: _Toml, draft: Draft) -> None:
     # torchtitan's defaults: parameters in bfloat16, gradients reduced in float32.
     param_dtype = param.value if param else "bfloat16"
     reduce_dtype = reduce.value if reduce else "float32"
-    if param_dtype not in _DTYPES or reduce_dtype not in _DTYPES:
+    if not all(isinstance(d, str) and d in _DTYPES for d in (param_dtype, reduce_dtype)):
         draft.notes.append(Note((param or reduce).line, "mixed precision dtypes "
                                 f"{param_dtype}/{reduce_dtype}: not imported"))
         return
@@ -170,7 +187,11 @@ def _precision(toml: _Toml, draft: Draft) -> None:
 
 def _training(toml: _Toml, draft: Draft) -> None:
     batch = toml.get("training", "local_batch_size") or toml.get("training", "batch_size")
-    micro = batch.value if batch is not None else 8
+    try:
+        micro = hftrain.as_int(batch.value) if batch is not None else 8
+    except NotCarried as exc:
+        draft.note(batch, f"{batch.written}: {exc}; not imported")
+        batch, micro = None, 8
     draft.put("data.micro_batch_size", micro, f"from {batch.written} (line {batch.line})"
               if batch else "torchtitan's default local batch")
     world = draft.value("resources.gpus_per_node")
@@ -179,6 +200,9 @@ def _training(toml: _Toml, draft: Draft) -> None:
     if global_batch is not None and isinstance(global_batch.value, int) and global_batch.value > 0:
         draft.carry("data.global_batch_size", global_batch.value, global_batch)
     else:
+        if global_batch is not None and global_batch.value != -1:
+            draft.note(global_batch, f"{global_batch.written} {global_batch.value!r}: not a "
+                       "batch size; not imported")
         draft.put("data.global_batch_size", micro * data_parallel,
                   f"{micro} per rank × {data_parallel} data-parallel ranks, no accumulation")
     simple = {
@@ -249,11 +273,16 @@ def _checkpoint(toml: _Toml, draft: Draft) -> None:
         if interval is not None:
             draft.carry("checkpoint.interval_steps", interval.value, interval)
     keep = toml.get("checkpoint", "keep_latest_k")
-    if keep is not None and isinstance(keep.value, int):
+    if keep is not None and isinstance(keep.value, int) and not isinstance(keep.value, bool):
         draft.carry("checkpoint.keep_last", keep.value, keep)
+    elif keep is not None:
+        draft.note(keep, f"{keep.written} {keep.value!r}: not a count; not imported")
     dtype = toml.get("checkpoint", "export_dtype")
-    if dtype is not None and dtype.value in _DTYPES:
+    if dtype is not None and isinstance(dtype.value, str) and dtype.value in _DTYPES:
         draft.carry("checkpoint.final.dtype", dtype.value, dtype)
+    elif dtype is not None:
+        draft.note(dtype, f"{dtype.written} {dtype.value!r}: not a dtype the spec exports "
+                   "(bfloat16, float16, float32); not imported")
     toml.get("checkpoint", "interval_type")
 
 
@@ -285,10 +314,7 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     draft = Draft()
     _refusals(toml, draft)
     _checkpointing(toml, draft)
-    try:
-        _layout(toml, draft, assumed)
-    except NotCarried as exc:
-        draft.refuse(None, str(exc))
+    _layout(toml, draft, assumed)
     model = _model(toml)
     if draft.refusals:
         return finish(draft, tool="torchtitan", kind="torchtitan", source=str(path),

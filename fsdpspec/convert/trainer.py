@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fsdpspec.convert import hftrain
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
-from fsdpspec.convert.fsdpkeys import apply_fsdp, read_keys, take_layers
+from fsdpspec.convert.fsdpkeys import NotCarried, apply_fsdp, read_keys, take_layers
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import (
     Command,
@@ -94,7 +94,33 @@ def _count(entry: Entry | None, draft: Draft, what: str) -> int | None:
     return None
 
 
+# Launcher options that change nothing the spec holds (where logs go, which rank this
+# node is, how the rendezvous is named); those read are in _topology.
+_LAUNCHER_NO_BEARING = {
+    "--standalone", "--rdzv_backend", "--rdzv-backend", "--rdzv_id", "--rdzv-id",
+    "--node_rank", "--node-rank", "--machine_rank", "--local-ranks-filter",
+    "--local_ranks_filter", "--log_dir", "--log-dir", "--redirects", "--tee",
+    "--monitor_interval", "--multi_gpu", "--use_fsdp", "-m", "--module", "--gpu_ids",
+    "--same_network", "--main_training_function",
+}
+_LAUNCHER_READ = {
+    "--nproc_per_node", "--nproc-per-node", "--nnodes", "--master_addr", "--master-addr",
+    "--master_port", "--master-port", "--rdzv_endpoint", "--rdzv-endpoint",
+    "--num_processes", "--num_machines", "--main_process_ip", "--main_process_port",
+    "--config_file", "-c",
+}
+
+
+def _unread_launcher_options(command: Command, draft: Draft) -> None:
+    for token in command.launcher_args:
+        key = token.text.partition("=")[0]
+        if key.startswith("-") and key not in _LAUNCHER_READ | _LAUNCHER_NO_BEARING:
+            draft.notes.append(Note(token.line, f"{command.launcher} option {key}: not read "
+                                    "by import; not imported"))
+
+
 def _topology(command: Command, draft: Draft) -> None:
+    _unread_launcher_options(command, draft)
     launcher = command.launcher
     if launcher == "accelerate":
         config = _launcher_value(command, "--config_file", "-c")
@@ -106,6 +132,10 @@ def _topology(command: Command, draft: Draft) -> None:
         host = _launcher_value(command, "--main_process_ip")
         port = _launcher_value(command, "--main_process_port")
         per_node = total // nodes if total and total % nodes == 0 else None
+        if total and per_node is None:
+            draft.notes.append(Note(command.launcher_args[0].line, (
+                f"--num_processes {total} is not a multiple of --num_machines {nodes}: "
+                "not imported")))
     elif launcher in ("torchrun", "python", "python3"):
         per_node_entry = _launcher_value(command, "--nproc_per_node", "--nproc-per-node")
         per_node = _count(per_node_entry, draft, "processes")
@@ -131,7 +161,7 @@ def _topology(command: Command, draft: Draft) -> None:
                   f"from {host.written} (line {host.line})")
 
 
-def _fsdp_config(value: Entry, base: Path) -> dict[str, Entry]:
+def _fsdp_config(value: Entry, source: Path) -> dict[str, Entry]:
     """The fsdp_config keys as accelerate keys: a JSON file (beside the script, or from
     the working directory), inline JSON, or a mapping."""
     if isinstance(value.value, dict):
@@ -140,16 +170,21 @@ def _fsdp_config(value: Entry, base: Path) -> dict[str, Entry]:
         try:
             data = json.loads(value.value)
         except json.JSONDecodeError as exc:
-            raise SourceError(f"{value.written} is not JSON: {exc}") from None
+            raise SourceError(f"{source}:{value.line}: {value.written} is not JSON: {exc}"
+                              ) from None
         lines, file = {}, None
     else:
-        path = base / str(value.value)
+        path = source.parent / str(value.value)
         if not path.exists():
             path = Path(str(value.value))
-        document = read_json(path)
+        try:
+            document = read_json(path)
+        except SourceError as exc:
+            raise SourceError(f"{source}:{value.line}: {value.written}: {exc}") from None
         data, lines, file = document.data, document.lines, str(path)
     if not isinstance(data, dict):
-        raise SourceError(f"{value.written} is not a mapping of FSDP keys")
+        raise SourceError(f"{source}:{value.line}: {value.written} is not a mapping of "
+                          "FSDP keys")
     entries = {}
     for key, item in data.items():
         line = lines.get(join("", key)) if file else value.line
@@ -172,7 +207,7 @@ def positioned_config(document: Document, key: str = "fsdp_config") -> dict[str,
             for name, value in section.items()}
 
 
-def fsdp_entries(args: dict[str, Entry], base: Path, draft: Draft,
+def fsdp_entries(args: dict[str, Entry], source: Path, draft: Draft,
                  config: dict[str, Entry] | None = None) -> dict[str, Entry]:
     """The Trainer's `fsdp` words and `fsdp_config` (HF argument names) as accelerate
     keys; ``config`` is an fsdp_config already read with its positions. axolotl, which
@@ -180,7 +215,10 @@ def fsdp_entries(args: dict[str, Entry], base: Path, draft: Draft,
     entries: dict[str, Entry] = {}
     option = args.get("fsdp")
     words = option.value if option is not None else ""
-    words = words.split() if isinstance(words, str) else list(words or [])
+    words = words.split() if isinstance(words, str) else words or []
+    if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
+        raise SourceError(f"{source}:{option.line}: {option.written} is not a list of words "
+                          "(full_shard, auto_wrap, offload …)")
     if not words and not config and "fsdp_config" not in args:
         draft.notes.append(Note(option.at if option else None, (
             "no fsdp option: the Trainer would not use FSDP; imported as an FSDP job")))
@@ -202,7 +240,7 @@ def fsdp_entries(args: dict[str, Entry], base: Path, draft: Draft,
     if config:
         entries.update(config)
     elif "fsdp_config" in args:
-        entries.update(_fsdp_config(args["fsdp_config"], base))
+        entries.update(_fsdp_config(args["fsdp_config"], source))
     minimum = entries.get("fsdp_min_num_params")
     if "auto_wrap" in words and minimum is not None and str(minimum.value) not in ("0", ""):
         entries["fsdp_auto_wrap_policy"] = Entry("SIZE_BASED_WRAP", option.line, option.written)
@@ -222,7 +260,10 @@ _HANDLED = frozenset({"fsdp", "fsdp_config", *_FSDP_ARGS, *_SEQ_LEN, *_MODEL})
 def _rest(args: dict[str, Entry], draft: Draft) -> None:
     for key in _SEQ_LEN:
         if key in args:
-            draft.carry("data.seq_len", hftrain.as_int(args[key].value), args[key])
+            try:
+                draft.carry("data.seq_len", hftrain.as_int(args[key].value), args[key])
+            except NotCarried as exc:
+                draft.note(args[key], f"{args[key].written}: {exc}; not imported")
             break
     for key, entry in args.items():
         if key in _HANDLED or key in hftrain.READ or key in hftrain.NO_BEARING:
@@ -259,7 +300,7 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     """A commented v1 spec of the Trainer job at ``path``."""
     draft = Draft()
     args, config = _arguments(path, draft)
-    reading = read_keys(fsdp_entries(args, path.parent, draft, config))
+    reading = read_keys(fsdp_entries(args, path, draft, config))
     if reading.malformed:
         raise ImportRefused(reading.malformed)
     draft.notes += reading.notes

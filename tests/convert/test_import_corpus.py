@@ -167,8 +167,7 @@ def test_corpus_imports_as_its_tool_runs_it(name: str, tmp_path: Path) -> None:
         assert "does not fit" in result.output and "--preset or --hf-config" in result.output
 
 
-CLEAN = [n for n, e in sorted(EXPECTED.items()) if "refused" not in e and not e["errors"]
-         and e.get("nodes", 1) == 1]
+CLEAN = [n for n, e in sorted(EXPECTED.items()) if "refused" not in e and not e["errors"]]
 
 
 @pytest.mark.parametrize("name", CLEAN)

@@ -51,3 +51,60 @@ def test_an_unusable_config_is_one_line_and_writes_nothing(text: str, tmp_path: 
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml"]
+
+
+@pytest.mark.parametrize(("kind", "name", "content"), [
+    ("torchtitan", "a.toml", b"[training\nsteps = 1\n"),
+    ("torchtitan", "a.toml", b"[parallelism]\ndata_parallel_shard_degree = 'x'\n"),
+    ("torchtitan", "a.toml", b"\xff\xfe[job]\n"),
+    ("torchtitan", "a.toml", b"x = 1\n" * 200_000),
+    ("axolotl", "a.yaml", b"- base_model\n"),
+    ("axolotl", "a.yaml", b"fsdp: [[full_shard]]\nfsdp_config: {fsdp_version: 2}\n"),
+    ("axolotl", "a.yaml", b"fsdp_version: 2\nfsdp_config:\n  reshard_after_forward: [1]\n"),
+    ("trainer", "a.json", b'["--fsdp", "full_shard"]'),
+    ("trainer", "a.json", b'{"fsdp": "full_shard", "fsdp_config": "missing.json"}'),
+    ("trainer", "a.sh", b"torchrun train.py --fsdp 'full_shard\n"),
+    ("trainer", "a.sh", b"torchrun a.py\ntorchrun b.py\n"),
+    # found by mutating every value of the corpus files (tests/convert/configs)
+    ("axolotl", "a.yaml", b"dp_shard_size: '4'\ndp_replicate_size: 2\n"),
+    ("axolotl", "a.yaml", b"tensor_parallel_size: '2'\nfsdp_version: 2\n"),
+    ("axolotl", "a.yaml", b"fsdp: true\n"),
+    ("torchtitan", "a.toml", b"[parallelism]\ntensor_parallel_degree = '8'\n"),
+    ("trainer", "a.sh", b"torchrun t.py --fsdp full_shard --fsdp_config .\n"),
+])
+def test_a_bad_source_of_any_kind_is_one_line_and_writes_nothing(
+    kind: str, name: str, content: bytes, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
+
+    source = tmp_path / name
+    source.write_bytes(content)
+    result = CliRunner().invoke(cli, ["import", kind, str(source), "-o",
+                                      str(tmp_path / "out.yaml")])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and str(source) in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+@pytest.mark.parametrize(("kind", "name", "content", "note"), [
+    ("axolotl", "a.yaml", "attn_implementation: [sdpa]\n", "a.yaml:1: attn_implementation"),
+    ("torchtitan", "a.toml", "[checkpoint]\nexport_dtype = []\n",
+     "a.toml:2: [checkpoint] export_dtype"),
+    ("torchtitan", "a.toml", "[training]\nmixed_precision_param = {a = 1}\n",
+     "a.toml:2: mixed precision dtypes"),
+])
+def test_a_value_of_another_type_is_a_note_with_its_line(
+    kind: str, name: str, content: str, note: str, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
+
+    (tmp_path / name).write_text(content)
+    result = CliRunner().invoke(cli, ["import", kind, str(tmp_path / name), "-o",
+                                      str(tmp_path / "out.yaml")])
+    assert result.exit_code == 0 and result.exception is None, result.output
+    assert f"{tmp_path}/{note}" in result.output
