@@ -47,11 +47,16 @@ def load_records(location: str, split: str, *, streaming: bool) -> Any:
     datasets.disable_progress_bars()
     path = Path(location) if Path(location).is_absolute() else cached_hub_dataset(location)
     try:
-        return _load_local(path, split, streaming)
+        records = _load_local(path, split, streaming)
     except EngineError:
         raise
-    except (OSError, ValueError, KeyError) as exc:  # unknown split, unreadable file, schema
+    except StopIteration:  # datasets' reading of an empty file or snapshot
+        raise EngineError(f"data.path: {location} (split {split!r}) holds no records") from None
+    except Exception as exc:  # unknown split, unreadable file, schema, an empty snapshot…
         raise EngineError(f"data.path: {location} (split {split!r}): {first_line(exc)}") from None
+    if not streaming and len(records) == 0:
+        raise EngineError(f"data.path: {location} (split {split!r}) holds no records")
+    return records
 
 
 def cached_hub_dataset(repo: str) -> Path:

@@ -10,6 +10,7 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
@@ -22,7 +23,7 @@ from fsdpspec_runners.engine.checkpoint import (
     load_checkpoint,
 )
 from fsdpspec_runners.engine.data import Batches, SequenceSource
-from fsdpspec_runners.engine.datasource import dataset_sources
+from fsdpspec_runners.engine.datasource import as_data_error, dataset_sources
 from fsdpspec_runners.engine.dist import (
     Runtime,
     build_mesh,
@@ -104,12 +105,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     torch.manual_seed(spec.train.seed)
     optimizer = build_optimizer(model.parameters(), spec.optimizer)
     vocab_size = geometry["vocab_size"] if geometry else None
-    if spec.data.source == "dataset":
-        source, eval_sequences = dataset_sources(
-            spec.data, vocab_size, spec.train.seed, run_dir, runtime
-        )
-    else:
-        source, eval_sequences = SequenceSource(spec.data, vocab_size, spec.train.seed), None
+    source, eval_sequences = _data_sources(spec, vocab_size, run_dir, runtime)
     batches = Batches(source, spec.data, runtime.rank, runtime.world_size)
     state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches)
     resume_from = choose_resume_checkpoint(spec.checkpoint.resume, run_dir, runtime)
@@ -130,6 +126,18 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
         peak_flops=peak_tflops(spec) * 1e12,
         eval_sequences=eval_sequences,
     )
+
+
+def _data_sources(spec: JobSpec, vocab_size: int | None, run_dir: Path,
+                  runtime: Runtime) -> tuple[Any, Any]:
+    """The training source and the evaluation sequences; any failure of the data, the
+    tokenizer or the template is one EngineError line."""
+    try:
+        if spec.data.source == "dataset":
+            return dataset_sources(spec.data, vocab_size, spec.train.seed, run_dir, runtime)
+        return SequenceSource(spec.data, vocab_size, spec.train.seed), None
+    except Exception as exc:
+        raise as_data_error(exc) from None
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
