@@ -53,7 +53,8 @@ def _value_problem(key: str, value: Any) -> str | None:
 def _checked(record: dict[str, Any], where: str, kind: str) -> dict[str, Any]:
     if kind == "metrics" and "step" not in record:
         raise RecordError(f"{where}: a metrics record has no step")
-    if kind == "events" and record.get("event") not in _EVENTS:
+    event = record.get("event")
+    if kind == "events" and (not isinstance(event, str) or event not in _EVENTS):
         raise RecordError(f"{where}: event must be one of {', '.join(sorted(_EVENTS))}")
     for key, value in record.items():
         problem = _value_problem(key, value)

@@ -84,6 +84,7 @@ def _assert_diagnostics(spec: Path) -> None:
 
 
 def _place(path: Path, raw: bytes | None) -> None:
+    path.unlink(missing_ok=True)
     if raw is None:
         os.mkfifo(path)
     else:
@@ -185,18 +186,26 @@ OUTPUT_KINDS = ["missing", "file", "directory", "model directory", "symlink to a
                 "dangling symlink", "symlink to a directory", "fifo", "long name", "dot"]
 
 
+NAMES = st.text(alphabet="abc.-_ é", min_size=1, max_size=40).filter(
+    lambda n: n not in (".", ".."))
+
+
 @st.composite
-def output_targets(draw) -> tuple[str, str, bool]:
-    """(what the target is, what is written there: file or directory, --force)."""
+def output_targets(draw) -> tuple[str, str, bool, str]:
+    """(what the target is, what is written there: file or directory, --force, name)."""
     return (draw(st.sampled_from(OUTPUT_KINDS)), draw(st.sampled_from(["file", "directory"])),
-            draw(st.booleans()))
+            draw(st.booleans()), draw(NAMES))
 
 
-def _make_target(kind: str, root: Path) -> Path:
-    target = root / "out"
-    (root / "real.txt").write_text("keep\n")
-    (root / "real-dir").mkdir()
-    (root / "real-dir" / "mine.txt").write_text("keep\n")
+def _make_target(kind: str, name: str, root: Path) -> Path:
+    """The target in root/work; the files links point at in root/outside."""
+    outside, work = root / "outside", root / "work"
+    outside.mkdir()
+    work.mkdir()
+    (outside / "real.txt").write_text("keep\n")
+    (outside / "real-dir").mkdir()
+    (outside / "real-dir" / "mine.txt").write_text("keep\n")
+    target, root = work / name, outside
     if kind == "file":
         target.write_text("old\n")
     elif kind in ("directory", "model directory"):
@@ -211,9 +220,9 @@ def _make_target(kind: str, root: Path) -> Path:
     elif kind == "fifo":
         os.mkfifo(target)
     elif kind == "long name":
-        target = root / ("a" * 300)
+        target = work / ("a" * 300)
     elif kind == "dot":
-        target = root / "."
+        target = work / "."
     return target
 
 
@@ -231,8 +240,8 @@ def check_output_target(example: tuple[str, str, bool], directory: Path) -> None
     leaves everything as it was; never a temp file left, never a write through a link."""
     from fsdpspec.atomicio import building_dir, write_bytes
 
-    kind, what, force = example
-    target = _make_target(kind, directory)
+    kind, what, force, name = example
+    target = _make_target(kind, name, directory)
     before = _snapshot(directory)
     try:
         if what == "file":
@@ -244,12 +253,13 @@ def check_output_target(example: tuple[str, str, bool], directory: Path) -> None
     except OSError:
         written = False
     after = _snapshot(directory)
-    assert not [n for n in after if n.startswith(".") and n.endswith(".tmp")], after
-    assert not [n for n in after if n.startswith(".trash-")], after
-    for name in ("real.txt", "real-dir/mine.txt"):
-        assert after[name] == before[name], name  # never written through a link
+    leftovers = [n for n in after if Path(n).name.startswith(".")
+                 and (n.endswith(".tmp") or ".trash-" in n)]
+    assert not leftovers, leftovers
+    for kept in ("outside/real.txt", "outside/real-dir/mine.txt"):
+        assert after[kept] == before[kept], kept  # never written through a link
     if not written:
         assert after == before, (kind, what, force)
     else:
-        assert kind in ("missing", "file", "directory", "model directory"), (kind, what)
+        assert kind in ("missing", "file", "directory", "model directory", "dot"), (kind, what)
         assert force or kind == "missing", (kind, what, force)
