@@ -355,6 +355,9 @@ def run(samples: int, seed: int, first: int, root: Path, wide: bool = False) -> 
             continue
         outcome = try_spec(document, root / f"sample-{index}", wide)
         refused.update(outcome.refused)
+        verdict = ("refused " + ",".join(outcome.refused) if outcome.refused else
+                   "FAILED" if outcome.failure else "trained")
+        print(f"sample {index}: {verdict}", flush=True)  # progress of a long run
         if outcome.refused:
             continue
         ran += 1
