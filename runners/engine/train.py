@@ -203,7 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     except (EngineError, torch.OutOfMemoryError, OSError, CheckpointException) as exc:
         message = _report(runtime, exc)  # OSError: a full disk, an unreadable file…
         if run_dir is not None and runtime is not None and runtime.is_main:
-            append_event(run_dir, "end", outcome="failed", message=message)
+            try:
+                append_event(run_dir, "end", outcome="failed", message=message)
+            except OSError:  # the failure may be that very file; it is reported above
+                pass
         return 1
     except KeyboardInterrupt:  # Ctrl-C before the stop handler is installed: nothing to save
         return 128 + signal.SIGINT  # silently: `fsdpspec run` says what stopped and what is kept
