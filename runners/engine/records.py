@@ -60,19 +60,19 @@ def load_records(location: str, split: str, *, streaming: bool) -> Any:
 
 
 def cached_hub_dataset(repo: str) -> Path:
-    """The local snapshot of Hub dataset ``org/name[@revision]`` (never downloaded)."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    """The local snapshot of Hub dataset ``org/name[@revision]`` (never downloaded),
+    found by fsdpspec's own cache reader: its refs are read bounded and non-blocking."""
+    from fsdpspec.catalog.hub import cached_snapshot, parse_hub_id
 
-    repo_id, _, revision = repo.partition("@")
-    try:
-        return Path(snapshot_download(repo_id, repo_type="dataset", revision=revision or None,
-                                      local_files_only=True))
-    except LocalEntryNotFoundError:
+    hub = parse_hub_id(repo, "dataset")
+    found = cached_snapshot(hub) if hub is not None else None
+    if found is None:
+        repo_id = repo.partition("@")[0]
         raise EngineError(
             f"data.path: Hub dataset {repo} is not in the local cache; fetch it with "
             f"`huggingface-cli download --repo-type dataset {repo_id}`"
-        ) from None
+        )
+    return found
 
 
 def _load_local(path: Path, split: str, streaming: bool) -> Any:
