@@ -80,7 +80,8 @@ def test_streamed_sequences_equal_the_cached_ones(tmp_path: Path, tokenizer: Tok
     location = str(chat_parquet(tmp_path / "chats", train=12, test=2))
     data = Data(source="dataset", path=location, format="chat", seq_len=48,
                 tokenizer=tokenizer.directory)
-    packed = _pack(load_records(location, "train", streaming=False), data, tokenizer)
+    packed = _pack(load_records(location, "train", streaming=False), data, tokenizer,
+                   "data.path")
     stream = StreamSource(load_records(location, "train", streaming=True), data, tokenizer)
     count = len(packed["input_ids"])
     for index in (0, 2, count + 1):  # forward only, across an epoch boundary
