@@ -11,6 +11,14 @@ run` for 2 of its 3 steps (checkpointing at step 2), then run again, which resum
 step 3 and exports final/. Prints how many were refused (by code), how many ran and how
 many validated but failed (target: 0). ``--first K`` skips the first K samples of the
 seed's sequence, so a long run can be split into pieces that add up to the same samples.
+
+``--wide`` (issue 20) widens the space: every tiny preset and a local `save_pretrained`
+model directory with weights; 1 to 3 processes; `data.source: dataset` in every format
+(text, prompt_completion, chat with a chat tokenizer built here) and file layout (one
+jsonl file, a directory of split files, a parquet directory, a cached Hub dataset id),
+with packing, streaming and every kind of eval set. Each sample that trains is also
+exported with `fsdpspec export hf`, loaded with transformers, and drawn with `fsdpspec
+report`.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from typing import Any
 
 from fsdpspec.validate import check_file
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+
 STRATEGIES = ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"]
 DTYPES = ["float32", "bfloat16", "float16"]
 MIN_NUM_PARAMS = [0, 1, 1_000, 20_000, 100_000, 1_000_000_000]
@@ -45,18 +55,59 @@ class Assets:
     jsonl: Path
     tokenizer: Path  # vocabulary smaller than the tiny presets' 320
     big_tokenizer: Path  # vocabulary larger than the model's: validate must refuse it
+    wide: WideAssets | None = None
 
 
-def make_assets(root: Path) -> Assets:
-    """Write a text file, a jsonl file and two word-level tokenizers under ``root``."""
+@dataclass(frozen=True)
+class WideAssets:
+    """What --wide adds: a chat tokenizer, a model directory, datasets in each layout."""
+
+    chat_tokenizer: Path
+    model: Path  # save_pretrained of a tiny Llama with the presets' vocabulary
+    chats: Path  # train.parquet + test.parquet of chat records
+    pairs: Path  # one jsonl file of prompt/completion records
+    docs: Path  # train.jsonl + test.jsonl of text records
+    hf_home: Path  # a Hugging Face cache holding the chats as Hub dataset acme/chats
+
+
+def make_assets(root: Path, wide: bool = False) -> Assets:
+    """Write a text file, a jsonl file and two word-level tokenizers under ``root`` (and
+    with ``wide`` the WideAssets)."""
     rng = random.Random(0)
     docs = [" ".join(rng.choice(WORDS) for _ in range(60)) for _ in range(40)]
     (root / "text").mkdir(parents=True)
     (root / "text" / "docs.txt").write_text("\n\n".join(docs), encoding="utf-8")
     jsonl = root / "docs.jsonl"
     jsonl.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    extra = make_wide_assets(root, docs) if wide else None
     return Assets(root / "text", jsonl, _tokenizer(root / "tok-small", 0),
-                  _tokenizer(root / "tok-big", 250))
+                  _tokenizer(root / "tok-big", 250), extra)
+
+
+HUB_DATASET = "acme/chats"
+
+
+def make_wide_assets(root: Path, docs: list[str]) -> WideAssets:
+    import shutil
+
+    from chat_assets import chat_parquet, chat_tokenizer, tiny_llama
+
+    tokenizer = chat_tokenizer(root / "tok-chat")
+    model = tiny_llama(root / "model", 320)
+    chats = chat_parquet(root / "chats")
+    pairs = root / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": d[:40], "completion": d[40:120]}) + "\n"
+                             for d in docs), encoding="utf-8")
+    (root / "docs").mkdir()
+    for split, part in (("train", docs[:32]), ("test", docs[32:])):
+        (root / "docs" / f"{split}.jsonl").write_text(
+            "".join(json.dumps({"text": d}) + "\n" for d in part), encoding="utf-8")
+    repo = root / "hf" / "hub" / f"datasets--{HUB_DATASET.replace('/', '--')}"
+    commit = "0" * 40
+    shutil.copytree(chats, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return WideAssets(tokenizer, model, chats, pairs, root / "docs", root / "hf")
 
 
 def _tokenizer(directory: Path, extra_words: int) -> Path:
@@ -104,11 +155,18 @@ def _fsdp(rng: random.Random) -> dict[str, Any]:
     return {k: v for k, v in fsdp.items() if v is not None}
 
 
-def _data(rng: random.Random, assets: Assets) -> dict[str, Any]:
+def _data(rng: random.Random, assets: Assets, processes: int = 2) -> dict[str, Any]:
+    wide = assets.wide
+    if wide is not None and rng.random() < 0.6:
+        data = _dataset(rng, wide)
+        micro = rng.choice([1, 2])
+        data.update({"seq_len": rng.choice([16, 32, 64]), "micro_batch_size": micro,
+                     "global_batch_size": micro * processes * rng.choice([1, 2])})
+        return data
     source = rng.choice(["corpus", "text", "jsonl", "synthetic"])
     micro = rng.choice([1, 2])
     # Accumulation of 1 or 2 steps; now and then a batch the ranks cannot split.
-    global_batch = micro * 2 * rng.choice([1, 2]) if rng.random() < 0.95 else 3
+    global_batch = micro * processes * rng.choice([1, 2]) if rng.random() < 0.95 else 3
     data: dict[str, Any] = {"source": source, "seq_len": rng.choice([16, 32]),
                             "micro_batch_size": micro, "global_batch_size": global_batch}
     if source in ("text", "jsonl"):
@@ -117,6 +175,30 @@ def _data(rng: random.Random, assets: Assets) -> dict[str, Any]:
         choice = rng.choice([None, assets.tokenizer, assets.big_tokenizer])
         if choice is not None:
             data["tokenizer"] = str(choice)
+    return data
+
+
+def _dataset(rng: random.Random, wide: WideAssets) -> dict[str, Any]:
+    """A `data.source: dataset` section: a format, a layout, packing, streaming, eval."""
+    fmt = rng.choice(["text", "prompt_completion", "chat"])
+    data: dict[str, Any] = {"source": "dataset", "format": fmt,
+                            "packing": rng.random() < 0.6, "streaming": rng.random() < 0.2}
+    if fmt == "chat":
+        data["path"] = rng.choice([str(wide.chats), HUB_DATASET])
+        data["tokenizer"] = str(wide.chat_tokenizer)
+        evals = [None, {"split": "test"}, {"fraction": 0.1}, {"split": "validation"}]
+    elif fmt == "prompt_completion":
+        data["path"] = str(wide.pairs)
+        data["tokenizer"] = rng.choice([str(wide.chat_tokenizer), None])
+        evals = [None, {"fraction": 0.1}, {"path": str(wide.pairs)}]
+    else:
+        data["path"] = rng.choice([str(wide.docs), str(wide.docs / "train.jsonl")])
+        evals = [None, {"split": "test"}, {"path": str(wide.docs / "test.jsonl")}]
+    evaluation = rng.choice(evals)
+    if evaluation is not None:
+        data["eval"] = evaluation
+    if data.get("tokenizer") is None:
+        data.pop("tokenizer", None)
     return data
 
 
@@ -131,21 +213,37 @@ def _optimizer(rng: random.Random) -> dict[str, Any]:
     }
 
 
+def _wide_model(rng: random.Random, wide: WideAssets) -> dict[str, Any]:
+    from fsdpspec.catalog.presets import preset_names
+
+    if rng.random() < 0.2:
+        model: dict[str, Any] = {"hf_config": str(wide.model), "weights": str(wide.model)}
+    else:
+        model = {"preset": rng.choice([p for p in preset_names() if p.startswith("tiny-")])}
+    attention = rng.choice([None, "sdpa", "eager"])
+    return model if attention is None else {**model, "attention": attention}
+
+
 def sample_spec(rng: random.Random, index: int, assets: Assets) -> dict[str, Any]:
-    """One spec document: the sampled options on a tiny preset, 2 CPU processes."""
+    """One spec document: the sampled options on a tiny preset, 2 CPU processes (with
+    --wide: any tiny preset or the model directory, 1 to 3 processes)."""
     fsdp = _fsdp(rng)
     precision = fsdp["mixed_precision"]
     computes_fp16 = precision == "fp16" or (
         isinstance(precision, dict) and precision["param_dtype"] == "float16")
+    processes, model = 2, {"preset": rng.choice(["tiny-llama", "tiny-qwen2"]),
+                           "attention": rng.choice(["sdpa", "eager"])}
+    if assets.wide is not None:
+        processes = rng.choice([1, 2, 3])
+        model = _wide_model(rng, assets.wide)
     return {
         "apiVersion": "fsdpspec/v1",
         "kind": "TrainingJob",
         "metadata": {"name": f"sound-{index}"},
-        "resources": {"gpus_per_node": 2, "accelerator": "cpu"},
-        "model": {"preset": rng.choice(["tiny-llama", "tiny-qwen2"]),
-                  "attention": rng.choice(["sdpa", "eager"])},
+        "resources": {"gpus_per_node": processes, "accelerator": "cpu"},
+        "model": model,
         "fsdp": fsdp,
-        "data": _data(rng, assets),
+        "data": _data(rng, assets, processes),
         "optimizer": _optimizer(rng),
         "train": {"max_steps": STEPS, "seed": index, "compile": rng.random() < 0.1,
                   **({"loss_scaling": rng.choice(["dynamic", "none"])} if computes_fp16 else {})},
@@ -161,12 +259,35 @@ class Outcome:
     failure: str | None = None  # the last lines of a run that failed
 
 
+_HF_HOME: list[Path] = []  # the wide assets' Hugging Face cache, once made
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if _HF_HOME:
+        env.update({"HF_HOME": str(_HF_HOME[0]), "HF_HUB_OFFLINE": "1"})
+    return env
+
+
+def _check_with_cache(spec: Path) -> Any:
+    """validate as `fsdpspec run` sees it: with the assets' Hugging Face cache."""
+    saved = {k: os.environ.get(k) for k in ("HF_HOME", "HF_HUB_OFFLINE")}
+    os.environ.update({k: v for k, v in _env().items() if k in saved})
+    try:
+        return check_file(spec)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def _fsdpspec_run(spec: Path, *overrides: str) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-m", "fsdpspec", "run", str(spec)]
     for override in overrides:
         argv += ["--set", override]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(argv, cwd=spec.parent, capture_output=True, text=True, env=env,
+    return subprocess.run(argv, cwd=spec.parent, capture_output=True, text=True, env=_env(),
                           timeout=RUN_TIMEOUT_S)
 
 
@@ -175,13 +296,14 @@ def _tail(result: subprocess.CompletedProcess) -> str:
     return " | ".join(lines[-4:])
 
 
-def try_spec(document: dict[str, Any], directory: Path) -> Outcome:
-    """Validate the spec; when clean, train 2 steps, then resume to the 3rd and export."""
+def try_spec(document: dict[str, Any], directory: Path, wide: bool = False) -> Outcome:
+    """Validate the spec; when clean, train 2 steps, then resume to the 3rd and export
+    (with ``wide`` also export hf, load and report)."""
     directory.mkdir(parents=True)
     spec = directory / "job.yaml"
     # JSON is YAML: the spec file is the sampled document as written.
     spec.write_text(json.dumps(document, indent=1), encoding="utf-8")
-    report = check_file(spec)
+    report = check_file(spec) if not wide else _check_with_cache(spec)
     errors = sorted({d.code for d in report.diagnostics if d.is_error})
     if errors:
         return Outcome(errors)
@@ -196,12 +318,34 @@ def try_spec(document: dict[str, Any], directory: Path) -> Outcome:
         return Outcome([], "the second run did not resume")
     if not (run_dir / "final" / "model.safetensors").is_file():
         return Outcome([], "no final/model.safetensors")
+    if wide:
+        return Outcome([], _export_load_report(run_dir, directory))
     return Outcome([])
 
 
-def run(samples: int, seed: int, first: int, root: Path) -> dict[str, Any]:
+def _export_load_report(run_dir: Path, directory: Path) -> str | None:
+    """`fsdpspec export hf`, load the export with transformers, `fsdpspec report`; what
+    failed, or None."""
+    out = directory / "exported"
+    for argv in (["export", "hf", str(run_dir), "-o", str(out)],
+                 ["report", str(run_dir), "-o", str(directory / "report.html")]):
+        done = subprocess.run([sys.executable, "-m", "fsdpspec", *argv], cwd=directory,
+                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                              env=_env())
+        if done.returncode != 0:
+            return f"{argv[0]} exit {done.returncode}: {_tail(done)}"
+    load = ("import sys\nfrom transformers import AutoModelForCausalLM\n"
+            "AutoModelForCausalLM.from_pretrained(sys.argv[1])\n")
+    done = subprocess.run([sys.executable, "-c", load, str(out)], capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT_S, env=_env())
+    return None if done.returncode == 0 else f"loading the export failed: {_tail(done)}"
+
+
+def run(samples: int, seed: int, first: int, root: Path, wide: bool = False) -> dict[str, Any]:
     """Try samples ``first … first+samples-1`` of the seed's sequence; print each failure."""
-    assets = make_assets(root / "assets")
+    assets = make_assets(root / "assets", wide)
+    if assets.wide is not None:
+        _HF_HOME.append(assets.wide.hf_home)
     rng = random.Random(seed)
     refused: Counter[str] = Counter()
     ran, failed = 0, []
@@ -209,8 +353,11 @@ def run(samples: int, seed: int, first: int, root: Path) -> dict[str, Any]:
         document = sample_spec(rng, index, assets)
         if index < first:
             continue
-        outcome = try_spec(document, root / f"sample-{index}")
+        outcome = try_spec(document, root / f"sample-{index}", wide)
         refused.update(outcome.refused)
+        verdict = ("refused " + ",".join(outcome.refused) if outcome.refused else
+                   "FAILED" if outcome.failure else "trained")
+        print(f"sample {index}: {verdict}", flush=True)  # progress of a long run
         if outcome.refused:
             continue
         ran += 1
@@ -229,13 +376,16 @@ def main() -> None:
     parser.add_argument("--first", type=int, default=0, help="skip this many samples first")
     parser.add_argument("--keep", type=Path, default=None,
                         help="work in this (new) directory and keep it")
+    parser.add_argument("--wide", action="store_true",
+                        help="the wider space of issue 20 (presets, model directories, "
+                             "datasets, 1-3 processes, export hf, load, report)")
     args = parser.parse_args()
     if args.keep is not None:
         args.keep.mkdir(parents=True)
-        result = run(args.samples, args.seed, args.first, args.keep)
+        result = run(args.samples, args.seed, args.first, args.keep, args.wide)
     else:
         with tempfile.TemporaryDirectory(prefix="fsdpspec-soundness-") as tmp:
-            result = run(args.samples, args.seed, args.first, Path(tmp))
+            result = run(args.samples, args.seed, args.first, Path(tmp), args.wide)
     codes = ", ".join(f"{c} ×{n}" for c, n in sorted(result["refused_by_code"].items()))
     print(f"samples: {result['samples']} (seed {args.seed}, first {args.first})")
     print(f"refused: {result['refused']} ({codes or 'none'})")

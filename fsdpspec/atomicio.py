@@ -131,6 +131,9 @@ def building_dir(target: Path, *, replace: bool = False) -> Iterator[Path]:
     first: an existing one must be a directory, and ``replace`` true."""
     target = _named(target)
     check_target(target, replace=replace, directory=True)
+    if Path.cwd().is_relative_to(target):
+        raise OSError(errno.EINVAL, "it holds the working directory; refusing to replace it",
+                      str(target))
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield tmp
@@ -145,6 +148,9 @@ def publish_dir(tmp: Path, target: Path, *, replace: bool = True) -> None:
     directory, never a symlink; only with ``replace``) is moved aside under a temp name
     first and deleted only once the new one is in place."""
     exists = check_target(target, replace=replace, directory=True)
+    if Path(os.path.abspath(tmp)).is_relative_to(os.path.abspath(target)):
+        raise OSError(errno.EINVAL, "it holds the directory being written; refusing to "
+                      "replace it", str(target))
     trash = None
     if exists:
         trash = Path(tempfile.mkdtemp(prefix=f".trash-{target.name}.", dir=target.parent))

@@ -17,8 +17,8 @@ from fsdpspec.cli.output import force_option, write_output
 def command(run_dir: Path, output: Path, force: bool) -> None:
     """Draw a run directory's curves, status and memory as one HTML file.
 
-    Works on a finished, a running (build it again to refresh) or a failed run. Reads
-    files only; needs matplotlib (pip install 'fsdpspec[report]').
+    Works on a finished, a running (build it again with --force to refresh) or a failed
+    run. Reads files only; needs matplotlib (pip install 'fsdpspec[report]').
     """
     from fsdpspec.charts.figures import ChartsUnavailable
     from fsdpspec.charts.rundata import RunDataError, read_run

@@ -126,6 +126,8 @@ def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
                              signal=stopped_by.name if stopped_by else None)
     except (RunDirError, RunLockError) as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # events.jsonl replaced by something not a file meanwhile
+        raise click.ClickException(f"{run_dir}: {exc.strerror or exc}") from None
     except KeyboardInterrupt:  # Ctrl-C before the supervisor took over the signals
         code, stopped_by = 128 + signal.SIGINT, signal.SIGINT
     if stopped_by is None:

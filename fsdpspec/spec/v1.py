@@ -238,7 +238,8 @@ class Data(_Section):
     tokenizer: str | None = Field(default=None, min_length=1)
     """Tokenizer directory, or a cached Hub id `org/name[@revision]`; null = byte-level
     (256 byte ids, then EOS)."""
-    seq_len: PositiveInt = 2048
+    # 2 at least: a sequence of one token has no next token to predict.
+    seq_len: int = Field(default=2048, ge=2, le=2**31 - 1)
     """Tokens per sequence (documents are packed)."""
     micro_batch_size: PositiveInt = 1
     """Sequences per process per forward/backward."""

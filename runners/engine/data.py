@@ -12,7 +12,6 @@ prompt_completion data also ``labels`` and ``position_ids`` (see ``packing``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import torch
 
 from fsdpspec.job.layout import Layout
+from fsdpspec.jsonfile import JsonFileError, Limits, parse
 from fsdpspec.semantics import BYTE_EOS, BYTE_VOCAB
 from fsdpspec.spec.v1 import Data
 from fsdpspec_runners.engine.errors import EngineError, first_line
@@ -67,7 +67,7 @@ def _local_tokenizer(directory: str) -> object:
         raise EngineError(f"data.tokenizer: {directory} is not a directory")
     try:
         return AutoTokenizer.from_pretrained(directory, local_files_only=True)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # tokenizers' Rust errors are plain Exceptions
         raise EngineError(f"data.tokenizer: cannot load {directory}: {first_line(exc)}") from None
 
 
@@ -106,17 +106,23 @@ def _files(data: Data) -> list[Path]:
         raise EngineError(f"data.path: {exc}") from None
 
 
+# A record is a document and its fields; a jsonl line holding more is not one.
+RECORD_LIMITS = Limits(max_depth=32, max_string=1 << 30)
+
+
 def _jsonl_texts(file: Path, field: str) -> Iterator[str]:
     for number, line in enumerate(_read(file).splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-            text = record[field]
-        except (json.JSONDecodeError, KeyError, TypeError):
+            record = parse(line, f"{file}:{number}", RECORD_LIMITS)
+        except JsonFileError as exc:
+            raise EngineError(f"data.path: {exc}") from None
+        text = record.get(field) if isinstance(record, dict) else None
+        if text is None:
             raise EngineError(
                 f"{file}:{number}: not a JSON object with a {field!r} string"
-            ) from None
+            )
         if not isinstance(text, str):
             raise EngineError(f"{file}:{number}: field {field!r} is not a string")
         yield text

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from fsdpspec.spec.v1 import Data
 from fsdpspec_runners.engine.data import SequenceSource, Tokenizer, model_tokenizer
 from fsdpspec_runners.engine.dist import Runtime
-from fsdpspec_runners.engine.errors import EngineError
+from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.examples import example_builder
 from fsdpspec_runners.engine.packing import Row, Sequences, example_rows, text_rows, to_tensors
 from fsdpspec_runners.engine.records import RecordSets, fingerprint, load_record_sets
@@ -38,14 +38,15 @@ def dataset_sources(
     tokenizer = model_tokenizer(data, vocab_size)
     if data.streaming:
         records = load_record_sets(data, seed)
-        evaluation = _pack(records.eval, data, tokenizer) if records.eval is not None else None
+        evaluation = (_pack(records.eval, data, tokenizer, "data.eval")
+                      if records.eval is not None else None)
         return StreamSource(records.train, data, tokenizer), evaluation
     outcome: list[Any] = [None]  # the cache key, or rank 0's error for every rank
     if runtime.local_rank == 0:
         try:
             outcome = [_build_cache(data, tokenizer, seed, run_dir)]
-        except EngineError as exc:
-            outcome = [exc]
+        except Exception as exc:  # every rank must hear of it, or they wait forever
+            outcome = [as_data_error(exc)]
     dist.broadcast_object_list(outcome, src=0)  # also the barrier: the file is written
     if isinstance(outcome[0], EngineError):
         raise outcome[0]
@@ -64,9 +65,9 @@ def _build_cache(data: Data, tokenizer: Tokenizer, seed: int, run_dir: Path) -> 
     path = run_dir / CACHE_DIR / f"{key}.pt"
     if path.is_file():
         return key
-    packed = {"train": _pack(records.train, data, tokenizer)}
+    packed = {"train": _pack(records.train, data, tokenizer, "data.path")}
     if records.eval is not None:
-        packed["eval"] = _pack(records.eval, data, tokenizer)
+        packed["eval"] = _pack(records.eval, data, tokenizer, "data.eval")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     torch.save(packed, tmp)
@@ -107,8 +108,21 @@ def _rows(records: Any, data: Data, tokenizer: Tokenizer) -> Iterator[Row]:
     return example_rows(examples, data.seq_len, tokenizer.pad_id, several=data.packing)
 
 
-def _pack(records: Any, data: Data, tokenizer: Tokenizer) -> Sequences:
-    return to_tensors(_rows(records, data, tokenizer), data.seq_len)
+def _pack(records: Any, data: Data, tokenizer: Tokenizer, part: str) -> Sequences:
+    """``part`` (data.path or data.eval) packed into sequences; an error names it."""
+    try:
+        return to_tensors(_rows(records, data, tokenizer), data.seq_len)
+    except EngineError as exc:
+        raise EngineError(f"{part}: {exc}") from None
+
+
+def as_data_error(exc: Exception) -> EngineError:
+    """A failure while reading, tokenizing or packing the data, as one line: the
+    libraries underneath (datasets, pyarrow, tokenizers, jinja) raise their own kinds,
+    and a record or file the user supplied is the cause either way."""
+    if isinstance(exc, EngineError):
+        return exc
+    return EngineError(f"data: {type(exc).__name__}: {first_line(exc)}")
 
 
 class StreamSource:
@@ -130,7 +144,10 @@ class StreamSource:
         """The ``index``-th sequence; indices must not go backwards."""
         assert index >= self._next, "a stream is read forward only"
         while True:
-            row = next(self._rows, None)
+            try:
+                row = next(self._rows, None)
+            except Exception as exc:  # a record the stream could not read or tokenize
+                raise as_data_error(exc) from None
             if row is None:
                 if self._read_this_epoch == 0:
                     raise EngineError("the data stream holds no sequence that carries loss")

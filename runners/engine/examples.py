@@ -8,7 +8,10 @@ completion and its EOS. Every other label is ``IGNORE``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +19,7 @@ from fsdpspec.spec.v1 import Data
 from fsdpspec_runners.engine.errors import EngineError, first_line
 
 IGNORE = -100  # cross_entropy's ignore_index
+RENDER_TIMEOUT_S = 10.0  # a real template renders a record in milliseconds
 
 
 @dataclass(frozen=True)
@@ -80,11 +84,38 @@ def chat_example(messages: Any, tokenizer: Any) -> Example:
     return Example(ids, labels)
 
 
+class RenderTimeout(Exception):
+    def __str__(self) -> str:
+        return (f"rendering one record took more than {RENDER_TIMEOUT_S:g} s (does the "
+                "template loop?)")
+
+
+@contextmanager
+def _time_bound(seconds: float) -> Iterator[None]:
+    """Raise RenderTimeout in the block after ``seconds`` (a template's loops are Python
+    code, so the alarm interrupts them). Only the main thread can take signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(_signum: int, _frame: Any) -> None:
+        raise RenderTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _render(hf: Any, messages: list[dict[str, Any]], *, generation_prompt: bool = False) -> str:
     try:
-        return hf.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=generation_prompt
-        )
+        with _time_bound(RENDER_TIMEOUT_S):
+            return hf.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=generation_prompt
+            )
     except Exception as exc:  # jinja raises its own errors for a template's raise_exception
         raise EngineError(f"the chat template cannot render a record: {first_line(exc)}") from None
 

@@ -20,7 +20,7 @@ from fsdpspec.semantics import model_flops_per_token
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.errors import EngineError
 from fsdpspec_runners.engine.trackers import Tracker, open_trackers
-from fsdpspec_runners.local.events import RUN_LIMITS, append_event
+from fsdpspec_runners.local.events import RUN_LIMITS, append_event, open_for_append
 from fsdpspec_runners.local.progress import PROGRESS_ENV, progress_line
 
 _GIB = 1 << 30
@@ -94,7 +94,10 @@ class MetricsSink:
         if spec.logging.jsonl:
             path = run_dir / "metrics.jsonl"
             _forget_steps_after(path, resumed_step)
-            self._jsonl = open(path, "a", encoding="utf-8")
+            try:
+                self._jsonl = open_for_append(path)
+            except OSError as exc:
+                raise EngineError(f"{path}: {exc.strerror}") from None
         self._trackers = open_trackers(spec, run_dir)
 
     def started(self, step: int, world_size: int, resumed_from: Path | None) -> None:

@@ -47,27 +47,32 @@ def load_records(location: str, split: str, *, streaming: bool) -> Any:
     datasets.disable_progress_bars()
     path = Path(location) if Path(location).is_absolute() else cached_hub_dataset(location)
     try:
-        return _load_local(path, split, streaming)
+        records = _load_local(path, split, streaming)
     except EngineError:
         raise
-    except (OSError, ValueError, KeyError) as exc:  # unknown split, unreadable file, schema
+    except StopIteration:  # datasets' reading of an empty file or snapshot
+        raise EngineError(f"data.path: {location} (split {split!r}) holds no records") from None
+    except Exception as exc:  # unknown split, unreadable file, schema, an empty snapshot…
         raise EngineError(f"data.path: {location} (split {split!r}): {first_line(exc)}") from None
+    if not streaming and len(records) == 0:
+        raise EngineError(f"data.path: {location} (split {split!r}) holds no records")
+    return records
 
 
 def cached_hub_dataset(repo: str) -> Path:
-    """The local snapshot of Hub dataset ``org/name[@revision]`` (never downloaded)."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    """The local snapshot of Hub dataset ``org/name[@revision]`` (never downloaded),
+    found by fsdpspec's own cache reader: its refs are read bounded and non-blocking."""
+    from fsdpspec.catalog.hub import cached_snapshot, parse_hub_id
 
-    repo_id, _, revision = repo.partition("@")
-    try:
-        return Path(snapshot_download(repo_id, repo_type="dataset", revision=revision or None,
-                                      local_files_only=True))
-    except LocalEntryNotFoundError:
+    hub = parse_hub_id(repo, "dataset")
+    found = cached_snapshot(hub) if hub is not None else None
+    if found is None:
+        repo_id = repo.partition("@")[0]
         raise EngineError(
             f"data.path: Hub dataset {repo} is not in the local cache; fetch it with "
             f"`huggingface-cli download --repo-type dataset {repo_id}`"
-        ) from None
+        )
+    return found
 
 
 def _load_local(path: Path, split: str, streaming: bool) -> Any:

@@ -11,6 +11,7 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
@@ -24,7 +25,7 @@ from fsdpspec_runners.engine.checkpoint import (
     load_checkpoint,
 )
 from fsdpspec_runners.engine.data import Batches, SequenceSource
-from fsdpspec_runners.engine.datasource import dataset_sources
+from fsdpspec_runners.engine.datasource import as_data_error, dataset_sources
 from fsdpspec_runners.engine.dist import (
     Runtime,
     build_mesh,
@@ -108,12 +109,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     torch.manual_seed(spec.train.seed)
     optimizer = build_optimizer(model.parameters(), spec.optimizer)
     vocab_size = job.config["vocab_size"] if job.config else None
-    if spec.data.source == "dataset":
-        source, eval_sequences = dataset_sources(
-            spec.data, vocab_size, spec.train.seed, run_dir, runtime
-        )
-    else:
-        source, eval_sequences = SequenceSource(spec.data, vocab_size, spec.train.seed), None
+    source, eval_sequences = _data_sources(spec, vocab_size, run_dir, runtime)
     batches = Batches(source, job.layout, spec.data.global_batch_size, runtime.rank)
     state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches)
     resume_from = choose_resume_checkpoint(spec.checkpoint.resume, run_dir, runtime)
@@ -134,6 +130,18 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
         peak_flops=peak_tflops(spec) * 1e12,
         eval_sequences=eval_sequences,
     )
+
+
+def _data_sources(spec: JobSpec, vocab_size: int | None, run_dir: Path,
+                  runtime: Runtime) -> tuple[Any, Any]:
+    """The training source and the evaluation sequences; any failure of the data, the
+    tokenizer or the template is one EngineError line."""
+    try:
+        if spec.data.source == "dataset":
+            return dataset_sources(spec.data, vocab_size, spec.train.seed, run_dir, runtime)
+        return SequenceSource(spec.data, vocab_size, spec.train.seed), None
+    except Exception as exc:
+        raise as_data_error(exc) from None
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -201,7 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     except (EngineError, torch.OutOfMemoryError, OSError, CheckpointException) as exc:
         message = _report(runtime, exc)  # OSError: a full disk, an unreadable file…
         if run_dir is not None and runtime is not None and runtime.is_main:
-            append_event(run_dir, "end", outcome="failed", message=message)
+            try:
+                append_event(run_dir, "end", outcome="failed", message=message)
+            except OSError:  # the failure may be that very file; it is reported above
+                pass
         return 1
     except KeyboardInterrupt:  # Ctrl-C before the stop handler is installed: nothing to save
         return 128 + signal.SIGINT  # silently: `fsdpspec run` says what stopped and what is kept

@@ -5,12 +5,14 @@ killed engine cannot. `fsdpspec report` reads it to mark resumes and say the sta
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import stat
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from fsdpspec.jsonfile import Limits, RecordError, load_jsonl
 
@@ -20,8 +22,21 @@ FILENAME = "events.jsonl"
 def append_event(run_dir: Path, event: str, **fields: Any) -> None:
     """Append one record; a single short write, so a kill cannot tear earlier lines."""
     record = {"event": event, "time": round(time.time(), 3), **fields}
-    with open(run_dir / FILENAME, "a", encoding="utf-8") as fh:
+    with open_for_append(run_dir / FILENAME) as fh:
         fh.write(json.dumps(record) + "\n")
+
+
+def open_for_append(path: Path) -> TextIO:
+    """``path`` opened to append text, created if missing; OSError (one line) unless it
+    is a regular file: opened non-blocking, so a FIFO planted there cannot hang the run,
+    and never through a symlink."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW,
+                 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file; refusing to write it", str(path))
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a", encoding="utf-8")
 
 
 # What a run directory's records may hold; anything else is a file fsdpspec did not
@@ -53,7 +68,8 @@ def _value_problem(key: str, value: Any) -> str | None:
 def _checked(record: dict[str, Any], where: str, kind: str) -> dict[str, Any]:
     if kind == "metrics" and "step" not in record:
         raise RecordError(f"{where}: a metrics record has no step")
-    if kind == "events" and record.get("event") not in _EVENTS:
+    event = record.get("event")
+    if kind == "events" and (not isinstance(event, str) or event not in _EVENTS):
         raise RecordError(f"{where}: event must be one of {', '.join(sorted(_EVENTS))}")
     for key, value in record.items():
         problem = _value_problem(key, value)

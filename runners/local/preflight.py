@@ -9,7 +9,6 @@ raised as a one-line PreflightError.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import stat
@@ -17,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from fsdpspec.job.job import Job
+from fsdpspec.lint.environment import missing_packages
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.validate import FileReport
 from fsdpspec_runners.local.datafiles import DataFilesError, data_files
@@ -36,10 +36,9 @@ def check_before_start(report: FileReport, spec: JobSpec, run_dir: Path) -> None
             problem = _unusable_data(Path(path), spec.data.source)
         if problem:
             raise PreflightError(f"{_where(report, pointer)}: {path} {problem}")
-    for pointer, package in _packages(spec):
-        if importlib.util.find_spec(package) is None:
-            raise PreflightError(f"{_where(report, pointer)} needs the {package} package, "
-                                 f"which is not installed (pip install {package})")
+    for pointer, package in missing_packages(spec):
+        raise PreflightError(f"{_where(report, pointer)} needs the {package} package, "
+                             f"which is not installed (pip install {package})")
     base = _check_writable(run_dir)
     assert report.job is not None
     _check_room(report.job, run_dir, base)
@@ -49,23 +48,6 @@ def _where(report: FileReport, pointer: str) -> str:
     """`file:line:col: field` of a spec field, for a one-line error."""
     file, position = report.source_map.locate(pointer)
     return f"{file}:{position.line}:{position.col}: {pointer.strip('/').replace('/', '.')}"
-
-
-def _packages(spec: JobSpec) -> list[tuple[str, str]]:
-    """(pointer, module) for each optional package the job's settings need; found
-    without importing it, so the check stays cheap."""
-    needed = []
-    if spec.logging.tensorboard:
-        needed.append(("/logging/tensorboard", "tensorboard"))
-    if spec.logging.wandb is not None:
-        needed.append(("/logging/wandb", "wandb"))
-    if spec.logging.mlflow is not None:
-        needed.append(("/logging/mlflow", "mlflow"))
-    if spec.model.attention == "flash_attention_2":
-        needed.append(("/model/attention", "flash_attn"))
-    if spec.data.source == "dataset":
-        needed.append(("/data/source", "datasets"))
-    return needed
 
 
 def _inputs(spec: JobSpec) -> list[tuple[str, str, bool]]:

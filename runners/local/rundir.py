@@ -15,6 +15,7 @@ position, which count global sequences, not per-rank ones.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,26 @@ def _bookkeeping(path: Path) -> bool:
     return is_lock_file(path) or (path.name == SCHEDULER_DIR and path.is_dir())
 
 
+# The files of a run that fsdpspec and the engine read and append to.
+RUN_FILES = ("metrics.jsonl", "events.jsonl", "checkpoints/latest")
+
+
+def _check_run_files(run_dir: Path) -> None:
+    """Refuse a run directory whose run files are not regular files: a FIFO would block
+    the engine's first read or append forever, a link would be written through."""
+    for name in RUN_FILES:
+        path = run_dir / name
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise RunDirError(f"{path} cannot be read ({exc.strerror})") from None
+        if not stat.S_ISREG(mode):
+            raise RunDirError(f"{path} is not a regular file (a FIFO, a link, a device …): "
+                              f"remove it, or set checkpoint.dir to another directory")
+
+
 def prepare_run_dir(spec: JobSpec, run_dir: Path) -> bool:
     """Create (or check and reuse) the run directory and write resolved-spec.json.
 
@@ -143,6 +164,7 @@ def prepare_run_dir(spec: JobSpec, run_dir: Path) -> bool:
     previous = _previous_document(run_dir) if run_dir.is_dir() else None
     if previous is not None:
         _check_same_job(spec, run_dir, previous)
+        _check_run_files(run_dir)
         if spec.checkpoint.resume == "never":
             raise RunDirError(f"{run_dir} already holds a run of {spec.metadata.name!r} and "
                               "checkpoint.resume is never: remove it, or use resume: auto")

@@ -32,7 +32,7 @@ def _bad_resume(tmp_path: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("make", "cause"), [
-    (_corrupt_data, "train.jsonl:51: not a JSON object"),
+    (_corrupt_data, "train.jsonl:51: not valid JSON"),
     (_bad_resume, "does not verify: it has no manifest"),
 ])
 def test_a_failure_is_one_line_naming_its_cause(make, cause: str, tmp_path: Path) -> None:

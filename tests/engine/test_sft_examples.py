@@ -80,7 +80,8 @@ def test_streamed_sequences_equal_the_cached_ones(tmp_path: Path, tokenizer: Tok
     location = str(chat_parquet(tmp_path / "chats", train=12, test=2))
     data = Data(source="dataset", path=location, format="chat", seq_len=48,
                 tokenizer=tokenizer.directory)
-    packed = _pack(load_records(location, "train", streaming=False), data, tokenizer)
+    packed = _pack(load_records(location, "train", streaming=False), data, tokenizer,
+                   "data.path")
     stream = StreamSource(load_records(location, "train", streaming=True), data, tokenizer)
     count = len(packed["input_ids"])
     for index in (0, 2, count + 1):  # forward only, across an epoch boundary
@@ -94,8 +95,6 @@ def test_hub_dataset_ids_read_the_local_cache_only(
 ) -> None:
     """`org/name` is read from a cache in the Hub layout; one not cached is one line that
     says how to fetch it."""
-    from huggingface_hub import constants
-
     from fsdpspec_runners.engine.errors import EngineError
     from fsdpspec_runners.engine.records import load_records
 
@@ -103,7 +102,7 @@ def test_hub_dataset_ids_read_the_local_cache_only(
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text("a" * 40)
     chat_parquet(repo / "snapshots" / ("a" * 40), train=5, test=1)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     assert len(load_records("acme/chats", "test", streaming=False)) == 1
     with pytest.raises(EngineError, match=r"acme/other is not in the local cache; fetch it "
                        r"with `huggingface-cli download --repo-type dataset acme/other`"):
@@ -121,3 +120,19 @@ def test_a_held_out_fraction_is_seeded_and_disjoint(tmp_path: Path) -> None:
     everything = load_record_sets(Data(source="dataset", path=location), seed=3).train
     split = [*first.train["messages"], *first.eval["messages"]]
     assert sorted(map(str, split)) == sorted(map(str, everything["messages"]))
+
+
+def test_a_fifo_ref_in_the_cache_never_blocks_the_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from fsdpspec_runners.engine.errors import EngineError
+    from fsdpspec_runners.engine.records import load_records
+
+    refs = tmp_path / "hub" / "datasets--acme--chats" / "refs"
+    refs.mkdir(parents=True)
+    os.mkfifo(refs / "main")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(EngineError, match="acme/chats is not in the local cache"):
+        load_records("acme/chats", "train", streaming=False)

@@ -58,8 +58,10 @@ def test_missing_data_file_is_named_with_its_position(tmp_path: Path) -> None:
 @pytest.mark.skipif(importlib.util.find_spec("tensorboard") is not None,
                     reason="tensorboard is installed here")
 def test_a_package_the_settings_need_is_missing(tmp_path: Path) -> None:
+    """validate says it (FS411); a spec that ignores FS411 is refused again at the start."""
     logging = "logging: {tensorboard: true}\n"
-    assert refused(tmp_path, HEAD + TINY + CORPUS + TRAIN + logging) == (
+    assert refused(tmp_path, HEAD + TINY + CORPUS + TRAIN + logging,
+                   "--set", "lint.ignore=[FS411]") == (
         "job.yaml:9:24: logging.tensorboard needs the tensorboard package, which is not "
         "installed (pip install tensorboard)")
 

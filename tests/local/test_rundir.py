@@ -45,3 +45,24 @@ def test_resume_never_still_refuses_an_existing_run_on_node_0(tmp_path: Path) ->
     write_resolved_spec(job(), tmp_path)
     with pytest.raises(RunDirError, match="checkpoint.resume is never"):
         prepare_run_dir(job(checkpoint={"resume": "never"}), tmp_path)
+
+
+@pytest.mark.parametrize("name", ["events.jsonl", "metrics.jsonl", "checkpoints/latest"])
+def test_a_run_file_that_is_a_fifo_is_refused_not_waited_on(name: str, tmp_path: Path) -> None:
+    import os
+
+    assert prepare_run_dir(job(), tmp_path) is False
+    (tmp_path / name).parent.mkdir(exist_ok=True)
+    os.mkfifo(tmp_path / name)
+    with pytest.raises(RunDirError, match=f"^{tmp_path / name} is not a regular file"):
+        prepare_run_dir(job(), tmp_path)
+
+
+def test_events_are_never_appended_through_a_fifo(tmp_path: Path) -> None:
+    import os
+
+    from fsdpspec_runners.local.events import append_event
+
+    os.mkfifo(tmp_path / "events.jsonl")
+    with pytest.raises(OSError):  # ENXIO: no reader; never a wait for one
+        append_event(tmp_path, "exit", code=0)
