@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdpspec.plan import activations as act
+from fsdpspec.plan import levers
 from fsdpspec.plan.units import Sharding, Unit, sharding
 from fsdpspec.plan.workload import Workload
 from fsdpspec.semantics import (
@@ -148,9 +149,10 @@ def _parts(w: Workload, sh: Sharding) -> _Parts:
     grads = 0 if unsharded_carry else 1
     reduced = 0 if carried and not unsharded_carry else on_device
     saved, layer = _layer_activations(w)
+    tensors = levers.shard_tensors(sh)
     return _Parts(
         persistent={"sharded_parameters": on_device * shard_bytes,
-                    "optimizer_states": on_device * w.optimizer_states * shard_bytes},
+                    "optimizer_states": on_device * levers.optimizer_state_bytes(w, tensors)},
         accumulated=carried,
         # The root stays gathered from its forward to its backward: the engine keeps it
         # under FSDP2 (reshard_after_forward=False) and FSDP1 never frees it before backward.
@@ -169,7 +171,7 @@ def _parts(w: Workload, sh: Sharding) -> _Parts:
         saved=saved,
         layer=layer,
         sharded_grads=on_device * shard_bytes,
-        optimizer_temporaries=on_device * (shard_bytes if w.optimizer_states == 2 else 0),
+        optimizer_temporaries=on_device * levers.optimizer_step_temporaries(w, tensors),
     )
 
 
@@ -185,9 +187,14 @@ def _full_layer(w: Workload) -> int:
 
 
 def _saved_through(w: Workload, index: int, full: int) -> int:
-    """Bytes layers 0..index hold for backward (a checkpointed layer: its input)."""
-    kept = act.checkpointed_layer_bytes(w.geometry, w.compute_bytes, w.micro_batch_size,
-                                        w.seq_len)
+    """Bytes layers 0..index hold for backward (a checkpointed layer: its input; under
+    op-level checkpointing also the outputs its policy saves)."""
+    if w.activation_checkpointing == "op":
+        kept = levers.op_checkpointed_layer_bytes(w.geometry, w.compute_bytes,
+                                                  w.micro_batch_size, w.seq_len, w.attention)
+    else:
+        kept = act.checkpointed_layer_bytes(w.geometry, w.compute_bytes, w.micro_batch_size,
+                                            w.seq_len)
     checkpointed = checkpointed_count(w.activation_checkpointing, w.ac_every, index + 1)
     return checkpointed * kept + (index + 1 - checkpointed) * full
 
@@ -206,8 +213,14 @@ def _head_points(w: Workload, p: _Parts) -> list[Point]:
     loss_backward = base | {"logits_and_loss": act.logits_backward_bytes(g, b, batch, seq)}
     # The lm_head's weight gradient is computed from the logits' gradient.
     head_backward = base | {"unsharded_gradients": p.head_grads, "logits_and_loss": logits}
-    return [Point("forward: lm_head", lm_head), Point("forward: loss", loss_forward),
-            Point("backward: loss", loss_backward), Point("backward: lm_head", head_backward)]
+    points = {"forward: lm_head": lm_head, "forward: loss": loss_forward,
+              "backward: loss": loss_backward, "backward: lm_head": head_backward}
+    if w.loss_chunks > 1:
+        # The lm_head's weight gradient exists from the first chunk's backward on.
+        for name, terms in levers.chunked_head_terms(w).items():
+            grads = p.head_grads if name.startswith("backward") else 0
+            points[name] = base | terms | {"unsharded_gradients": grads}
+    return [Point(name, terms) for name, terms in points.items()]
 
 
 def _layer_point(w: Workload, p: _Parts, index: int) -> Point:

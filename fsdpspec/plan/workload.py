@@ -43,6 +43,9 @@ class Workload:
     full_state_dict: bool
     export_bytes: int
     export_shard_bytes: int
+    loss_chunks: int = 1
+    activation_offload: bool = False
+    state_dtype: str = "float32"
 
     @property
     def tokens(self) -> int:
@@ -85,4 +88,7 @@ def workload(spec: JobSpec, geometry: Geometry, *, world_size: int | None = None
         full_state_dict=fsdp.state_dict_type == "FULL_STATE_DICT",
         export_bytes=DTYPE_BYTES[final.dtype] if final.enabled else 0,
         export_shard_bytes=final.max_shard_mb * 10**6,
+        loss_chunks=spec.train.loss_chunks,
+        activation_offload=fsdp.activation_offload,
+        state_dtype=spec.optimizer.state_dtype if spec.optimizer.name == "adamw" else "float32",
     )

@@ -63,7 +63,8 @@ def forward_backward(
     """Forward and backward of one micro-batch; returns its (unscaled) loss, still on the
     device: reading it here would make the host wait for every micro-batch."""
     device = trainer.runtime.device
-    loss = causal_lm_loss(trainer.state.model, {k: v.to(device) for k, v in batch.items()})
+    loss = causal_lm_loss(trainer.state.model, {k: v.to(device) for k, v in batch.items()},
+                          chunks=trainer.spec.train.loss_chunks)
     scaled = loss / accumulation_steps
     (trainer.scaler.scale(scaled) if trainer.scaler else scaled).backward()
     return loss.detach()
@@ -188,7 +189,8 @@ def _evaluate(trainer: Trainer) -> None:
     """Evaluate and log ``eval_loss`` and ``eval_perplexity`` at the current step."""
     assert trainer.eval_sequences is not None
     result = evaluate(trainer.state.model, trainer.eval_sequences,
-                      trainer.spec.data.micro_batch_size, trainer.runtime)
+                      trainer.spec.data.micro_batch_size, trainer.runtime,
+                      loss_chunks=trainer.spec.train.loss_chunks)
     trainer.sink.write({"step": trainer.state.step, **result})
 
 

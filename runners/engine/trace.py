@@ -141,7 +141,7 @@ def train_step(spec: JobSpec, model: Any, optimizer: Any, device: Any,
             between_micro_batches()
         batch = torch.randint(0, model.config.vocab_size, shape, device=device)
         with Fsdp2().gradient_sync(model, spec.fsdp.sharding_strategy, index == micro - 1):
-            loss = causal_lm_loss(model, {"input_ids": batch})
+            loss = causal_lm_loss(model, {"input_ids": batch}, chunks=spec.train.loss_chunks)
             (loss / micro).backward()
         del loss
     optimizer.step()

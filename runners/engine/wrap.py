@@ -7,6 +7,7 @@ become the FSDP units.
 from __future__ import annotations
 
 import functools
+from collections import defaultdict
 from typing import Any
 
 import torch
@@ -62,9 +63,10 @@ def find_layers(model: nn.Module, spec: JobSpec, config: dict[str, Any] | None) 
 def apply_activation_checkpointing(
     model: nn.Module, layers: list[nn.Module], fsdp: Fsdp
 ) -> list[nn.Module]:
-    """Wrap every layer (full) or one in ``ac_every`` (selective); return the new layers."""
+    """Wrap every layer (full, op) or one in ``ac_every`` (selective); return the new layers."""
     if fsdp.activation_checkpointing == "none":
         return layers
+    context = {"context_fn": op_selective_contexts} if fsdp.activation_checkpointing == "op" else {}
     parents = {
         id(child): (parent, name)
         for parent in model.modules()
@@ -74,10 +76,46 @@ def apply_activation_checkpointing(
     for index, layer in enumerate(layers):
         if is_checkpointed(fsdp.activation_checkpointing, fsdp.ac_every, index):
             parent, name = parents[id(layer)]
-            layer = checkpoint_wrapper(layer, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+            layer = checkpoint_wrapper(layer, checkpoint_impl=CheckpointImpl.NO_REENTRANT,
+                                       **context)
             setattr(parent, name, layer)
         wrapped.append(layer)
     return wrapped
+
+
+def _op_save_list() -> set[Any]:
+    """torchtitan's op-level save list (``_save_list``): matrix multiplies, the fused
+    attention kernels and the reduce-scatter a tensor-parallel layer issues, and ``max``
+    (a float8 scale). The CPU's fused attention is added so that CPU runs and the
+    fake-tensor trace save what a GPU saves."""
+    aten = torch.ops.aten
+    ops = {aten.mm.default, aten.max.default,
+           aten._scaled_dot_product_efficient_attention.default,
+           aten._scaled_dot_product_flash_attention.default,
+           aten._scaled_dot_product_cudnn_attention.default,
+           aten._scaled_dot_product_flash_attention_for_cpu.default}
+    if hasattr(torch.ops, "_c10d_functional"):
+        ops.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
+    return ops
+
+
+def op_selective_contexts() -> Any:
+    """One layer call's checkpoint contexts under torchtitan's op-level policy: save the
+    output of every op in the save list except every second ``mm`` (counted apart in
+    forward and in recomputation, so both make the same choices); recompute the rest."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    save, mm, counts = _op_save_list(), torch.ops.aten.mm.default, defaultdict(int)
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == mm:
+            counts[mode] += 1
+        if func in save and not (func == mm and counts[mode] % 2 == 0):
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
 
 
 def size_units(
