@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
-from fsdpspec.plan.memory import model_sharding
+from fsdpspec.plan.levers import offload_seconds
+from fsdpspec.plan.memory import model_sharding, saved_activation_bytes
 from fsdpspec.plan.workload import Workload
 from fsdpspec.semantics import (
     model_flops_per_token,
@@ -35,6 +36,8 @@ class Compute:
     # None when the device's peak is unknown (a custom accelerator without *_tflops).
     compute_seconds: float | None
     communication_seconds: float
+    # Activation offload's PCIe transfers (out in forward, back in backward).
+    offload_seconds: float = 0.0
 
     @property
     def communication_bound(self) -> bool:
@@ -73,4 +76,5 @@ def step_compute(w: Workload, parameters: int, device: Accelerator, compute_dtyp
     inter = all_reduce + (0 if intra else all_gather + reduce_scatter)
     seconds = intra / (device.intra_node_gbps * 1e9) + inter / (device.inter_node_gbps * 1e9)
     return Compute(flops, all_gather, reduce_scatter, all_reduce,
-                   flops / (peak * 1e12) if peak else None, seconds)
+                   flops / (peak * 1e12) if peak else None, seconds,
+                   offload_seconds(saved_activation_bytes(w), w))

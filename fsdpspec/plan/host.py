@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fsdpspec.plan.memory import GIB, model_sharding
+from fsdpspec.plan.levers import offloaded_activation_bytes
+from fsdpspec.plan.memory import GIB, model_sharding, saved_activation_bytes
 from fsdpspec.plan.workload import Workload
 from fsdpspec.semantics import MASTER_BYTES
 
@@ -35,13 +36,18 @@ def host_memory(w: Workload, parameters: int) -> HostMemory:
     # A full state dict gathers the fp32 parameters and optimizer state to rank 0.
     gather = MASTER_BYTES * parameters * (1 + w.optimizer_states) if w.full_state_dict else 0
     export = final_export_bytes(w, parameters)
+    # Activation offload keeps each rank's saved activations in pinned host memory.
+    activations = ranks * offloaded_activation_bytes(saved_activation_bytes(w), w)
+    offloaded += activations
     terms = {
         "process_overhead": ranks * PROCESS_OVERHEAD_BYTES,
-        "offloaded_states": offloaded,
+        "offloaded_states": offloaded - activations,
         "weight_loading": loading,
         "full_state_dict_gather": gather,
         "final_export": export,
     }
+    if activations:
+        terms["offloaded_activations"] = activations
     # "processes" wins ties: when nothing else is on the host, the processes are the peak.
     phases = {
         "processes": 0,

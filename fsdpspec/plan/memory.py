@@ -149,6 +149,8 @@ def _parts(w: Workload, sh: Sharding) -> _Parts:
     grads = 0 if unsharded_carry else 1
     reduced = 0 if carried and not unsharded_carry else on_device
     saved, layer = _layer_activations(w)
+    if w.activation_offload:
+        saved = 0  # in host memory until backward brings each layer's back
     tensors = levers.shard_tensors(sh)
     return _Parts(
         persistent={"sharded_parameters": on_device * shard_bytes,
@@ -179,6 +181,11 @@ def _layer_activations(w: Workload) -> tuple[int, int]:
     """(bytes saved by all layers, bytes one layer saves without checkpointing)."""
     full = _full_layer(w)
     return _saved_through(w, w.geometry.num_layers - 1, full), full
+
+
+def saved_activation_bytes(w: Workload) -> int:
+    """Bytes every layer saves for backward (what activation offload moves to the host)."""
+    return _layer_activations(w)[0]
 
 
 def _full_layer(w: Workload) -> int:
@@ -230,6 +237,9 @@ def _layer_point(w: Workload, p: _Parts, index: int) -> Point:
     below is being prefetched."""
     g, b, layers = w.geometry, w.compute_bytes, w.geometry.num_layers
     activations = _saved_through(w, index, p.layer)
+    if w.activation_offload:
+        # Only the layer in backward has its saved tensors back on the device.
+        activations -= _saved_through(w, index - 1, p.layer) if index else 0
     if is_checkpointed(w.activation_checkpointing, w.ac_every, index):
         activations += p.layer
     gathered = p.root + (index + 1) * p.unit if w.keeps_params_gathered else p.root + p.unit

@@ -53,6 +53,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "reduce_scatter_bytes": compute.reduce_scatter_bytes,
             "all_reduce_bytes": compute.all_reduce_bytes,
             "communication_bound": compute.communication_bound,
+            "offload_seconds": compute.offload_seconds,
         },
         "fits": plan.fits,
         "fits_device": plan.fits_device,
@@ -135,9 +136,13 @@ def _compute_lines(plan: Plan) -> list[str]:
         return [f"{head}, {traffic:.1f} GiB of collectives per rank; compute time unknown "
                 "(set resources.accelerator.bf16_tflops)"]
     bound = "communication-bound" if c.communication_bound else "compute-bound"
-    return [f"{head}, ideal {c.compute_seconds:.3f} s compute vs "
-            f"{c.communication_seconds:.3f} s collectives ({traffic:.1f} GiB per rank): "
-            f"likely {bound}"]
+    lines = [f"{head}, ideal {c.compute_seconds:.3f} s compute vs "
+             f"{c.communication_seconds:.3f} s collectives ({traffic:.1f} GiB per rank): "
+             f"likely {bound}"]
+    if c.offload_seconds:
+        lines.append(f"activation offload: {c.offload_seconds:.3f} s of PCIe transfers per "
+                     "step (out overlapped with forward, back on demand in backward)")
+    return lines
 
 
 def _count(n: int) -> str:

@@ -38,6 +38,7 @@ class AdamWBf16States(torch.optim.Optimizer):
     def __init__(self, params: Iterable[nn.Parameter], *, lr: float,
                  betas: tuple[float, float], eps: float, weight_decay: float) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+        self.register_load_state_dict_post_hook(_moments_to_bf16)
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]
@@ -65,6 +66,15 @@ class AdamWBf16States(torch.optim.Optimizer):
         param.mul_(1 - lr * group["weight_decay"])
         denom = (exp_avg_sq.sqrt_() / math.sqrt(1 - beta2**step)).add_(group["eps"])
         param.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**step))
+
+
+def _moments_to_bf16(optimizer: torch.optim.Optimizer) -> None:
+    """``Optimizer.load_state_dict`` casts every floating state to its parameter's dtype
+    (fp32): cast the moments back. They were saved in bf16, so no value changes."""
+    for state in optimizer.state.values():
+        for name in ("exp_avg", "exp_avg_sq"):
+            if name in state:
+                state[name] = state[name].to(torch.bfloat16)
 
 
 def lr_multiplier(step: int, schedule: Scheduler, max_steps: int) -> float:
