@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
+from fsdpspec.plan.levers import int8_states_apply, loss_chunks_apply
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
 
 
@@ -25,7 +26,7 @@ def activation_offload_on_cpu(ctx: LintContext) -> Iterator[Diagnostic]:
     PASS:
 
         resources: {accelerator: H100-80GB}
-        fsdp: {activation_offload: true}
+        fsdp: {activation_offload: true, mixed_precision: bf16}
     """
     spec = ctx.spec
     if spec.fsdp.activation_offload and spec.resources.accelerator == "cpu":
@@ -54,7 +55,7 @@ def chunked_loss_needs_transformers_head(ctx: LintContext) -> Iterator[Diagnosti
         train: {loss_chunks: 8}
     """
     spec = ctx.spec
-    if spec.train.loss_chunks == 1:
+    if spec.train.loss_chunks == 1 or loss_chunks_apply(spec):
         return
     if spec.model.factory:
         yield diagnostic("FS231", "train.loss_chunks needs a transformers model's output "
@@ -106,7 +107,7 @@ def int8_states_need_sharded_fsdp2(ctx: LintContext) -> Iterator[Diagnostic]:
         optimizer: {state_dtype: int8}
     """
     spec = ctx.spec
-    if spec.optimizer.state_dtype != "int8":
+    if spec.optimizer.state_dtype != "int8" or int8_states_apply(spec):
         return
     if spec.fsdp.version == 1:
         yield diagnostic("FS551", "optimizer.state_dtype int8 runs under fsdp.version 2 only",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
-from fsdpspec.plan.levers import offload_seconds
+from fsdpspec.plan.levers import chunked_loss_flops, offload_seconds
 from fsdpspec.plan.memory import model_sharding, saved_activation_bytes
 from fsdpspec.plan.workload import Workload
 from fsdpspec.semantics import (
@@ -52,7 +52,7 @@ def step_flops(w: Workload, parameters: int) -> float:
                  q_width=w.geometry.q_width, seq_len=w.seq_len)
     per_token = model_flops_per_token(**shape) + recompute_flops_per_token(
         **shape, mode=w.activation_checkpointing, ac_every=w.ac_every)
-    return float(per_token * w.tokens * w.accumulation_steps)
+    return float(per_token * w.tokens * w.accumulation_steps) + chunked_loss_flops(w)
 
 
 def step_compute(w: Workload, parameters: int, device: Accelerator, compute_dtype: str) -> Compute:

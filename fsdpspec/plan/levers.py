@@ -14,6 +14,7 @@ from fsdpspec.plan.geometry import Geometry
 from fsdpspec.plan.units import Sharding
 from fsdpspec.plan.workload import Workload
 from fsdpspec.semantics import MASTER_BYTES
+from fsdpspec.spec.v1 import JobSpec
 
 # Host-to-device bandwidth one GPU sees over PCIe Gen5 x16, per direction (GB/s), as
 # pinned-memory copies reach it in practice.
@@ -22,6 +23,26 @@ PCIE_GBPS = 50.0
 # block; tensors under 4096 elements keep fp32 states.
 INT8_BLOCK = 256
 INT8_MIN_NUMEL = 4096
+
+
+def loss_chunks_apply(spec: JobSpec) -> bool:
+    """The chunked loss takes over a transformers model's output projection, under FSDP2
+    (lint rule FS231)."""
+    return not spec.model.factory and spec.fsdp.version == 2
+
+
+def int8_states_apply(spec: JobSpec) -> bool:
+    """torchao's 8-bit states are checkpointed under FSDP2's sharded state dict only
+    (lint rule FS551)."""
+    return spec.fsdp.version == 2 and spec.fsdp.state_dict_type == "SHARDED_STATE_DICT"
+
+
+def chunked_loss_flops(w: Workload) -> float:
+    """FLOPs the chunked loss adds per step: each chunk's projection runs again in
+    backward (2 · H · V per token)."""
+    if w.loss_chunks == 1:
+        return 0.0
+    return 2.0 * w.geometry.hidden_size * w.geometry.vocab_size * w.tokens * w.accumulation_steps
 
 
 def chunk_tokens(w: Workload) -> int:

@@ -302,6 +302,17 @@ def _points(w: Workload, p: _Parts) -> list[Point]:
             Point("optimizer step", optimizer_step)]
 
 
+def _idle_logits_block(w: Workload, peak: Point) -> int:
+    """Reserved but idle at the loss's backward: the compute-dtype logits (b · T · V),
+    freed when forward ends, cannot hold any of the fp32 gradients backward then
+    allocates (each twice its size; the caching allocator neither merges nor spans
+    segments), so their block stays cached beside the new ones until the logits'
+    own gradient reuses it. Not under a chunked loss (one chunk's logits), nor in fp32."""
+    if peak.name != "backward: loss" or w.loss_chunks > 1 or w.compute_bytes >= MASTER_BYTES:
+        return 0
+    return w.compute_bytes * w.tokens * w.geometry.vocab_size
+
+
 def device_memory(w: Workload, *, is_gpu: bool = True) -> DeviceMemory:
     """One rank's device memory for the workload."""
     points = tuple(Point(pt.name, {t: pt.terms.get(t, 0) for t in TERMS})
@@ -310,7 +321,7 @@ def device_memory(w: Workload, *, is_gpu: bool = True) -> DeviceMemory:
     return DeviceMemory(
         peak=peak,
         points=points,
-        fragmentation=int(FRAGMENTATION[w.fsdp_version] * peak.total),
+        fragmentation=int(FRAGMENTATION[w.fsdp_version] * peak.total) + _idle_logits_block(w, peak),
         cuda_context=CUDA_CONTEXT_BYTES if is_gpu else 0,
         nccl=NCCL_BYTES if is_gpu and w.world_size > 1 else 0,
     )

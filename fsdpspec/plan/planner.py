@@ -8,6 +8,7 @@ from typing import Any
 
 from fsdpspec.catalog.accelerators import CATALOG, Accelerator, resolve_accelerator
 from fsdpspec.plan.compute import Compute, step_compute
+from fsdpspec.plan.fitting import Fit, cheapest_fit
 from fsdpspec.plan.geometry import Geometry, geometry_from_config
 from fsdpspec.plan.host import HostMemory, host_memory
 from fsdpspec.plan.memory import GIB, DeviceMemory, device_memory
@@ -36,6 +37,8 @@ class Plan:
     min_gpus: int | None  # in whole nodes of the spec's gpus_per_node
     min_single_gpus: int | None  # counting single GPUs
     suggestions: tuple[Suggestion, ...]
+    # The cheapest combination of memory levers that fits, when the job does not.
+    fitting_levers: Fit | None = None
 
     @property
     def parameters(self) -> int:
@@ -125,4 +128,7 @@ def plan_job(spec: JobSpec, config: dict[str, Any], *, world_size: int | None = 
         min_gpus=fewest_gpus(spec, g, device) if device.is_gpu else None,
         min_single_gpus=fewest_gpus(spec, g, device, per_node=1) if device.is_gpu else None,
         suggestions=tuple(suggestions(spec, g, w, memory, capacity, device)),
+        fitting_levers=(cheapest_fit(spec, g, w, memory, capacity, device)
+                        if memory.total > capacity * (1.0 - spec.resources.memory_headroom)
+                        else None),
     )

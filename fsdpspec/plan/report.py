@@ -63,6 +63,12 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "suggestions": [{"override": s.override, "description": s.description,
                          "saves_bytes": s.saves_bytes, "fits": s.fits}
                         for s in plan.suggestions],
+        "fitting_levers": None if plan.fitting_levers is None else {
+            "overrides": list(plan.fitting_levers.overrides),
+            "saves_bytes": plan.fitting_levers.saves_bytes,
+            "device_total_bytes": plan.fitting_levers.device_total,
+            "extra_seconds_per_step": plan.fitting_levers.extra_seconds,
+        },
     }
 
 
@@ -180,4 +186,16 @@ def plan_text(plan: Plan) -> str:
         lines.append("cheapest changes, by memory saved:")
         lines += [f"  --set {s.override:<40} saves {s.saves_bytes / unit:7.2f} {name}"
                   f"{'  (fits)' if s.fits else ''}  {s.description}" for s in plan.suggestions]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _fitting_lines(plan, unit, name)) + "\n"
+
+
+def _fitting_lines(plan: Plan, unit: int, name: str) -> list[str]:
+    """The cheapest combination of levers that fits on the spec's GPUs, as --set lines."""
+    fit = plan.fitting_levers
+    if fit is None:
+        return []
+    gpus = f"{plan.workload.world_size} {plan.accelerator.name}"
+    return [f"fits on {gpus} with (device total {fit.device_total / unit:.1f} {name}, "
+            f"saves {fit.saves_bytes / unit:.2f} {name}, costs "
+            f"{fit.extra_seconds:+.3f} s per step):",
+            *[f"  --set {o}" for o in fit.overrides]]

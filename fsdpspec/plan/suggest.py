@@ -59,7 +59,7 @@ def _candidates(spec: JobSpec, w: Workload, device: Accelerator) -> list[tuple[s
     return out
 
 
-def _apply(spec: JobSpec, override: str) -> JobSpec:
+def apply_override(spec: JobSpec, override: str) -> JobSpec:
     """``spec`` with one ``--set``-style override applied (the flag's own code)."""
     data = spec.as_json_data()
     apply_overrides(data, [override], SourceMap(file="suggestion"))
@@ -71,7 +71,7 @@ def suggestions(spec: JobSpec, g: Geometry, w: Workload, memory: DeviceMemory, c
     """Changes that save device memory, most bytes saved first."""
     found = []
     for override, description in _candidates(spec, w, device):
-        changed = workload(_apply(spec, override), g, world_size=w.world_size)
+        changed = workload(apply_override(spec, override), g, world_size=w.world_size)
         after = device_memory(changed, is_gpu=device.is_gpu)
         saved = memory.total - after.total
         if saved > 0:
