@@ -61,6 +61,9 @@ class DeviceMemory:
     fragmentation: int
     cuda_context: int
     nccl: int
+    # Cached blocks the peak cannot use (reserved, but released by the allocator before
+    # it would report out of memory): in max_memory_reserved, not in what must fit.
+    idle_cache: int = 0
 
     @property
     def peak_allocated(self) -> int:
@@ -68,12 +71,13 @@ class DeviceMemory:
 
     @property
     def peak_reserved(self) -> int:
-        return self.peak_allocated + self.fragmentation
+        return self.peak_allocated + self.fragmentation + self.idle_cache
 
     @property
     def total(self) -> int:
-        """What the device must hold: reserved plus context and NCCL."""
-        return self.peak_reserved + self.cuda_context + self.nccl
+        """What the device must hold: reserved (less the idle cache the allocator would
+        release) plus context and NCCL."""
+        return self.peak_reserved - self.idle_cache + self.cuda_context + self.nccl
 
 
 def model_sharding(w: Workload) -> Sharding:
@@ -321,7 +325,8 @@ def device_memory(w: Workload, *, is_gpu: bool = True) -> DeviceMemory:
     return DeviceMemory(
         peak=peak,
         points=points,
-        fragmentation=int(FRAGMENTATION[w.fsdp_version] * peak.total) + _idle_logits_block(w, peak),
+        fragmentation=int(FRAGMENTATION[w.fsdp_version] * peak.total),
         cuda_context=CUDA_CONTEXT_BYTES if is_gpu else 0,
         nccl=NCCL_BYTES if is_gpu and w.world_size > 1 else 0,
+        idle_cache=_idle_logits_block(w, peak) if is_gpu else 0,
     )

@@ -34,6 +34,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                 "peak_phase": device.peak.name,
                 "terms": dict(device.peak.terms),
                 "fragmentation_bytes": device.fragmentation,
+                "idle_cache_bytes": device.idle_cache,
                 "cuda_context_bytes": device.cuda_context,
                 "nccl_bytes": device.nccl,
                 "phases": {p.name: p.total for p in device.points},
@@ -98,7 +99,11 @@ def _device_rows(plan: Plan, unit: int, name: str) -> list[str]:
     rows += [row(term.replace("_", " "), v) for term, v in device.peak.terms.items() if v]
     rows.append(row("= peak allocated", device.peak_allocated))
     rows.append(row("+ allocator fragmentation", device.fragmentation, False))
+    if device.idle_cache:
+        rows.append(row("+ idle cached logits block", device.idle_cache, False))
     rows.append(row("= peak reserved", device.peak_reserved, False))
+    if device.idle_cache:
+        rows.append(row("- idle cache (releasable)", device.idle_cache, False))
     if device.cuda_context or device.nccl:
         rows.append(row("+ CUDA context", device.cuda_context, False))
         rows.append(row("+ NCCL buffers", device.nccl, False))
