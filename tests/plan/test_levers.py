@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import math
 
-from conftest import ROOT, run_cli
-from test_plan import GEOMETRY, LAYER, ROOT as ROOT_PARAMS, make_spec, points
+from test_plan import GEOMETRY, LAYER, make_spec, points
+from test_plan import ROOT as ROOT_PARAMS
 
+from conftest import ROOT, run_cli
 from fsdpspec.plan.memory import device_memory
 from fsdpspec.plan.workload import workload
 
@@ -17,13 +18,13 @@ TORCHTITAN = ROOT / "examples" / "torchtitan-llama3-8b.yaml"
 # torchtitan's docs/performance.md, table 1: FSDP, Llama 3.1 8B, 8 H100, local batch 2.
 TORCHTITAN_MAX_RESERVED_GIB = 82.4
 # tiny-llama: hidden 64, MLP 128, q 64, kv 32, 4 heads, vocab 320; seq 8, micro-batch 1.
-H, I, Q, KV, HEADS, V, T = 64, 128, 64, 32, 4, 320, 8
+H, MLP, Q, KV, HEADS, V, T = 64, 128, 64, 32, 4, 320, 8
 
 
 def test_op_level_checkpointing_keeps_every_other_matmul_and_attention() -> None:
     """q, v, gate and down (the 1st, 3rd, 5th, 7th mm), the input, and SDPA's output and
     log-sum-exp, in bf16; the layer in backward recomputes the rest."""
-    kept = 2 * T * (H + Q + KV + I + H) + 2 * T * Q + 4 * HEADS * T
+    kept = 2 * T * (H + Q + KV + MLP + H) + 2 * T * Q + 4 * HEADS * T
     op = points(fsdp={"mixed_precision": "bf16", "activation_checkpointing": "op"})
     none = points()
     full_layer = none["backward: layer 1"]["activations"] - none["backward: layer 0"][
