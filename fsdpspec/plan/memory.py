@@ -231,6 +231,12 @@ def _head_points(w: Workload, p: _Parts) -> list[Point]:
         for name, terms in levers.chunked_head_terms(w).items():
             grads = p.head_grads if name.startswith("backward") else 0
             points[name] = base | terms | {"unsharded_gradients": grads}
+        if g.tie_word_embeddings:
+            # A tied weight's chunk gradients are summed out of place (measured by the
+            # trace): the running sum, the new chunk's and their sum at once.
+            points["backward: loss, tied gradient sum"] = base | {
+                "unsharded_gradients": 3 * p.head_grads,
+                "logits_and_loss": b * w.tokens * g.hidden_size}
     return [Point(name, terms) for name, terms in points.items()]
 
 
