@@ -14,13 +14,9 @@ from fsdpspec.spec.v1 import JobSpec, Optimizer, Scheduler
 
 def build_optimizer(params: Iterable[nn.Parameter], spec: Optimizer) -> torch.optim.Optimizer:
     """AdamW (its moments in ``state_dtype``) or SGD with the spec's hyper-parameters."""
-    # foreach: the multi-tensor kernels a GPU defaults to, on the CPU too: one dispatch per
-    # step for all of FSDP2's DTensor parameters instead of one per tensor and op (its
-    # temporaries are what the plan counts on a GPU).
     if spec.name == "sgd":
         return torch.optim.SGD(
-            params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay,
-            foreach=True,
+            params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay
         )
     options = dict(lr=spec.lr, betas=tuple(spec.betas), eps=spec.eps,
                    weight_decay=spec.weight_decay)
@@ -30,7 +26,7 @@ def build_optimizer(params: Iterable[nn.Parameter], spec: Optimizer) -> torch.op
         from torchao.optim import AdamW8bit
 
         return AdamW8bit(params, **options)
-    return torch.optim.AdamW(params, **options, foreach=True)
+    return torch.optim.AdamW(params, **options)
 
 
 class AdamWBf16States(torch.optim.Optimizer):
