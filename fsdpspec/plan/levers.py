@@ -61,7 +61,11 @@ def chunked_head_terms(w: Workload) -> dict[str, dict[str, int]]:
     g, b, tokens = w.geometry, w.compute_bytes, chunk_tokens(w)
     forward = act.logits_forward_bytes(g, b, 1, tokens)
     hidden_grads = b * w.tokens * g.hidden_size
-    backward = act.logits_backward_bytes(g, b, 1, tokens) + 2 * b * tokens * g.vocab_size
+    backward = act.logits_backward_bytes(g, b, 1, tokens)
+    if not g.tie_word_embeddings:
+        # Read off the trace: an untied head's chunk also holds its recomputed logits and
+        # their gradient here; a tied one has freed them (its peak is the gradient sum).
+        backward += 2 * b * tokens * g.vocab_size
     return {
         "forward: lm_head": {"logits_and_loss": act.router_loss_bytes(
             g, b, w.micro_batch_size, w.seq_len)},

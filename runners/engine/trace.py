@@ -48,6 +48,9 @@ def check_traceable(spec: JobSpec, config: dict[str, Any]) -> None:
     if spec.fsdp.cpu_offload:
         raise TraceError("--trace runs on the CPU and cannot tell offloaded state from device "
                          "memory; drop fsdp.cpu_offload to trace")
+    if spec.fsdp.activation_offload:
+        raise TraceError("--trace runs on the CPU, where offloaded activations stay where they "
+                         "are; drop fsdp.activation_offload to trace")
     if spec.model.factory is not None:
         raise TraceError("--trace builds transformers models only (preset or hf_config)")
     found = family(config.get("model_type"))

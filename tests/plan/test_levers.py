@@ -40,6 +40,7 @@ def test_chunked_loss_holds_one_chunk_of_logits() -> None:
     chunked = points(train={"loss_chunks": 4})
     tokens = math.ceil(T / 4)
     assert chunked["forward: loss"]["logits_and_loss"] == (2 + 4 + 4) * tokens * V
+    # tiny-llama's head is untied: the recomputed logits and their gradient as well.
     assert chunked["backward: loss"]["logits_and_loss"] == (12 + 4) * tokens * V + 2 * T * H
     assert "logits_and_loss" not in chunked["forward: lm_head"]
     plain = points()
