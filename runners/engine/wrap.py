@@ -89,14 +89,12 @@ def _op_save_list() -> set[Any]:
     (a float8 scale). The CPU's fused attention is added so that CPU runs and the
     fake-tensor trace save what a GPU saves."""
     aten = torch.ops.aten
-    ops = {aten.mm.default, aten.max.default,
-           aten._scaled_dot_product_efficient_attention.default,
-           aten._scaled_dot_product_flash_attention.default,
-           aten._scaled_dot_product_cudnn_attention.default,
-           aten._scaled_dot_product_flash_attention_for_cpu.default}
-    if hasattr(torch.ops, "_c10d_functional"):
-        ops.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
-    return ops
+    return {aten.mm.default, aten.max.default,
+            aten._scaled_dot_product_efficient_attention.default,
+            aten._scaled_dot_product_flash_attention.default,
+            aten._scaled_dot_product_cudnn_attention.default,
+            aten._scaled_dot_product_flash_attention_for_cpu.default,
+            torch.ops._c10d_functional.reduce_scatter_tensor.default}
 
 
 def op_selective_contexts() -> Any:
