@@ -37,7 +37,8 @@ def _close(a: float, b: float) -> bool:
 
 
 def _largest_differences(mine: list[dict], plain: list[dict]) -> str:
-    return ", ".join(f"{key} {max(abs(a[key] - b[key]) for a, b in zip(mine, plain)):.1e}"
+    pairs = list(zip(mine, plain, strict=True))
+    return ", ".join(f"{key} {max(abs(a[key] - b[key]) for a, b in pairs):.1e}"
                      for key in ("loss", "grad_norm"))
 
 
