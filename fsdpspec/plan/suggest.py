@@ -59,7 +59,7 @@ def _candidates(job: Job, device: Accelerator) -> list[tuple[str, str]]:
     return out
 
 
-def _apply(spec: JobSpec, override: str) -> JobSpec:
+def apply_override(spec: JobSpec, override: str) -> JobSpec:
     """``spec`` with one ``--set``-style override applied (the flag's own code)."""
     data = spec.as_json_data()
     apply_overrides(data, [override], SourceMap(file="suggestion"))
@@ -71,7 +71,7 @@ def suggestions(job: Job, memory: DeviceMemory, capacity: int,
     """Changes that save device memory, most bytes saved first."""
     found = []
     for override, description in _candidates(job, device):
-        changed = job.with_spec(_apply(job.spec, override))
+        changed = job.with_spec(apply_override(job.spec, override))
         after = device_memory(changed, is_gpu=device.is_gpu)
         saved = memory.total - after.total
         if saved > 0:
