@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
+from fsdpspec.plan import levers
 from fsdpspec.plan.geometry import Geometry
 from fsdpspec.plan.memory import DeviceMemory, device_memory
 from fsdpspec.plan.workload import Workload, workload
@@ -56,6 +57,27 @@ def _candidates(spec: JobSpec, w: Workload, device: Accelerator) -> list[tuple[s
     if not fsdp.cpu_offload and device.is_gpu:
         out.append(("fsdp.cpu_offload=true",
                     "keep sharded parameters, gradients and optimizer state in host memory"))
+    return out + _lever_candidates(spec, device)
+
+
+def _lever_candidates(spec: JobSpec, device: Accelerator) -> list[tuple[str, str]]:
+    """The memory levers one at a time (`plan` also combines them: fitting.py)."""
+    out = []
+    if spec.train.loss_chunks == 1 and levers.loss_chunks_apply(spec):
+        out.append(("train.loss_chunks=8", "the loss over 8 chunks of tokens, one chunk's "
+                    "logits alive (recomputes the output projection: +2·H·V FLOPs a token)"))
+    if spec.fsdp.activation_checkpointing in ("none", "selective"):
+        out.append(("fsdp.activation_checkpointing=op", "keep every other matmul's and "
+                    "attention's outputs, recompute the rest (+P FLOPs a token)"))
+    if spec.optimizer.name == "adamw" and spec.optimizer.state_dtype == "float32":
+        out.append(("optimizer.state_dtype=bfloat16",
+                    "AdamW moments in bf16 (no extra time; less precise moments)"))
+        if levers.int8_states_apply(spec):
+            out.append(("optimizer.state_dtype=int8",
+                        "AdamW moments 8-bit, torchao (no extra time; quantised moments)"))
+    if device.is_gpu and not spec.fsdp.activation_offload:
+        out.append(("fsdp.activation_offload=true",
+                    "saved activations to pinned host memory (PCIe time, see compute)"))
     return out
 
 
