@@ -46,6 +46,10 @@ def check_traceable(spec: JobSpec, config: dict[str, Any]) -> None:
     if spec.fsdp.cpu_offload:
         raise TraceError("--trace runs on the CPU and cannot tell offloaded state from device "
                          "memory; drop fsdp.cpu_offload to trace")
+    if spec.optimizer.state_dtype == "int8":
+        raise TraceError("--trace cannot step torchao's 8-bit AdamW on fake tensors (its "
+                         "quantisation reads values); trace with optimizer.state_dtype "
+                         "float32 or bfloat16")
     if spec.fsdp.activation_offload:
         raise TraceError("--trace runs on the CPU, where offloaded activations stay where they "
                          "are; drop fsdp.activation_offload to trace")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 from test_plan import BASE, GEOMETRY, LAYER, make_spec, points
 from test_plan import ROOT as ROOT_PARAMS
 
@@ -93,3 +94,12 @@ def test_levers_fit_the_every_other_layer_job_on_eight_gpus_with_set_lines_that_
     assert run_cli("validate", str(TORCHTITAN), *today, *sets).returncode == 0
     after = run_cli("plan", str(TORCHTITAN), *today, *sets, "--format", "json")
     assert after.returncode == 0 and json.loads(after.stdout)["fits"] is True
+
+
+def test_trace_refuses_what_fake_tensors_cannot_show() -> None:
+    """torchao's 8-bit step reads tensor values: one line, no traceback."""
+    pytest.importorskip("torch")
+    result = run_cli("plan", str(TORCHTITAN), "--trace", "--set", "optimizer.state_dtype=int8",
+                     timeout=120)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "--trace cannot step torchao's 8-bit AdamW on fake tensors" in result.stderr
