@@ -10,6 +10,7 @@ Gemma 2 and gpt-oss run with eager attention (transformers refuses SDPA for them
     python benchmarks/plan_accuracy.py            # every row (a few minutes on 2 cores)
     python benchmarks/plan_accuracy.py --rows 3   # the first three
     python benchmarks/plan_accuracy.py --match moe # the rows whose name has "moe"
+    python benchmarks/plan_accuracy.py --levers    # the memory levers' rows
 """
 
 from __future__ import annotations
@@ -85,10 +86,38 @@ ROWS: list[tuple[Any, ...]] = [
 ]
 
 
+def lever_rows() -> list[tuple[Any, ...]]:
+    """The memory levers (issue 22): the chunked loss and op-level checkpointing on one
+    preset of every family with one, and the bf16 / 8-bit optimizer states. The last
+    field holds the spec sections besides fsdp (train, optimizer) the row sets.
+    Activation offload and 8-bit states have no row: on fake CPU tensors there is no
+    device to move from, and torchao's quantisation reads values (`--trace` refuses both)."""
+    families = [("llama3.2-1b", "sdpa"), ("mistral-7b", "sdpa"), ("qwen2.5-0.5b", "sdpa"),
+                ("phi3-mini", "sdpa"), ("gemma2-2b", "eager"), ("gemma3-1b", "sdpa"),
+                ("olmo2-7b", "sdpa"), ("pythia-1.4b", "sdpa"), ("starcoder2-3b", "sdpa"),
+                ("mixtral-8x7b", "sdpa"), ("qwen3-30b-a3b", "sdpa"), ("olmoe-1b-7b", "sdpa"),
+                ("phi3.5-moe", "sdpa"), ("gpt-oss-20b", "eager")]
+    rows: list[tuple[Any, ...]] = []
+    for preset, attention in families:
+        nodes = 2 if preset in ("mixtral-8x7b", "qwen3-30b-a3b", "phi3.5-moe") else 1
+        rows.append((f"{preset}-chunks8", preset, (nodes, 8), "FULL_SHARD", "bf16", "none", 1,
+                     2048, attention, {}, None, {"train": {"loss_chunks": 8}}))
+        rows.append((f"{preset}-op-ac", preset, (nodes, 8), "FULL_SHARD", "bf16", "op", 1, 2048,
+                     attention, {}, None, {}))
+    rows += [
+        ("llama8b-op-ac-chunks-8k", "llama3-8b", (1, 8), "FULL_SHARD", "bf16", "op", 2, 8192,
+         "sdpa", {}, None, {"train": {"loss_chunks": 8}}),
+        ("llama1b-states-bf16", "llama3.2-1b", (1, 8), "FULL_SHARD", "bf16", "full", 1, 2048,
+         "sdpa", {}, None, {"optimizer": {"state_dtype": "bfloat16"}}),
+    ]
+    return rows
+
+
 def row_spec(row: tuple[Any, ...]) -> JobSpec:
     """The JobSpec of one benchmark row."""
     name, preset, (nodes, per_node), strategy, precision, ac, micro, seq, attention = row[:9]
-    extra, gbs = row[9:]
+    extra, gbs = row[9:11]
+    sections = row[11] if len(row) > 11 else {}
     return JobSpec.model_validate({
         "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": name},
         "resources": {"nodes": nodes, "gpus_per_node": per_node, "accelerator": "H100-80GB"},
@@ -97,6 +126,7 @@ def row_spec(row: tuple[Any, ...]) -> JobSpec:
                  "activation_checkpointing": ac, **extra},
         "data": {"seq_len": seq, "micro_batch_size": micro,
                  "global_batch_size": gbs or micro * nodes * per_node},
+        **sections,
     })
 
 
@@ -118,10 +148,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=len(ROWS), help="run the first N rows")
     parser.add_argument("--match", default="", help="only rows whose name contains this")
+    parser.add_argument("--levers", action="store_true",
+                        help="the memory levers' rows instead (chunked loss, op-level AC, "
+                             "optimizer state precision)")
     args = parser.parse_args()
     print(f"{'row':<28}{'shard':>6}{'analytic GiB':>14}{'traced GiB':>12}{'error':>8}{'s':>6}")
     errors = []
-    for row in [r for r in ROWS[: args.rows] if args.match in r[0]]:
+    rows = lever_rows() if args.levers else ROWS
+    for row in [r for r in rows[: args.rows] if args.match in r[0]]:
         shard, analytic, traced, seconds = measure(row)
         error = (analytic - traced) / traced
         errors.append(abs(error))

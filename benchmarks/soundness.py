@@ -4,8 +4,9 @@
 
 Samples specs over every option that changes what the engine does (FSDP version,
 sharding strategy and shard group, wrap policy and min_num_params, mixed precision,
-CPU offload, activation checkpointing, state dict type, prefetch, optimizer and
-scheduler, data source and tokenizer, accumulation, compile) on the tiny presets with 2
+CPU offload, activation checkpointing (op-level included), activation offload, state
+dict type, prefetch, optimizer, its state precision and scheduler, data source and
+tokenizer, accumulation, loss chunks, compile) on the tiny presets with 2
 CPU processes. Each spec is validated; each one without errors is run with `fsdpspec
 run` for 2 of its 3 steps (checkpointing at step 2), then run again, which resumes, trains
 step 3 and exports final/. Prints how many were refused (by code), how many ran and how
@@ -136,7 +137,9 @@ def _fsdp(rng: random.Random) -> dict[str, Any]:
         "auto_wrap_policy": rng.choice(["transformer", "size", "none"]),
         "mixed_precision": _precision(rng),
         "cpu_offload": rng.random() < 0.3,
-        "activation_checkpointing": rng.choice(["none", "full", "selective"]),
+        "activation_checkpointing": rng.choice(["none", "full", "selective", "op"]),
+        # On accelerator cpu validate must refuse it (FS230).
+        "activation_offload": rng.random() < 0.05,
         "state_dict_type": rng.choice(["SHARDED_STATE_DICT", "FULL_STATE_DICT"]),
         "backward_prefetch": rng.choice(["BACKWARD_PRE", "BACKWARD_POST", "NONE"]),
         "forward_prefetch": rng.random() < 0.3,
@@ -208,6 +211,8 @@ def _optimizer(rng: random.Random) -> dict[str, Any]:
         "name": name,
         "lr": 1e-3 if name == "adamw" else 1e-2,
         "grad_clip_norm": rng.choice([None, 1.0]),
+        # AdamW's moments; with SGD validate must refuse anything but float32 (FS550).
+        "state_dtype": rng.choice(["float32", "float32", "bfloat16", "int8"]),
         "scheduler": {"name": rng.choice(["constant", "linear", "cosine"]),
                       "warmup_steps": rng.choice([0, 1])},
     }
@@ -246,6 +251,7 @@ def sample_spec(rng: random.Random, index: int, assets: Assets) -> dict[str, Any
         "data": _data(rng, assets, processes),
         "optimizer": _optimizer(rng),
         "train": {"max_steps": STEPS, "seed": index, "compile": rng.random() < 0.1,
+                  "loss_chunks": rng.choice([1, 1, 3, 4]),
                   **({"loss_scaling": rng.choice(["dynamic", "none"])} if computes_fp16 else {})},
         "checkpoint": {"interval_steps": 2, "keep_last": 2,
                        "final": {"dtype": rng.choice(DTYPES)}},

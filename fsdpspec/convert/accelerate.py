@@ -212,9 +212,15 @@ def _fsdp2(spec: JobSpec) -> tuple[dict[str, Any], dict[str, int], list[str]]:
 
 def _lossy_fsdp(spec: JobSpec) -> list[str]:
     notes = []
-    if spec.fsdp.activation_checkpointing == "selective":
-        notes.append("fsdp.activation_checkpointing selective: accelerate checkpoints "
-                     "every layer; wrote true")
+    if spec.fsdp.activation_checkpointing in ("selective", "op"):
+        notes.append(f"fsdp.activation_checkpointing {spec.fsdp.activation_checkpointing}: "
+                     "accelerate checkpoints every layer whole; wrote true")
+    # The memory levers accelerate's config cannot say (its training loop is the user's).
+    for name, value, default in (("train.loss_chunks", spec.train.loss_chunks, 1),
+                                  ("fsdp.activation_offload", spec.fsdp.activation_offload, False),
+                                  ("optimizer.state_dtype", spec.optimizer.state_dtype, "float32")):
+        if value != default:
+            notes.append(f"{name} {value}: not expressible in an accelerate config; dropped")
     return notes
 
 

@@ -75,6 +75,13 @@ class Job:
         opt = self.spec.optimizer
         return 0 if opt.name == "sgd" and opt.momentum == 0 else OPTIMIZER_STATES[opt.name]
 
+    @property
+    def optimizer_state_dtype(self) -> str:
+        """The dtype AdamW keeps its moments in (`optimizer.state_dtype`); other
+        optimizers keep fp32 state."""
+        opt = self.spec.optimizer
+        return opt.state_dtype if opt.name == "adamw" else "float32"
+
     def flops_per_token(self) -> float | None:
         """MFU's FLOPs per token (`semantics.model_flops_per_token`): the parameters one
         token passes through (a Mixture of Experts: its active ones); None without a

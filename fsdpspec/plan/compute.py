@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
+from fsdpspec.plan.levers import chunked_loss_flops, offload_seconds
+from fsdpspec.plan.memory import saved_activation_bytes
 from fsdpspec.plan.units import sharding
 from fsdpspec.semantics import (
     model_flops_per_token,
@@ -34,6 +36,8 @@ class Compute:
     # None when the device's peak is unknown (a custom accelerator without *_tflops).
     compute_seconds: float | None
     communication_seconds: float
+    # Activation offload's PCIe transfers (out in forward, back in backward).
+    offload_seconds: float = 0.0
 
     @property
     def communication_bound(self) -> bool:
@@ -48,7 +52,8 @@ def step_flops(job: Job, parameters: int) -> float:
                  q_width=job.geometry.q_width, seq_len=job.layout.seq_len)
     per_token = model_flops_per_token(**shape) + recompute_flops_per_token(
         **shape, mode=job.spec.fsdp.activation_checkpointing, ac_every=job.spec.fsdp.ac_every)
-    return float(per_token * job.layout.tokens * job.layout.accumulation_steps)
+    steps = per_token * job.layout.tokens * job.layout.accumulation_steps
+    return float(steps) + chunked_loss_flops(job)
 
 
 def step_compute(job: Job, parameters: int, device: Accelerator, compute_dtype: str) -> Compute:
@@ -72,4 +77,5 @@ def step_compute(job: Job, parameters: int, device: Accelerator, compute_dtype: 
     inter = all_reduce + (0 if intra else all_gather + reduce_scatter)
     seconds = intra / (device.intra_node_gbps * 1e9) + inter / (device.inter_node_gbps * 1e9)
     return Compute(flops, all_gather, reduce_scatter, all_reduce,
-                   flops / (peak * 1e12) if peak else None, seconds)
+                   flops / (peak * 1e12) if peak else None, seconds,
+                   offload_seconds(saved_activation_bytes(job), job))

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdpspec.job.job import Job
-from fsdpspec.plan.memory import GIB
+from fsdpspec.plan.levers import offloaded_activation_bytes
+from fsdpspec.plan.memory import GIB, saved_activation_bytes
 from fsdpspec.plan.units import sharding
 from fsdpspec.semantics import DTYPE_BYTES, MASTER_BYTES
 
@@ -39,13 +40,18 @@ def host_memory(job: Job, parameters: int) -> HostMemory:
     full_state = fsdp.state_dict_type == "FULL_STATE_DICT"
     gather = MASTER_BYTES * parameters * (1 + job.optimizer_states) if full_state else 0
     export = final_export_bytes(job, parameters)
+    # Activation offload keeps each rank's saved activations in pinned host memory.
+    activations = ranks * offloaded_activation_bytes(saved_activation_bytes(job), job)
+    offloaded += activations
     terms = {
         "process_overhead": ranks * PROCESS_OVERHEAD_BYTES,
-        "offloaded_states": offloaded,
+        "offloaded_states": offloaded - activations,
         "weight_loading": loading,
         "full_state_dict_gather": gather,
         "final_export": export,
     }
+    if activations:
+        terms["offloaded_activations"] = activations
     # "processes" wins ties: when nothing else is on the host, the processes are the peak.
     phases = {
         "processes": 0,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from fsdpspec.job.job import Job
 from fsdpspec.job.units import Unit
 from fsdpspec.plan import activations as act
+from fsdpspec.plan import levers
 from fsdpspec.plan.units import Sharding, sharding
 from fsdpspec.semantics import (
     MASTER_BYTES,
@@ -61,6 +62,9 @@ class DeviceMemory:
     fragmentation: int
     cuda_context: int
     nccl: int
+    # Cached blocks the peak cannot use (reserved, but released by the allocator before
+    # it would report out of memory): in max_memory_reserved, not in what must fit.
+    idle_cache: int = 0
 
     @property
     def peak_allocated(self) -> int:
@@ -68,12 +72,13 @@ class DeviceMemory:
 
     @property
     def peak_reserved(self) -> int:
-        return self.peak_allocated + self.fragmentation
+        return self.peak_allocated + self.fragmentation + self.idle_cache
 
     @property
     def total(self) -> int:
-        """What the device must hold: reserved plus context and NCCL."""
-        return self.peak_reserved + self.cuda_context + self.nccl
+        """What the device must hold: reserved (less the idle cache the allocator would
+        release) plus context and NCCL."""
+        return self.peak_reserved - self.idle_cache + self.cuda_context + self.nccl
 
 
 @dataclass(frozen=True)
@@ -144,9 +149,12 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
     grads = 0 if unsharded_carry else 1
     reduced = 0 if carried and not unsharded_carry else on_device
     saved, layer = _layer_activations(job)
+    if job.spec.fsdp.activation_offload:
+        saved = 0  # in host memory until backward brings each layer's back
+    tensors = levers.shard_tensors(sh)
     return _Parts(
         persistent={"sharded_parameters": on_device * shard_bytes,
-                    "optimizer_states": on_device * job.optimizer_states * shard_bytes},
+                    "optimizer_states": on_device * levers.optimizer_state_bytes(job, tensors)},
         accumulated=carried,
         # The root stays gathered from its forward to its backward: the engine keeps it
         # under FSDP2 (reshard_after_forward=False) and FSDP1 never frees it before backward.
@@ -165,7 +173,7 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
         saved=saved,
         layer=layer,
         sharded_grads=on_device * shard_bytes,
-        optimizer_temporaries=on_device * (shard_bytes if job.optimizer_states == 2 else 0),
+        optimizer_temporaries=on_device * levers.optimizer_step_temporaries(job, tensors),
     )
 
 
@@ -175,16 +183,25 @@ def _layer_activations(job: Job) -> tuple[int, int]:
     return _saved_through(job, job.geometry.num_layers - 1, full), full
 
 
+def saved_activation_bytes(job: Job) -> int:
+    """Bytes every layer saves for backward (what activation offload moves to the host)."""
+    return _layer_activations(job)[0]
+
+
 def _full_layer(job: Job) -> int:
     return act.layer_activation_bytes(job.geometry, job.compute_bytes, job.layout.micro_batch_size,
                                       job.layout.seq_len, job.spec.model.attention)
 
 
 def _saved_through(job: Job, index: int, full: int) -> int:
-    """Bytes layers 0..index hold for backward (a checkpointed layer: its input)."""
-    fsdp, lay = job.spec.fsdp, job.layout
-    kept = act.checkpointed_layer_bytes(job.geometry, job.compute_bytes, lay.micro_batch_size,
-                                        lay.seq_len)
+    """Bytes layers 0..index hold for backward (a checkpointed layer: its input; under
+    op-level checkpointing also the outputs its policy saves)."""
+    fsdp, lay, g, b = job.spec.fsdp, job.layout, job.geometry, job.compute_bytes
+    if fsdp.activation_checkpointing == "op":
+        kept = levers.op_checkpointed_layer_bytes(g, b, lay.micro_batch_size, lay.seq_len,
+                                                  job.spec.model.attention)
+    else:
+        kept = act.checkpointed_layer_bytes(g, b, lay.micro_batch_size, lay.seq_len)
     checkpointed = checkpointed_count(fsdp.activation_checkpointing, fsdp.ac_every, index + 1)
     return checkpointed * kept + (index + 1 - checkpointed) * full
 
@@ -204,8 +221,20 @@ def _head_points(job: Job, p: _Parts) -> list[Point]:
     loss_backward = base | {"logits_and_loss": act.logits_backward_bytes(g, b, batch, seq)}
     # The lm_head's weight gradient is computed from the logits' gradient.
     head_backward = base | {"unsharded_gradients": p.head_grads, "logits_and_loss": logits}
-    return [Point("forward: lm_head", lm_head), Point("forward: loss", loss_forward),
-            Point("backward: loss", loss_backward), Point("backward: lm_head", head_backward)]
+    points = {"forward: lm_head": lm_head, "forward: loss": loss_forward,
+              "backward: loss": loss_backward, "backward: lm_head": head_backward}
+    if job.spec.train.loss_chunks > 1:
+        # The lm_head's weight gradient exists from the first chunk's backward on.
+        for name, terms in levers.chunked_head_terms(job).items():
+            grads = p.head_grads if name.startswith("backward") else 0
+            points[name] = base | terms | {"unsharded_gradients": grads}
+        if g.tie_word_embeddings:
+            # A tied weight's chunk gradients are summed out of place (measured by the
+            # trace): the running sum, the new chunk's and their sum at once.
+            points["backward: loss, tied gradient sum"] = base | {
+                "unsharded_gradients": 3 * p.head_grads,
+                "logits_and_loss": b * job.layout.tokens * g.hidden_size}
+    return [Point(name, terms) for name, terms in points.items()]
 
 
 def _layer_point(job: Job, p: _Parts, index: int) -> Point:
@@ -215,6 +244,9 @@ def _layer_point(job: Job, p: _Parts, index: int) -> Point:
     below is being prefetched."""
     g, b, layers = job.geometry, job.compute_bytes, job.geometry.num_layers
     activations = _saved_through(job, index, p.layer)
+    if job.spec.fsdp.activation_offload:
+        # Only the layer in backward has its saved tensors back on the device.
+        activations -= _saved_through(job, index - 1, p.layer) if index else 0
     if is_checkpointed(job.spec.fsdp.activation_checkpointing, job.spec.fsdp.ac_every, index):
         activations += p.layer
     lay = job.layout
@@ -279,6 +311,18 @@ def _points(job: Job, p: _Parts) -> list[Point]:
             Point("optimizer step", optimizer_step)]
 
 
+def _idle_logits_block(job: Job, peak: Point) -> int:
+    """Reserved but idle at the loss's backward: the compute-dtype logits (b · T · V),
+    freed when forward ends, cannot hold any of the fp32 gradients backward then
+    allocates (each twice its size; the caching allocator neither merges nor spans
+    segments), so their block stays cached beside the new ones until the logits'
+    own gradient reuses it. Not under a chunked loss (one chunk's logits), nor in fp32."""
+    if (peak.name != "backward: loss" or job.spec.train.loss_chunks > 1
+            or job.compute_bytes >= MASTER_BYTES):
+        return 0
+    return job.compute_bytes * job.layout.tokens * job.geometry.vocab_size
+
+
 def device_memory(job: Job, *, is_gpu: bool = True) -> DeviceMemory:
     """One rank's device memory for the workload."""
     points = tuple(Point(pt.name, {t: pt.terms.get(t, 0) for t in TERMS})
@@ -290,4 +334,5 @@ def device_memory(job: Job, *, is_gpu: bool = True) -> DeviceMemory:
         fragmentation=int(FRAGMENTATION[job.layout.fsdp_version] * peak.total),
         cuda_context=CUDA_CONTEXT_BYTES if is_gpu else 0,
         nccl=NCCL_BYTES if is_gpu and job.layout.world_size > 1 else 0,
+        idle_cache=_idle_logits_block(job, peak) if is_gpu else 0,
     )

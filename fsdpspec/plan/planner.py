@@ -9,6 +9,7 @@ from fsdpspec.catalog.accelerators import CATALOG, Accelerator, resolve_accelera
 from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job
 from fsdpspec.plan.compute import Compute, step_compute
+from fsdpspec.plan.fitting import Fit, cheapest_fit
 from fsdpspec.plan.host import HostMemory, host_memory
 from fsdpspec.plan.memory import GIB, DeviceMemory, device_memory
 from fsdpspec.plan.suggest import Suggestion, suggestions
@@ -33,6 +34,8 @@ class Plan:
     min_gpus: int | None  # in whole nodes of the spec's gpus_per_node
     min_single_gpus: int | None  # counting single GPUs
     suggestions: tuple[Suggestion, ...]
+    # The cheapest combination of memory levers that fits, when the job does not.
+    fitting_levers: Fit | None = None
 
     @property
     def spec(self) -> JobSpec:
@@ -131,4 +134,7 @@ def plan_job(job: Job, *, world_size: int | None = None,
         min_gpus=fewest_gpus(job, device) if device.is_gpu else None,
         min_single_gpus=fewest_gpus(job, device, per_node=1) if device.is_gpu else None,
         suggestions=tuple(suggestions(job, memory, capacity, device)),
+        fitting_levers=(cheapest_fit(job, memory, capacity, device)
+                        if memory.total > capacity * (1.0 - spec.resources.memory_headroom)
+                        else None),
     )

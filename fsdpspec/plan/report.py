@@ -34,6 +34,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                 "peak_phase": device.peak.name,
                 "terms": dict(device.peak.terms),
                 "fragmentation_bytes": device.fragmentation,
+                "idle_cache_bytes": device.idle_cache,
                 "cuda_context_bytes": device.cuda_context,
                 "nccl_bytes": device.nccl,
                 "phases": {p.name: p.total for p in device.points},
@@ -53,6 +54,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "reduce_scatter_bytes": compute.reduce_scatter_bytes,
             "all_reduce_bytes": compute.all_reduce_bytes,
             "communication_bound": compute.communication_bound,
+            "offload_seconds": compute.offload_seconds,
         },
         "fits": plan.fits,
         "fits_device": plan.fits_device,
@@ -62,6 +64,12 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "suggestions": [{"override": s.override, "description": s.description,
                          "saves_bytes": s.saves_bytes, "fits": s.fits}
                         for s in plan.suggestions],
+        "fitting_levers": None if plan.fitting_levers is None else {
+            "overrides": list(plan.fitting_levers.overrides),
+            "saves_bytes": plan.fitting_levers.saves_bytes,
+            "device_total_bytes": plan.fitting_levers.device_total,
+            "extra_seconds_per_step": plan.fitting_levers.extra_seconds,
+        },
     }
 
 
@@ -91,7 +99,11 @@ def _device_rows(plan: Plan, unit: int, name: str) -> list[str]:
     rows += [row(term.replace("_", " "), v) for term, v in device.peak.terms.items() if v]
     rows.append(row("= peak allocated", device.peak_allocated))
     rows.append(row("+ allocator fragmentation", device.fragmentation, False))
+    if device.idle_cache:
+        rows.append(row("+ idle cached logits block", device.idle_cache, False))
     rows.append(row("= peak reserved", device.peak_reserved, False))
+    if device.idle_cache:
+        rows.append(row("- idle cache (releasable)", device.idle_cache, False))
     if device.cuda_context or device.nccl:
         rows.append(row("+ CUDA context", device.cuda_context, False))
         rows.append(row("+ NCCL buffers", device.nccl, False))
@@ -135,9 +147,13 @@ def _compute_lines(plan: Plan) -> list[str]:
         return [f"{head}, {traffic:.1f} GiB of collectives per rank; compute time unknown "
                 "(set resources.accelerator.bf16_tflops)"]
     bound = "communication-bound" if c.communication_bound else "compute-bound"
-    return [f"{head}, ideal {c.compute_seconds:.3f} s compute vs "
-            f"{c.communication_seconds:.3f} s collectives ({traffic:.1f} GiB per rank): "
-            f"likely {bound}"]
+    lines = [f"{head}, ideal {c.compute_seconds:.3f} s compute vs "
+             f"{c.communication_seconds:.3f} s collectives ({traffic:.1f} GiB per rank): "
+             f"likely {bound}"]
+    if c.offload_seconds:
+        lines.append(f"activation offload: {c.offload_seconds:.3f} s of PCIe transfers per "
+                     "step (out overlapped with forward, back on demand in backward)")
+    return lines
 
 
 def _count(n: int) -> str:
@@ -176,4 +192,16 @@ def plan_text(plan: Plan) -> str:
         lines.append("cheapest changes, by memory saved:")
         lines += [f"  --set {s.override:<40} saves {s.saves_bytes / unit:7.2f} {name}"
                   f"{'  (fits)' if s.fits else ''}  {s.description}" for s in plan.suggestions]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _fitting_lines(plan, unit, name)) + "\n"
+
+
+def _fitting_lines(plan: Plan, unit: int, name: str) -> list[str]:
+    """The cheapest combination of levers that fits on the spec's GPUs, as --set lines."""
+    fit = plan.fitting_levers
+    if fit is None:
+        return []
+    gpus = f"{plan.job.layout.world_size} {plan.accelerator.name}"
+    return [f"fits on {gpus} with (device total {fit.device_total / unit:.1f} {name}, "
+            f"saves {fit.saves_bytes / unit:.2f} {name}, costs "
+            f"{fit.extra_seconds:+.3f} s per step):",
+            *[f"  --set {o}" for o in fit.overrides]]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
+from fsdpspec.plan import levers
 from fsdpspec.plan.memory import DeviceMemory, device_memory
 from fsdpspec.semantics import reshards_after_forward, syncs_gradients
 from fsdpspec.spec.load import SourceMap
@@ -56,10 +57,31 @@ def _candidates(job: Job, device: Accelerator) -> list[tuple[str, str]]:
     if not fsdp.cpu_offload and device.is_gpu:
         out.append(("fsdp.cpu_offload=true",
                     "keep sharded parameters, gradients and optimizer state in host memory"))
+    return out + _lever_candidates(spec, device)
+
+
+def _lever_candidates(spec: JobSpec, device: Accelerator) -> list[tuple[str, str]]:
+    """The memory levers one at a time (`plan` also combines them: fitting.py)."""
+    out = []
+    if spec.train.loss_chunks == 1 and levers.loss_chunks_apply(spec):
+        out.append(("train.loss_chunks=8", "the loss over 8 chunks of tokens, one chunk's "
+                    "logits alive (recomputes the output projection: +2·H·V FLOPs a token)"))
+    if spec.fsdp.activation_checkpointing in ("none", "selective"):
+        out.append(("fsdp.activation_checkpointing=op", "keep every other matmul's and "
+                    "attention's outputs, recompute the rest (+P FLOPs a token)"))
+    if spec.optimizer.name == "adamw" and spec.optimizer.state_dtype == "float32":
+        out.append(("optimizer.state_dtype=bfloat16",
+                    "AdamW moments in bf16 (no extra time; less precise moments)"))
+        if levers.int8_states_apply(spec):
+            out.append(("optimizer.state_dtype=int8",
+                        "AdamW moments 8-bit, torchao (no extra time; quantised moments)"))
+    if device.is_gpu and not spec.fsdp.activation_offload:
+        out.append(("fsdp.activation_offload=true",
+                    "saved activations to pinned host memory (PCIe time, see compute)"))
     return out
 
 
-def _apply(spec: JobSpec, override: str) -> JobSpec:
+def apply_override(spec: JobSpec, override: str) -> JobSpec:
     """``spec`` with one ``--set``-style override applied (the flag's own code)."""
     data = spec.as_json_data()
     apply_overrides(data, [override], SourceMap(file="suggestion"))
@@ -71,7 +93,7 @@ def suggestions(job: Job, memory: DeviceMemory, capacity: int,
     """Changes that save device memory, most bytes saved first."""
     found = []
     for override, description in _candidates(job, device):
-        changed = job.with_spec(_apply(job.spec, override))
+        changed = job.with_spec(apply_override(job.spec, override))
         after = device_memory(changed, is_gpu=device.is_gpu)
         saved = memory.total - after.total
         if saved > 0:

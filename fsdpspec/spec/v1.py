@@ -178,10 +178,15 @@ class Fsdp(_Section):
     """FSDP1 only: rate-limit all-gathers (FSDP1 default: true)."""
     use_orig_params: bool | None = None
     """FSDP1 only: keep original parameters visible (FSDP1 default here: true)."""
-    activation_checkpointing: Literal["none", "full", "selective"] = "none"
-    """Recompute layer activations in backward: every layer (full) or every `ac_every`."""
+    activation_checkpointing: Literal["none", "full", "selective", "op"] = "none"
+    """Recompute layer activations in backward: every layer (full), every `ac_every`
+    (selective), or, in every layer, all but the outputs of every other matrix multiply
+    and of attention (op: torchtitan's op-level selective checkpointing)."""
     ac_every: PositiveInt = 2
     """With selective checkpointing, checkpoint one layer in this many."""
+    activation_offload: bool = False
+    """Move the tensors autograd saves for backward to pinned host memory in forward and
+    back in backward (GPUs only), trading PCIe transfers for device memory."""
     sync_module_states: bool = True
     """FSDP1: broadcast rank 0's weights to all ranks at wrap time."""
     cpu_ram_efficient_loading: bool = True
@@ -273,6 +278,9 @@ class Optimizer(_Section):
     """AdamW epsilon."""
     momentum: FiniteFloat = Field(default=0.9, ge=0, lt=1)
     """SGD momentum."""
+    state_dtype: Literal["float32", "bfloat16", "int8"] = "float32"
+    """AdamW moments: fp32 (torch.optim.AdamW), bf16 (4 bytes per parameter less), or
+    8-bit block-quantised (torchao's AdamW8bit: 6 bytes less)."""
     grad_clip_norm: FiniteFloat | None = Field(default=1.0, gt=0)
     """Clip the total gradient norm (over all shards) to this; null = no clipping."""
     scheduler: Scheduler = Scheduler()
@@ -286,6 +294,9 @@ class Train(_Section):
     """Seed for initialisation, data order and dropout."""
     compile: bool = False
     """torch.compile each layer (FSDP2)."""
+    loss_chunks: PositiveInt = 1
+    """Apply the output projection and cross entropy over this many chunks of the tokens,
+    each recomputed in backward, so only one chunk's logits are ever alive (1 = all at once)."""
     loss_scaling: Literal["dynamic", "none"] = "dynamic"
     """fp16 only: dynamic loss scaling with a sharded gradient scaler, or none."""
     on_nonfinite: Literal["stop", "skip"] = "stop"

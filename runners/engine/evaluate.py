@@ -22,9 +22,11 @@ from fsdpspec_runners.engine.packing import Sequences
 
 
 def evaluate(
-    model: nn.Module, sequences: Sequences, micro_batch_size: int, runtime: Runtime
+    model: nn.Module, sequences: Sequences, micro_batch_size: int, runtime: Runtime,
+    *, loss_chunks: int = 1,
 ) -> dict[str, float]:
-    """``eval_loss`` and ``eval_perplexity`` of the model on ``sequences``."""
+    """``eval_loss`` and ``eval_perplexity`` of the model on ``sequences`` (the loss in
+    training's chunks, so evaluation never holds more logits than training does)."""
 
     count = len(sequences["input_ids"])
     mine = list(range(runtime.rank, count, runtime.world_size))
@@ -36,7 +38,7 @@ def evaluate(
         for index in range(rounds):
             rows = mine[index * micro_batch_size : (index + 1) * micro_batch_size]
             batch = _batch(sequences, rows, runtime.device)
-            loss_sum += causal_lm_loss(model, batch, reduction="sum").item()
+            loss_sum += causal_lm_loss(model, batch, "sum", loss_chunks).item()
             tokens += float((batch["labels"][:, 1:] != IGNORE).sum())
     model.train(was_training)
     total, total_tokens = all_reduce_sum([loss_sum, tokens], runtime.device)

@@ -28,6 +28,7 @@ from fsdpspec_runners.engine.evaluate import evaluate
 from fsdpspec_runners.engine.export import FINAL_DIR, export_checkpoint
 from fsdpspec_runners.engine.loss import causal_lm_loss
 from fsdpspec_runners.engine.metrics import MetricsSink, peak_memory_gib
+from fsdpspec_runners.engine.offload import activation_offload
 from fsdpspec_runners.engine.packing import Sequences
 from fsdpspec_runners.engine.signals import StopRequest
 
@@ -69,7 +70,9 @@ def forward_backward(
     """Forward and backward of one micro-batch; returns its (unscaled) loss, still on the
     device: reading it here would make the host wait for every micro-batch."""
     device = trainer.runtime.device
-    loss = causal_lm_loss(trainer.state.model, {k: v.to(device) for k, v in batch.items()})
+    with activation_offload(trainer.spec.fsdp.activation_offload, device):
+        loss = causal_lm_loss(trainer.state.model, {k: v.to(device) for k, v in batch.items()},
+                              chunks=trainer.spec.train.loss_chunks)
     scaled = loss / accumulation_steps
     (trainer.scaler.scale(scaled) if trainer.scaler else scaled).backward()
     return loss.detach()
@@ -97,7 +100,8 @@ def train_step(trainer: Trainer) -> StepResult:
     )
     grad_norm = adapter.clip(state.model, squares, max_norm)
     loss = total / (len(micro_batches) * runtime.world_size)
-    lr = state.scheduler.get_last_lr()[0]
+    # float(): torchao keeps the learning rate as a tensor (no recompile when it changes).
+    lr = float(state.scheduler.get_last_lr()[0])
     skipped = _apply_update(trainer, loss, grad_norm)
     state.scheduler.step()
     state.step += 1
@@ -201,7 +205,8 @@ def _evaluate(trainer: Trainer) -> None:
     """Evaluate and log ``eval_loss`` and ``eval_perplexity`` at the current step."""
     assert trainer.eval_sequences is not None
     result = evaluate(trainer.state.model, trainer.eval_sequences,
-                      trainer.spec.data.micro_batch_size, trainer.runtime)
+                      trainer.spec.data.micro_batch_size, trainer.runtime,
+                      loss_chunks=trainer.spec.train.loss_chunks)
     trainer.sink.write({"step": trainer.state.step, **result})
 
 

@@ -46,6 +46,13 @@ def check_traceable(spec: JobSpec, config: dict[str, Any]) -> None:
     if spec.fsdp.cpu_offload:
         raise TraceError("--trace runs on the CPU and cannot tell offloaded state from device "
                          "memory; drop fsdp.cpu_offload to trace")
+    if spec.optimizer.state_dtype == "int8":
+        raise TraceError("--trace cannot step torchao's 8-bit AdamW on fake tensors (its "
+                         "quantisation reads values); trace with optimizer.state_dtype "
+                         "float32 or bfloat16")
+    if spec.fsdp.activation_offload:
+        raise TraceError("--trace runs on the CPU, where offloaded activations stay where they "
+                         "are; drop fsdp.activation_offload to trace")
     if spec.model.factory is not None:
         raise TraceError("--trace builds transformers models only (preset or hf_config)")
     found = family(config.get("model_type"))
@@ -141,7 +148,7 @@ def train_step(job: Job, model: Any, optimizer: Any, device: Any,
             between_micro_batches()
         batch = torch.randint(0, model.config.vocab_size, shape, device=device)
         with Fsdp2().gradient_sync(model, job.layout.strategy, index == micro - 1):
-            loss = causal_lm_loss(model, {"input_ids": batch})
+            loss = causal_lm_loss(model, {"input_ids": batch}, chunks=job.spec.train.loss_chunks)
             (loss / micro).backward()
         del loss
     optimizer.step()

@@ -7,6 +7,7 @@ become the FSDP units.
 from __future__ import annotations
 
 import functools
+from collections import defaultdict
 from typing import Any
 
 import torch
@@ -37,7 +38,8 @@ def parallelize(model: nn.Module, job: Job, mesh: DeviceMesh,
     layers = [model.get_submodule(name) for name in units_of.layer_names()]
     units = [model.get_submodule(name) for name in units_of.names()]
     checkpointed = {id(model.get_submodule(name)) for name in units_of.checkpointed()}
-    wrapped = apply_activation_checkpointing(model, checkpointed)
+    wrapped = apply_activation_checkpointing(model, checkpointed,
+                                             spec.fsdp.activation_checkpointing)
     layers = [wrapped.get(id(m), m) for m in layers]
     units = [wrapped.get(id(m), m) for m in units]
     if spec.train.compile:
@@ -68,19 +70,56 @@ def model_units(model: nn.Module, job: Job) -> Units:
     return units
 
 
-def apply_activation_checkpointing(model: nn.Module, layers: set[int]) -> dict[int, nn.Module]:
-    """Wrap the modules whose ids are in ``layers`` in activation checkpointing, in place;
-    return each one's wrapper by the id of the module it wraps."""
+def apply_activation_checkpointing(model: nn.Module, layers: set[int],
+                                   mode: str) -> dict[int, nn.Module]:
+    """Wrap the modules whose ids are in ``layers`` in activation checkpointing (under
+    ``mode`` op, torchtitan's op-level policy), in place; return each one's wrapper by
+    the id of the module it wraps."""
     wrapped: dict[int, nn.Module] = {}
     if not layers:
         return wrapped
+    context = {"context_fn": op_selective_contexts} if mode == "op" else {}
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if id(child) in layers and id(child) not in wrapped:
-                wrapper = checkpoint_wrapper(child, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+                wrapper = checkpoint_wrapper(child, checkpoint_impl=CheckpointImpl.NO_REENTRANT,
+                                             **context)
                 setattr(parent, name, wrapper)
                 wrapped[id(child)] = wrapper
     return wrapped
+
+
+def _op_save_list() -> set[Any]:
+    """torchtitan's op-level save list (``_save_list``): matrix multiplies, the fused
+    attention kernels and the reduce-scatter a tensor-parallel layer issues, and ``max``
+    (a float8 scale). The CPU's fused attention is added so that CPU runs and the
+    fake-tensor trace save what a GPU saves."""
+    aten = torch.ops.aten
+    return {aten.mm.default, aten.max.default,
+            aten._scaled_dot_product_efficient_attention.default,
+            aten._scaled_dot_product_flash_attention.default,
+            aten._scaled_dot_product_cudnn_attention.default,
+            aten._scaled_dot_product_flash_attention_for_cpu.default,
+            torch.ops._c10d_functional.reduce_scatter_tensor.default}
+
+
+def op_selective_contexts() -> Any:
+    """One layer call's checkpoint contexts under torchtitan's op-level policy: save the
+    output of every op in the save list except every second ``mm`` (counted apart in
+    forward and in recomputation, so both make the same choices); recompute the rest."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    save, mm, counts = _op_save_list(), torch.ops.aten.mm.default, defaultdict(int)
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == mm:
+            counts[mode] += 1
+        if func in save and not (func == mm and counts[mode] % 2 == 0):
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
 
 
 def shard_fsdp2(
