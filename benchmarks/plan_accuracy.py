@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.catalog.modelconfig import model_config
+from fsdpspec.job.job import resolve
 from fsdpspec.plan.planner import plan_job
 from fsdpspec.spec.v1 import JobSpec
 
@@ -105,11 +105,10 @@ def measure(row: tuple[Any, ...]) -> tuple[int, int, int, float]:
     of one row."""
     from fsdpspec_runners.engine.trace import trace_job
 
-    spec = row_spec(row)
-    config = model_config(spec.model, Path.cwd())
-    plan = plan_job(spec, config)
+    job = resolve(row_spec(row), Path.cwd())
+    plan = plan_job(job)
     start = time.perf_counter()
-    traced = trace_job(spec, config, Path.cwd())
+    traced = trace_job(job)
     return (plan.job.layout.shard_size, plan.device.peak_allocated, traced.peak_bytes,
             time.perf_counter() - start)
 

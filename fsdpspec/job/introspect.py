@@ -11,26 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsdpspec.job.geometry import (
-    Geometry,
-    GeometryError,
-    UnknownFamilyError,
-    geometry_from_config,
-)
+from fsdpspec.job.geometry import Geometry, GeometryError, UnknownFamilyError
 from fsdpspec.job.tree import Node
 
 
 class NotIntrospected(UnknownFamilyError):
     """A model without an analytic family, and no torch to build it on the meta device."""
-
-
-def model_geometry(config: dict[str, Any]) -> Geometry:
-    """The analytic geometry of ``config``, else (for a model_type without a family) the
-    geometry of the model transformers builds for it."""
-    try:
-        return geometry_from_config(config)
-    except UnknownFamilyError:
-        return introspected_geometry(config)
 
 
 def introspected_geometry(config: dict[str, Any]) -> Geometry:
@@ -41,8 +27,8 @@ def introspected_geometry(config: dict[str, Any]) -> Geometry:
         from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError:
         raise NotIntrospected(f"model_type {model_type!r} has no analytic family; install "
-                            "fsdpspec[train] to plan it from the model built on the meta "
-                            "device") from None
+                              "fsdpspec[train] to plan it from the model built on the meta "
+                              "device") from None
     try:
         hf = AutoConfig.for_model(**config)
         with torch.device("meta"):

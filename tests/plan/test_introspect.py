@@ -17,9 +17,9 @@ GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 3, "n_head": 4, "vocab_si
         "n_positions": 128, "bos_token_id": 256, "eos_token_id": 256}
 
 
-def write_job(tmp_path: Path) -> Path:
+def write_job(tmp_path: Path, config: dict = GPT2) -> Path:
     (tmp_path / "gpt2").mkdir()
-    (tmp_path / "gpt2" / "config.json").write_text(json.dumps(GPT2))
+    (tmp_path / "gpt2" / "config.json").write_text(json.dumps(config))
     job = tmp_path / "job.yaml"
     job.write_text("apiVersion: fsdpspec/v1\nkind: TrainingJob\nmetadata: {name: gpt2}\n"
                    "resources: {gpus_per_node: 2}\nmodel: {hf_config: gpt2/}\n"
@@ -53,13 +53,40 @@ def test_plan_introspects_the_exact_parameters(tmp_path: Path, cli) -> None:
     assert "(introspected: model_type gpt2)" in cli("plan", str(job)).stdout.splitlines()[0]
 
 
-def test_validate_accepts_it_without_torch(tmp_path: Path) -> None:
+def test_validate_without_torch_or_cache_warns_that_memory_was_not_checked(
+        tmp_path: Path) -> None:
     import subprocess
 
     job = write_job(tmp_path)
-    found = subprocess.run(without_torch("validate", str(job)), capture_output=True, text=True,
-                           cwd=ROOT)
+    found = subprocess.run(without_torch("validate", str(job), "--format", "concise"),
+                           capture_output=True, text=True, cwd=ROOT)
     assert found.returncode == 0, found.stderr
+    assert found.stdout == (f"{job}:5:20: FS032 warning model_type 'gpt2' has no analytic "
+                            "family and its geometry is not cached: the memory rules "
+                            "(FS201-FS203) did not run\n")
+    strict = subprocess.run(without_torch("validate", "--strict", str(job)),
+                            capture_output=True, text=True, cwd=ROOT)
+    assert strict.returncode == 1  # never a silent pass
+
+
+def test_plan_fills_the_cache_that_validate_reads_without_torch(tmp_path: Path, cli,
+                                                                model_cache: Path) -> None:
+    """A model too large for its GPUs: with torch, plan and validate agree it does not
+    fit; once plan has cached its geometry, validate without torch says so too."""
+    import subprocess
+
+    pytest.importorskip("transformers")
+    job = write_job(tmp_path, GPT2 | {"n_embd": 4096, "n_head": 32, "n_layer": 48,
+                                      "vocab_size": 50257})
+    plan = cli("plan", str(job))
+    assert plan.returncode == 1 and "DOES NOT FIT" in plan.stdout
+    assert len(list(model_cache.glob("*.json"))) == 1
+    validated = cli("validate", str(job), "--format", "concise")
+    offline = subprocess.run(without_torch("validate", str(job), "--format", "concise"),
+                             capture_output=True, text=True, cwd=ROOT)
+    for found in (validated, offline):
+        assert found.returncode == 1, found.stderr
+        assert found.stdout.startswith(f"{job}:4:1: FS201 error needs ")
 
 
 def test_plan_without_torch_names_the_model_type_in_one_line(tmp_path: Path) -> None:
