@@ -1,5 +1,7 @@
-"""A total reader for a model's config.json: bounded in size and depth, strict about
-numbers (no NaN, Infinity, overflowing floats or digit-limit ints), and typed for the
+"""A total reader for a model's config.json: bounded in size and depth, reading special
+floats as transformers writes and reads them (``{"__float__": "Infinity"}``, bare
+Infinity / NaN) but strict about the numbers the planner reads (finite; no overflowing
+floats or digit-limit ints), and typed for the
 keys the planner and the engine read. Every problem is one line naming the key, so
 that `validate` reports it as FS030 at `model.hf_config`."""
 
@@ -22,8 +24,26 @@ class ConfigJsonError(ValueError):
     """config.json cannot be used; the message is one line."""
 
 
-def _no_constant(name: str) -> Any:
-    raise ConfigJsonError(f"{name} is not a number JSON allows")
+# transformers writes the floats JSON has no numbers for as tagged objects, and reads
+# them (and Python's bare Infinity / NaN) back as floats.
+_FLOAT_TAG = "__float__"
+_SPECIAL_FLOATS = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+
+
+def _special_float(name: str) -> float:
+    return _SPECIAL_FLOATS[name]
+
+
+def _decode_special_floats(value: Any) -> Any:
+    """``{"__float__": "Infinity"}`` → inf, as transformers decodes it (recursive: called
+    once the depth is known to be bounded)."""
+    if isinstance(value, dict):
+        if set(value) == {_FLOAT_TAG} and value[_FLOAT_TAG] in _SPECIAL_FLOATS:
+            return _SPECIAL_FLOATS[value[_FLOAT_TAG]]
+        return {k: _decode_special_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode_special_floats(v) for v in value]
+    return value
 
 
 def _bounded_int(text: str) -> int:
@@ -70,7 +90,7 @@ def load_object(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``; ConfigJsonError for anything else."""
     raw = read_bytes(path)
     try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant,
+        data = json.loads(raw.decode("utf-8"), parse_constant=_special_float,
                           parse_int=_bounded_int, parse_float=_finite_float)
     except ConfigJsonError as exc:
         raise ConfigJsonError(f"{path}: {exc}") from None
@@ -82,15 +102,20 @@ def load_object(path: Path) -> dict[str, Any]:
         raise ConfigJsonError(f"{path} does not hold a JSON object")
     if _depth(data) > MAX_DEPTH:
         raise ConfigJsonError(f"{path} is nested deeper than {MAX_DEPTH} levels")
-    return data
+    return _decode_special_floats(data)
 
 
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _finite(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _non_negative_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 # key → (test, what it must be); None is allowed for every key (the family default).
@@ -98,11 +123,12 @@ _TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model_type": (lambda v: isinstance(v, str), "a string"),
     **{key: (_positive_int, "a positive integer") for key in (
         "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-        "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings",
-        "sliding_window")},
+        "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings")},
+    # 0, like null, means no window.
+    "sliding_window": (_non_negative_int, "a non-negative integer"),
     **{key: (lambda v: isinstance(v, bool), "true or false") for key in (
         "tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window")},
-    **{key: (_number, "a number") for key in (
+    **{key: (_finite, "a finite number") for key in (
         "attn_logit_softcapping", "final_logit_softcapping", "rope_theta")},
 }
 

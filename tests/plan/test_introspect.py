@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,13 @@ def without_torch(*args: str) -> list[str]:
             "from fsdpspec.cli.main import main; sys.argv = ['fsdpspec', *sys.argv[1:]]; "
             "main()")
     return [sys.executable, "-c", code, *args]
+
+
+@contextmanager
+def torch_device_meta():
+    torch = pytest.importorskip("torch")
+    with torch.device("meta"):
+        yield torch
 
 
 def test_unknown_family_is_not_an_analytic_geometry() -> None:
@@ -98,3 +106,29 @@ def test_plan_without_torch_names_the_model_type_in_one_line(tmp_path: Path) -> 
     assert found.stderr == ("info: model_type 'gpt2' has no analytic family; install "
                             "fsdpspec[train] to plan it from the model built on the meta "
                             "device\n")
+
+
+def test_plan_reads_per_layer_attributes_of_a_resaved_gemma4(tmp_path: Path) -> None:
+    """Gemma 4 keeps some widths per layer (transformers refuses a global read): the
+    model is introspected, its widest layer read, and no traceback."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model(
+        "gemma4_text", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, intermediate_size=96, vocab_size=320)
+    config.save_pretrained(tmp_path / "gemma4")
+    (tmp_path / "gemma4" / "generation_config.json").unlink(missing_ok=True)
+    job = tmp_path / "job.yaml"
+    job.write_text("apiVersion: fsdpspec/v1\nkind: TrainingJob\nmetadata: {name: g4}\n"
+                   "resources: {gpus_per_node: 2}\nmodel: {hf_config: gemma4/}\n"
+                   "data: {seq_len: 64, micro_batch_size: 1, global_batch_size: 2}\n")
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
+
+    with torch_device_meta():
+        built = transformers.AutoModelForCausalLM.from_config(config)
+    found = CliRunner().invoke(cli, ["plan", str(job), "--format", "json"])
+    assert found.exit_code == 0 and found.exception is None, found.output
+    data = json.loads(found.stdout)
+    assert data["parameters"]["source"] == "introspected"
+    assert data["parameters"]["total"] == sum(p.numel() for p in built.parameters())
