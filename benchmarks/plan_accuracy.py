@@ -184,10 +184,14 @@ def main() -> int:
     parser.add_argument("--match", default="", help="only rows whose name contains this")
     parser.add_argument("--sweep", action="store_true",
                         help="every registered family × checkpointing × strategy × dtype")
+    parser.add_argument("--part", default="0/1", metavar="I/N",
+                        help="run every N-th row from the I-th (split a sweep over processes)")
     args = parser.parse_args()
     if args.sweep:
         rows, skipped = sweep_rows()
-        jobs = [(r[0], sweep_job(r)) for r in rows[: args.rows] if args.match in r[0]]
+        part, parts = (int(x) for x in args.part.split("/"))
+        jobs = [(r[0], sweep_job(r)) for r in rows[: args.rows][part::parts]
+                if args.match in r[0]]
         print(f"{len(rows)} rows; {len(skipped)} skipped (a Mixture of Experts traces in "
               f"bf16 only); {SWEEP_LAYERS} layers at published widths")
     else:

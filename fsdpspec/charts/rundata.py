@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from fsdpspec.job.rundir import RunDir
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.local.events import read_events, read_jsonl
 from fsdpspec_runners.local.resolved import FILENAME, read_resolved_spec
@@ -102,7 +103,7 @@ def read_run(run_dir: Path) -> RunData:
     except (ValueError, KeyError, TypeError, ValidationError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise RunDataError(f"{path}: not a resolved spec: {first}") from None
-    metrics = [r for r in read_jsonl(run_dir / "metrics.jsonl") if isinstance(r.get("step"), int)]
+    metrics = [r for r in read_jsonl(RunDir(run_dir).metrics) if isinstance(r.get("step"), int)]
     events = read_events(run_dir)
     status = run_status(run_dir, events, last_step(metrics, events), spec.train.max_steps)
     return RunData(run_dir, spec, document, metrics, events, status)

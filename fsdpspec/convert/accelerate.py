@@ -1,7 +1,7 @@
 """accelerate config files in and out: `fsdpspec import accelerate` and
 `fsdpspec export accelerate`.
 
-Both directions read the one vocabulary table, fsdpspec/accelerate_vocab.py. Import
+Both directions read the one vocabulary table, fsdpspec/convert/accelerate_vocab.py. Import
 writes a commented v1 spec (each value says which accelerate key it came from) and
 reports, with its line, every key it did not carry over. Export writes the keys
 accelerate understands for the job's FSDP version, and names what it could not say.

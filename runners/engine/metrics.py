@@ -15,6 +15,7 @@ from torch import nn
 
 from fsdpspec.atomicio import write_text
 from fsdpspec.job.job import Job
+from fsdpspec.job.rundir import RunDir
 from fsdpspec.semantics import model_flops_per_token
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.trackers import Tracker, open_trackers
@@ -85,7 +86,7 @@ class MetricsSink:
         if not enabled:
             return
         if spec.logging.jsonl:
-            path = run_dir / "metrics.jsonl"
+            path = RunDir(run_dir).metrics
             _forget_steps_after(path, resumed_step)
             self._jsonl = open(path, "a", encoding="utf-8")
         self._trackers = open_trackers(spec, run_dir)

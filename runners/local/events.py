@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-FILENAME = "events.jsonl"
+from fsdpspec.job.rundir import EVENTS
+
+FILENAME = EVENTS
 
 
 def append_event(run_dir: Path, event: str, **fields: Any) -> None:

@@ -27,9 +27,6 @@ from fsdpspec.spec.v1 import JobSpec
 FILENAME = RESOLVED_SPEC
 _ROOT = Path("/")  # input paths of the spec written here are already absolute
 MODEL_CONFIG_DIGEST = "model_config_sha256"
-_INPUT_PATHS = (
-    ("model", "hf_config"), ("model", "weights"), ("data", "tokenizer"),
-)
 
 
 def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:
@@ -38,14 +35,12 @@ def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:
     fields the file left out stay unset, so ``as_written()`` of the copy is still what
     the file said."""
     data = spec.as_written()
-    for section, key in _INPUT_PATHS:
+    for section, key in HUB_INPUTS:  # the inputs a Hub id may name (data.path: below)
         value = data.get(section, {}).get(key)
         if value is not None:
-            resolve = resolve_model_input if (section, key) in HUB_INPUTS else \
-                resolve_input_path
             # realpath, unlike Path.resolve, never raises: a symlink loop is left for
             # the pre-flight check to report with the field's position.
-            data[section][key] = os.path.realpath(resolve(value, base_dir))
+            data[section][key] = os.path.realpath(resolve_model_input(value, base_dir))
     hub = spec.data.source == "dataset"
     written = data.get("data", {})
     for holder in (written, written.get("eval", {})):
