@@ -25,6 +25,7 @@ Gemma 2 and gpt-oss run with eager attention (transformers refuses SDPA for them
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -139,17 +140,17 @@ def sweep_rows() -> tuple[list[tuple[Any, ...]], list[str]]:
     """The sweep's rows (name, config, strategy, precision, checkpointing, attention) and
     the names of the rows it cannot trace."""
     rows, skipped = [], []
-    for model_type, fam in FAMILIES.items():
-        attention = "eager" if fam.eager_only else "sdpa"
-        for ac in ("none", "full", "selective"):
-            for strategy in ("FULL_SHARD", "SHARD_GRAD_OP"):
-                for precision in ("bf16", "fp32"):
-                    short = "fs" if strategy == "FULL_SHARD" else "sgo"
-                    name = f"{model_type}-ac:{ac}-{short}-{precision}"
-                    if fam.moe and precision == "fp32":
-                        skipped.append(name)
-                        continue
-                    rows.append((name, model_type, strategy, precision, ac, attention))
+    # Every family in one setting before the next setting: a partial run covers them all.
+    for ac, strategy, precision in itertools.product(
+            ("full", "none", "selective"), ("FULL_SHARD", "SHARD_GRAD_OP"), ("bf16", "fp32")):
+        for model_type, fam in FAMILIES.items():
+            short = "fs" if strategy == "FULL_SHARD" else "sgo"
+            name = f"{model_type}-ac:{ac}-{short}-{precision}"
+            if fam.moe and precision == "fp32":
+                skipped.append(name)
+                continue
+            attention = "eager" if fam.eager_only else "sdpa"
+            rows.append((name, model_type, strategy, precision, ac, attention))
     return rows, skipped
 
 
