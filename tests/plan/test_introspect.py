@@ -48,17 +48,21 @@ def test_unknown_family_is_not_an_analytic_geometry() -> None:
         geometry_from_config(GPT2)
 
 
-def test_plan_introspects_the_exact_parameters(tmp_path: Path, cli) -> None:
-    torch = pytest.importorskip("torch")
+def test_plan_introspects_the_exact_parameters(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
+
     transformers = pytest.importorskip("transformers")
-    with torch.device("meta"):
+    with torch_device_meta():
         built = transformers.AutoModelForCausalLM.from_config(
             transformers.AutoConfig.for_model(**GPT2))
     job = write_job(tmp_path)
-    data = json.loads(cli("plan", str(job), "--format", "json").stdout)
+    data = json.loads(CliRunner().invoke(cli, ["plan", str(job), "--format", "json"]).stdout)
     assert data["parameters"]["total"] == sum(p.numel() for p in built.parameters())
     assert data["parameters"]["source"] == "introspected"
-    assert "(introspected: model_type gpt2)" in cli("plan", str(job)).stdout.splitlines()[0]
+    text = CliRunner().invoke(cli, ["plan", str(job)]).stdout
+    assert "(introspected: model_type gpt2)" in text.splitlines()[0]
 
 
 def test_validate_without_torch_or_cache_warns_that_memory_was_not_checked(
@@ -77,24 +81,29 @@ def test_validate_without_torch_or_cache_warns_that_memory_was_not_checked(
     assert strict.returncode == 1  # never a silent pass
 
 
-def test_plan_fills_the_cache_that_validate_reads_without_torch(tmp_path: Path, cli,
+def test_plan_fills_the_cache_that_validate_reads_without_torch(tmp_path: Path,
                                                                 model_cache: Path) -> None:
     """A model too large for its GPUs: with torch, plan and validate agree it does not
-    fit; once plan has cached its geometry, validate without torch says so too."""
+    fit; once plan has cached its geometry, validate without torch says so too. (The
+    commands with torch run through click's runner: transformers is imported once.)"""
     import subprocess
+
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
 
     pytest.importorskip("transformers")
     job = write_job(tmp_path, GPT2 | {"n_embd": 4096, "n_head": 32, "n_layer": 48,
                                       "vocab_size": 50257})
-    plan = cli("plan", str(job))
-    assert plan.returncode == 1 and "DOES NOT FIT" in plan.stdout
+    plan = CliRunner().invoke(cli, ["plan", str(job)])
+    assert plan.exit_code == 1 and "DOES NOT FIT" in plan.stdout, plan.output
     assert len(list(model_cache.glob("*.json"))) == 1
-    validated = cli("validate", str(job), "--format", "concise")
+    validated = CliRunner().invoke(cli, ["validate", str(job), "--format", "concise"])
     offline = subprocess.run(without_torch("validate", str(job), "--format", "concise"),
                              capture_output=True, text=True, cwd=ROOT)
-    for found in (validated, offline):
-        assert found.returncode == 1, found.stderr
-        assert found.stdout.startswith(f"{job}:4:1: FS201 error needs ")
+    assert validated.exit_code == offline.returncode == 1, offline.stderr
+    for stdout in (validated.stdout, offline.stdout):
+        assert stdout.startswith(f"{job}:4:1: FS201 error needs ")
 
 
 def test_plan_without_torch_names_the_model_type_in_one_line(tmp_path: Path) -> None:
