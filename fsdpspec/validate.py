@@ -12,7 +12,9 @@ from typing import Any
 
 from fsdpspec.catalog.hub import HubError, offline, snapshot
 from fsdpspec.catalog.modelconfig import HUB_INPUTS, ModelConfigError, hub_input
+from fsdpspec.job.introspect import NotIntrospected
 from fsdpspec.job.job import Job, resolve
+from fsdpspec.job.model import user_cache_dir
 from fsdpspec.lint import lint_spec
 from fsdpspec.lint.registry import LintContext
 from fsdpspec.spec import LATEST, SUPPORTED
@@ -96,8 +98,23 @@ def _lint(report: FileReport, select: Sequence[str], ignore: Sequence[str]) -> l
         pointer = "/model/hf_config"
         return [error("FS030", str(exc), pointer, "point hf_config at a local config.json")]
     ctx = LintContext(report.job, _explicit(report.source_map))
-    return _uncached_hub_inputs(spec, report.base_dir) + lint_spec(ctx, select=select,
-                                                                   ignore=ignore)
+    return (_unplanned(report) + _uncached_hub_inputs(spec, report.base_dir)
+            + lint_spec(ctx, select=select, ignore=ignore))
+
+
+def _unplanned(report: FileReport) -> list[Diagnostic]:
+    """FS032 when the memory rules cannot run: a model without an analytic family whose
+    geometry is neither cached nor computable (no torch). Never a silent pass."""
+    job = report.job
+    assert job is not None
+    if not isinstance(job.geometry_error, NotIntrospected):
+        return []
+    assert job.config is not None
+    message = (f"model_type {job.config.get('model_type')!r} has no analytic family and its "
+               "geometry is not cached: the memory rules (FS201-FS203) did not run")
+    hint = (f"pip install 'fsdpspec[train]' and run `fsdpspec plan {report.file}` once: "
+            f"it caches the geometry in {user_cache_dir()}")
+    return [Diagnostic("FS032", Severity.WARNING, message, "/model/hf_config", hint)]
 
 
 def _uncached_hub_inputs(spec: JobSpec, base_dir: Path) -> list[Diagnostic]:

@@ -62,6 +62,13 @@ def _shared_fixtures(item: pytest.Item) -> list[str]:
         if defs and defs[-1].scope != "function"
         and Path(defs[-1].func.__code__.co_filename).is_relative_to(ROOT / "tests")
     )
+@pytest.fixture(autouse=True)
+def model_cache(tmp_path_factory, monkeypatch) -> Path:
+    """Each test's own (empty) cache of introspected model geometries, never the user's;
+    subprocesses inherit it."""
+    cache = tmp_path_factory.mktemp("xdg-cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    return cache / "fsdpspec" / "models"
 
 
 def stub_slurm_bin(tmp_path: Path, srun_body: str = "") -> Path:

@@ -1,18 +1,17 @@
 """The package map's boundaries (docs/architecture.md), checked on the source's imports:
-torch-free `fsdpspec`, planner and rules independent of the runners, runners independent
-of the CLI, no import cycles (function-level imports included), and an install that adds
+every module imports only what its row of the "may import" table names, torch-free
+`fsdpspec`, no import cycles (function-level imports included), and an install that adds
 no generic top-level name."""
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
-
-import pytest
 
 from conftest import ROOT
 
@@ -35,13 +34,23 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:` (type hints, not imports)."""
+    return {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If)
+            and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+            for stmt in node.body for inner in ast.walk(stmt)}
+
+
 def _imports(module: str, path: Path) -> list[tuple[str, bool]]:
     """(imported module, at module level?) for every import in the file."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     top = {id(node) for node in tree.body}
+    hints = _type_checking_only(tree)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out = []
     for node in ast.walk(tree):
+        if id(node) in hints:
+            continue
         if isinstance(node, ast.Import):
             out += [(alias.name, id(node) in top) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -72,19 +81,65 @@ def test_fsdpspec_never_imports_heavy_packages_at_module_level() -> None:
     assert offenders == []
 
 
-@pytest.mark.parametrize("package", ["fsdpspec.plan", "fsdpspec.lint", "fsdpspec.spec",
-                                     "fsdpspec.catalog", "fsdpspec.convert"])
-def test_torch_free_packages_never_import_the_runners(package: str) -> None:
-    offenders = [f"{m} imports {imp}" for m, imps in GRAPH.items()
-                 if m == package or m.startswith(package + ".")
-                 for imp, _ in imps if imp.split(".")[0] == "fsdpspec_runners"]
-    assert offenders == []
+def _module_name(cell: str) -> str:
+    """`fsdpspec/plan/` → fsdpspec.plan; `runners/engine/` → fsdpspec_runners.engine."""
+    path = cell.strip("/").removesuffix(".py").replace("/", ".")
+    return "fsdpspec_runners" + path[len("runners"):] if path.startswith("runners") else path
 
 
-def test_runners_never_import_the_cli() -> None:
-    offenders = [f"{m} imports {imp}" for m, imps in GRAPH.items()
-                 if m.startswith("fsdpspec_runners") for imp, _ in imps
-                 if imp.startswith("fsdpspec.cli")]
+def _ours(name: str) -> str:
+    """A table's short name (`spec.v1`, `semantics`) as a module name of ours."""
+    return name if name.split(".")[0] in PACKAGES else f"fsdpspec.{name}"
+
+
+def _table() -> dict[str, tuple[set[str] | None, set[str]]]:
+    """Package → (what it may import, None for everything; what it may not), as the
+    "may import" table of docs/architecture.md says."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = text[text.index("| package | its one job | may import |"):].split("\n\n")[0]
+    rows: dict[str, tuple[set[str] | None, set[str]]] = {}
+    for line in table.splitlines()[2:]:
+        packages, _job, may = (cell.strip() for cell in line.strip("|").split("|"))
+        named = re.findall(r"(not )?`([^`]+)`", may)
+        allowed = None if may.startswith("everything") else {
+            _ours(n) for neg, n in named if not neg and n.split(".")[0] not in HEAVY}
+        denied = {_ours(n) for neg, n in named if neg}
+        for cell in re.findall(r"`([^`]+)`", packages.split("(")[0]):
+            rows[_module_name(cell)] = (allowed, denied)
+    return rows
+
+
+TABLE = _table()
+
+
+def _row(module: str) -> str | None:
+    """The most specific row of the table that ``module`` lies in."""
+    found = [p for p in TABLE if module == p or module.startswith(p + ".")]
+    return max(found, key=len, default=None)
+
+
+def _within(name: str, prefixes: set[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def test_every_module_has_a_row_of_the_table() -> None:
+    assert [m for m in MODULES if m != "fsdpspec" and _row(m) is None] == []
+
+
+def test_every_module_imports_only_what_its_row_names() -> None:
+    offenders = []
+    for module, imports in GRAPH.items():
+        row = _row(module)
+        if row is None:
+            continue
+        allowed, denied = TABLE[row]
+        for imported, _ in imports:
+            target = _internal(imported)
+            if target is None or _within(target, {row}) or target == "fsdpspec":
+                continue  # not ours, its own package, or the version
+            if _within(target, denied) or (allowed is not None
+                                             and not _within(target, allowed)):
+                offenders.append(f"{module} ({row}) imports {target}")
     assert offenders == []
 
 

@@ -90,6 +90,9 @@ class Family:
     # the FSDP units are named as the built model names them.
     module_names: dict[str, str] = field(default_factory=dict)
     modules_first: tuple[str, ...] = ()
+    # The config class's ``attribute_map`` (alias → the attribute it stores): a config
+    # re-saved by transformers writes the stored name, the original may use the alias.
+    aliases: dict[str, str] = field(default_factory=dict)
     # Built-in presets of this family, the first being the one an import picks.
     presets: tuple[str, ...] = ()
 
@@ -185,6 +188,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "num_experts_per_tok": 2, "router_aux_loss_coef": 0.001,
         "max_position_embeddings": 131072},
         window="always", moe=Moe("num_local_experts"),
+        aliases={"num_experts": "num_local_experts"},
         presets=("mixtral-8x7b", "tiny-mixtral")),
     Family("qwen3_moe", "Qwen3Moe", {
         "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
@@ -193,7 +197,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "num_experts_per_tok": 8, "moe_intermediate_size": 768,
         "router_aux_loss_coef": 0.001, "max_position_embeddings": 32768},
         qk_norm="head", window="flag", moe=Moe("num_experts", "moe_intermediate_size"),
-        modules_first=("experts",),
+        modules_first=("experts",), aliases={"num_experts": "num_local_experts"},
         presets=("qwen3-30b-a3b", "tiny-qwen3-moe"), **_LLAMA_BIAS),
     Family("olmoe", "Olmoe", {
         "hidden_size": 2048, "intermediate_size": 2048, "num_hidden_layers": 16,
@@ -201,6 +205,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "tie_word_embeddings": False, "attention_bias": False, "num_experts": 64,
         "num_experts_per_tok": 8, "router_aux_loss_coef": 0.01},
         qk_norm="width", moe=Moe("num_experts"), presets=("olmoe-1b-7b", "tiny-olmoe"),
+        aliases={"num_local_experts": "num_experts"},
         **_LLAMA_BIAS),
     Family("phimoe", "Phimoe", {
         "intermediate_size": 6400, "num_key_value_heads": 8, "vocab_size": 32064,
@@ -220,6 +225,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         window="layer_types", attention_sinks=True, fp32_norm=True, eager_only=True,
         moe=Moe("num_local_experts", router_bias=True, expert_bias=True, router="router",
                 width_saves=7),
+        aliases={"num_experts": "num_local_experts"},
         presets=("gpt-oss-20b", "tiny-gpt-oss"), **_LLAMA_BIAS),
     Family("phi3", "Phi3", {
         "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fsdpspec.job.rundir import RunDir
 from fsdpspec.jsonfile import JsonFileError
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.local.events import read_events, read_jsonl
@@ -97,7 +98,7 @@ def read_run(run_dir: Path) -> RunData:
         raise RunDataError(f"{run_dir}: not a run directory (no {FILENAME})")
     try:
         spec, _, document = read_resolved_spec(path)
-        metrics = read_jsonl(run_dir / "metrics.jsonl", "metrics")
+        metrics = read_jsonl(RunDir(run_dir).metrics, "metrics")
         events = read_events(run_dir)
     except JsonFileError as exc:
         raise RunDataError(exc.coded()) from None

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from fsdpspec.cli.options import emit, exit_on_errors, load_spec, resolve_format, set_option
+from fsdpspec.job.rundir import RunDir
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.validate import FileReport, check_by_hand
 from fsdpspec_runners.local.preflight import PreflightError, check_before_start
@@ -25,7 +26,7 @@ from fsdpspec_runners.local.rundir import (
 )
 
 # torchrun from this Python's torch (whatever `torchrun` on PATH is), minus the
-# traceback it ends a failed run with (fsdpspec/quiet_torchrun.py).
+# traceback it ends a failed run with (runners/local/quiet_torchrun.py).
 LAUNCHER = (sys.executable, "-m", "fsdpspec_runners.local.quiet_torchrun")
 
 
@@ -140,7 +141,7 @@ def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
 def _after_stop(run_dir: Path) -> str:
     """What running again does: resume, or start over when no checkpoint was published
     (`latest` names the newest complete one, and is written only after it is)."""
-    latest = run_dir / "checkpoints" / "latest"
+    latest = RunDir(run_dir).latest
     if latest.is_file():
         name = latest.read_text(encoding="utf-8").strip()
         return f"`fsdpspec run` again resumes from checkpoint {name}"

@@ -1,7 +1,7 @@
 """accelerate's FSDP vocabulary and where each word lives in a fsdpspec v1 spec.
 
 One table serves the "did you mean" hints of `validate` and the accelerate import and
-export (runners/accelerate.py), so the two never disagree.
+export (fsdpspec/convert/accelerate.py), so the two never disagree.
 """
 
 from __future__ import annotations

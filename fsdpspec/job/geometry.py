@@ -240,7 +240,7 @@ def geometry_from_config(config: dict[str, Any]) -> Geometry:
     """The geometry of an HF-style config dict (a preset, a local config.json, or a
     spec's `model.geometry` tagged ``model_type: custom``)."""
     fam = analytic_family(config)
-    merged = _COMMON_DEFAULTS | fam.defaults | config
+    merged = _COMMON_DEFAULTS | fam.defaults | _with_aliases(fam, config)
 
     def num(key: str) -> int:
         return _positive_int(key, merged.get(key))
@@ -287,6 +287,18 @@ def geometry_from_config(config: dict[str, Any]) -> Geometry:
     )
 
 
+def _with_aliases(fam: Family, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with each attribute the family's config class aliases under both names,
+    as transformers reads it (a key written under either name wins over the defaults)."""
+    out = dict(config)
+    for alias, stored in fam.aliases.items():
+        if stored in config:
+            out[alias] = config[stored]
+        elif alias in config:
+            out[stored] = config[alias]
+    return out
+
+
 def _experts(fam: Family, merged: dict[str, Any]) -> Experts | None:
     if fam.moe is None:
         return None
@@ -309,10 +321,11 @@ def _experts(fam: Family, merged: dict[str, Any]) -> Experts | None:
 
 def _window(fam: Family, merged: dict[str, Any]) -> int | None:
     """The attention window, when the family's attention honours `sliding_window`
-    (Qwen 2/3 only with `use_sliding_window`; Llama and Gemma ignore the key)."""
+    (Qwen 2/3 only with `use_sliding_window`; Llama and Gemma ignore the key); 0
+    disables it, as in transformers' masks."""
     if fam.window == "never" or (fam.window == "flag" and not merged.get("use_sliding_window")):
         return None
-    return merged.get("sliding_window")
+    return merged.get("sliding_window") or None  # 0, like null, means no window
 
 
 def _sliding_layers(fam: Family, merged: dict[str, Any], layers: int) -> int:

@@ -11,12 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsdpspec.job.geometry import (
-    Geometry,
-    GeometryError,
-    UnknownFamilyError,
-    geometry_from_config,
-)
+from fsdpspec.job.geometry import Geometry, GeometryError, UnknownFamilyError
 from fsdpspec.job.tree import Node
 
 
@@ -28,15 +23,6 @@ class NotIntrospected(UnknownFamilyError):
 MAX_INTROSPECTED_LAYERS = 1024
 
 
-def model_geometry(config: dict[str, Any]) -> Geometry:
-    """The analytic geometry of ``config``, else (for a model_type without a family) the
-    geometry of the model transformers builds for it."""
-    try:
-        return geometry_from_config(config)
-    except UnknownFamilyError:
-        return introspected_geometry(config)
-
-
 def introspected_geometry(config: dict[str, Any]) -> Geometry:
     """Build ``config`` on the meta device and read its parameters and layers."""
     model_type = config.get("model_type")
@@ -45,8 +31,8 @@ def introspected_geometry(config: dict[str, Any]) -> Geometry:
         from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError:
         raise NotIntrospected(f"model_type {model_type!r} has no analytic family; install "
-                            "fsdpspec[train] to plan it from the model built on the meta "
-                            "device") from None
+                              "fsdpspec[train] to plan it from the model built on the meta "
+                              "device") from None
     try:
         hf = AutoConfig.for_model(**config)
         _check_layer_count(hf.get_text_config(), model_type)
@@ -58,7 +44,11 @@ def introspected_geometry(config: dict[str, Any]) -> Geometry:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise GeometryError(f"model_type {model_type!r}: transformers cannot build it: "
                             f"{first}") from None
-    return _geometry_of(model, hf.get_text_config(), str(model_type))
+    try:
+        return _geometry_of(model, hf.get_text_config(), str(model_type))
+    except (TypeError, ValueError, ZeroDivisionError) as exc:  # a width it lacks
+        raise GeometryError(f"model_type {model_type!r}: cannot read its widths off the "
+                            f"built model: {exc}") from None
 
 
 def _check_layer_count(text_config: Any, model_type: Any) -> None:
@@ -105,6 +95,18 @@ def module_tree(model: Any) -> Node:
     return node("", model)
 
 
+def _config_value(c: Any, name: str) -> Any:
+    """A config attribute; one that varies per layer (Gemma 4's ``per_layer_config``,
+    which transformers refuses to read globally) is its largest layer's value, so the
+    activation model counts the widest layer."""
+    try:
+        return getattr(c, name, None)
+    except Exception:  # transformers' AmbiguousGlobalPerLayerAttributeError, among others
+        layers = getattr(c, "per_layer_config", None) or ()
+        values = [getattr(layers[i], name, None) for i in range(len(layers))]
+        return max((v for v in values if isinstance(v, int)), default=None)
+
+
 def _geometry_of(model: Any, c: Any, model_type: str) -> Geometry:
     layers = _layers(model)
     # Layers that differ (dense first layers, say): the activation model reads the
@@ -114,21 +116,25 @@ def _geometry_of(model: Any, c: Any, model_type: str) -> Geometry:
     in_layers = {id(p) for m in layers for p in m.parameters()}
     root = tuple((n, tuple(p.shape)) for n, p in model.named_parameters()
                  if id(p) not in in_layers)
-    hidden, heads = int(c.hidden_size), int(c.num_attention_heads)
+
+    def value(name: str, default: Any = None) -> Any:
+        return _config_value(c, name) or default
+
+    hidden, heads = int(value("hidden_size")), int(value("num_attention_heads"))
     return Geometry(
         family=model_type,
         hidden_size=hidden,
-        intermediate_size=int(getattr(c, "intermediate_size", None) or 4 * hidden),
+        intermediate_size=int(value("intermediate_size", 4 * hidden)),
         num_layers=len(layers),
         num_heads=heads,
-        num_kv_heads=int(getattr(c, "num_key_value_heads", None) or heads),
-        head_dim=int(getattr(c, "head_dim", None) or hidden // heads),
-        vocab_size=int(c.vocab_size),
-        tie_word_embeddings=bool(getattr(c, "tie_word_embeddings", False)),
-        max_position_embeddings=int(getattr(c, "max_position_embeddings", None) or 4096),
+        num_kv_heads=int(value("num_key_value_heads", heads)),
+        head_dim=int(value("head_dim", hidden // heads)),
+        vocab_size=int(value("vocab_size")),
+        tie_word_embeddings=bool(value("tie_word_embeddings", False)),
+        max_position_embeddings=int(value("max_position_embeddings", 4096)),
         built_layer=layer,
         built_root=root,
         built_params=sum(p.numel() for p in model.parameters()),
         built_tree=module_tree(model),
-        built_layer_classes=tuple(sorted(model._no_split_modules)),
+        built_layer_classes=tuple(sorted(model._no_split_modules or ())),
     )

@@ -21,6 +21,7 @@ from fsdpspec.catalog.modelconfig import (
 )
 from fsdpspec.job.geometry import Geometry, GeometryError
 from fsdpspec.job.layout import Layout, layout
+from fsdpspec.job.model import model_geometry
 from fsdpspec.job.rundir import RunDir
 from fsdpspec.job.units import Units, Wrap, choose_units, geometry_tree
 from fsdpspec.semantics import DTYPE_BYTES, OPTIMIZER_STATES, model_flops_per_token
@@ -146,18 +147,18 @@ def read_model_config(spec: JobSpec, base_dir: Path) -> dict[str, Any] | None:
 
 
 def resolve(spec: JobSpec, base_dir: Path, *, world_size: int | None = None,
-            config: dict[str, Any] | None = None, geometry: Geometry | None = None) -> Job:
+            config: dict[str, Any] | None = None, geometry: Geometry | None = None,
+            cache_dirs: tuple[Path, ...] = ()) -> Job:
     """The job of ``spec`` (input paths relative to ``base_dir``), optionally on another
-    number of ranks; ``config`` / ``geometry`` when the caller read them already.
+    number of ranks; ``config`` / ``geometry`` when the caller read them already;
+    ``cache_dirs``: run directories that may hold the model's introspected geometry.
     Raises ModelConfigError for a model config that cannot be read."""
-    from fsdpspec.job.introspect import model_geometry
-
     if config is None:
         config = read_model_config(spec, base_dir)
     error = None
     if geometry is None and config is not None:
         try:
-            geometry = model_geometry(config)
+            geometry = model_geometry(config, cache_dirs)
         except GeometryError as exc:
             error = exc
     return Job(spec=spec, base_dir=base_dir, config=config, geometry=geometry,

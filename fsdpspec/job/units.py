@@ -4,8 +4,8 @@ A unit is what FSDP gathers and frees as one. The planner sizes the units this m
 chooses and the engine shards the modules of these names (``get_submodule``), so the
 plan and the run cannot disagree about them. Both read the same module tree: built from
 the analytic geometry (``geometry_tree``), from a model introspected on the meta device,
-or, for a factory model, from the built ``nn.Module`` itself (the engine's
-``module_tree``).
+or, for a factory model, from the built ``nn.Module`` itself
+(``fsdpspec.job.introspect.module_tree``, which the engine calls).
 
 Identical decoder layers are one template node standing for all of them, so a
 2**31-layer model stays small; unit names under it carry ``*`` for the layer index.

@@ -125,7 +125,7 @@ def flat_params_with_hybrid(ctx: LintContext) -> Iterator[Diagnostic]:
                use_orig_params: true}
     """
     spec, fsdp = ctx.spec, ctx.spec.fsdp
-    group = fsdp.shard_group_size or spec.resources.gpus_per_node
+    group = ctx.job.layout.requested_group
     if (fsdp.version == 1 and fsdp.use_orig_params is False
             and fsdp.sharding_strategy in HYBRID_STRATEGIES and spec.world_size > group):
         yield diagnostic("FS904", f"use_orig_params false with {spec.world_size // group} "

@@ -1,7 +1,7 @@
-"""The memory planner: a spec and its model config in, a Plan out, without torch.
+"""The memory planner: a resolved `Job` (fsdpspec.job) in, a Plan out, without torch.
 
-geometry (parameter shapes per family) → workload (one rank's shapes, dtypes, policies)
-→ units (FSDP units and shards) → memory (device, per rank, at each moment of a step)
-and host (per node) → compute (FLOPs, collectives) → planner (verdict, fewest GPUs,
-suggestions) → report (JSON and text). `trace` alone imports torch (`plan --trace`).
+units (the shard of each of the job's FSDP units) → memory (device, per rank, at each
+moment of a step) and host (per node) → compute (FLOPs, collectives) → planner (verdict,
+fewest GPUs, suggestions) → report (JSON and text). `plan --trace` runs the engine's
+`trace` on fake tensors, the one plan path that imports torch.
 """

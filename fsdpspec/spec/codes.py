@@ -122,6 +122,13 @@ LOAD_CODES = _codes(
     ("FS030", "model-config", "the model's config cannot be used",
      "`model.hf_config` is unreadable, or its config.json lacks or mistypes a field the "
      "planner needs."),
+    ("FS032", "memory-not-checked", "the model's memory could not be planned here",
+     "A warning: the model_type has no analytic family, so its geometry is read off the "
+     "model transformers builds on the meta device; torch is not installed here and the "
+     "geometry is not in the cache ($XDG_CACHE_HOME/fsdpspec/models, keyed by the "
+     "config's sha256), so the memory rules (FS201-FS203) did not run. Install the train "
+     "extra (`pip install 'fsdpspec[train]'`) and run `fsdpspec plan FILE` once, here or "
+     "on a machine sharing the cache directory; later `validate` runs read the cache."),
 )
 
 

@@ -13,6 +13,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 from pydantic import ValidationError
 
+from fsdpspec.catalog.modelconfig import HUB_INPUTS
 from fsdpspec.convert.accelerate_vocab import KEY_TO_FIELD, value_alias
 from fsdpspec.semantics import DEFAULT_RDZV_PORT
 from fsdpspec.spec.diagnostics import Diagnostic, error, normalize_prefix
@@ -229,8 +230,7 @@ def typed_spec(data: Any, already: list[Diagnostic]) -> tuple[JobSpec | None, li
         return None, extra
 
 
-_PATH_FIELDS = (("checkpoint", "dir"), ("data", "path"), ("data", "tokenizer"),
-                ("model", "weights"), ("model", "hf_config"))
+_PATH_FIELDS = (("checkpoint", "dir"), ("data", "path"), *HUB_INPUTS)
 # Linux's limits (NAME_MAX, PATH_MAX - 1): a longer name is ENAMETOOLONG at every stat.
 MAX_COMPONENT_BYTES = 255
 MAX_PATH_BYTES = 4095

@@ -44,6 +44,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from fsdpspec.atomicio import publish_dir, write_text
+from fsdpspec.job.rundir import LATEST, RunDir
 from fsdpspec_runners.engine import faults
 from fsdpspec_runners.engine.dist import Runtime, console
 from fsdpspec_runners.engine.errors import EngineError, first_line
@@ -67,7 +68,7 @@ class TrainState:
 
 
 def checkpoint_root(run_dir: Path) -> Path:
-    return run_dir / "checkpoints"
+    return RunDir(run_dir).checkpoints
 
 
 def step_dir_name(step: int) -> str:
@@ -251,7 +252,7 @@ def _save_failure(final: Path, exc: BaseException) -> str:
 def _publish(tmp: Path, final: Path) -> None:
     """Rename the finished save into place, then point ``latest`` at it."""
     publish_dir(tmp, final)  # a fresh run (resume: never) may replace an old step-N
-    write_text(final.parent / "latest", final.name + "\n")
+    write_text(final.parent / LATEST, final.name + "\n")
 
 
 def _rotate(run_dir: Path, keep_last: int) -> None:

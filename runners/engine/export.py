@@ -28,13 +28,14 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from fsdpspec.atomicio import building_dir, describe_error
 from fsdpspec.job.job import Job
+from fsdpspec.job.rundir import FINAL
 from fsdpspec.jsonfile import JsonFileError
 from fsdpspec_runners.engine.checkpoint import FULL_FILE
 from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.model import build_model, engine_job, tied_weight_keys
 from fsdpspec_runners.engine.wrap import DTYPES
 
-FINAL_DIR = "final"
+FINAL_DIR = FINAL
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 _MODEL = "model."  # the checkpoint's prefix of model tensors

@@ -15,6 +15,7 @@ from torch import nn
 
 from fsdpspec.atomicio import write_text
 from fsdpspec.job.job import Job
+from fsdpspec.job.rundir import RunDir
 from fsdpspec.jsonfile import JsonFileError, parse, read_regular
 from fsdpspec.semantics import model_flops_per_token
 from fsdpspec.spec.v1 import JobSpec
@@ -92,7 +93,7 @@ class MetricsSink:
         if not enabled:
             return
         if spec.logging.jsonl:
-            path = run_dir / "metrics.jsonl"
+            path = RunDir(run_dir).metrics
             _forget_steps_after(path, resumed_step)
             try:
                 self._jsonl = open_for_append(path)

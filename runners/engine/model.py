@@ -24,10 +24,12 @@ from fsdpspec_runners.engine.errors import EngineError, first_line
 _ROOT = Path("/")  # input paths in a resolved spec are already absolute
 
 
-def engine_job(spec: JobSpec, world_size: int | None = None) -> Job:
-    """The resolved job of a resolved spec (its input paths are absolute), read once."""
+def engine_job(spec: JobSpec, world_size: int | None = None, run_dir: Path | None = None) -> Job:
+    """The resolved job of a resolved spec (its input paths are absolute), read once; an
+    introspected model's geometry comes from beside the run."""
     try:
-        return resolve(spec, _ROOT, world_size=world_size)
+        return resolve(spec, _ROOT, world_size=world_size,
+                       cache_dirs=(run_dir,) if run_dir else ())
     except ModelConfigError as exc:
         raise EngineError(f"model.hf_config: {exc}") from None
 

@@ -104,7 +104,7 @@ def _open_sink(spec: JobSpec, run_dir: Path, runtime: Runtime, step: int) -> Met
 
 def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     """Model, optimizer, schedule, data, and the state resumed from a checkpoint."""
-    job = engine_job(spec, runtime.world_size)
+    job = engine_job(spec, runtime.world_size, run_dir)
     model = build_fsdp_model(job, runtime)
     torch.manual_seed(spec.train.seed)
     optimizer = build_optimizer(model.parameters(), spec.optimizer)

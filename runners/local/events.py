@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from fsdpspec.job.rundir import EVENTS
 from fsdpspec.jsonfile import Limits, RecordError, load_jsonl
 
-FILENAME = "events.jsonl"
+FILENAME = EVENTS
 
 
 def append_event(run_dir: Path, event: str, **fields: Any) -> None:

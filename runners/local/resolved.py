@@ -21,7 +21,8 @@ from fsdpspec.catalog.modelconfig import (
     resolve_input_path,
     resolve_model_input,
 )
-from fsdpspec.job.job import resolve
+from fsdpspec.job.job import Job, resolve
+from fsdpspec.job.model import RUN_FILE, store_geometry
 from fsdpspec.job.rundir import RESOLVED_SPEC
 from fsdpspec.jsonfile import JsonFileError, Limits, load_object
 from fsdpspec.spec.v1 import JobSpec
@@ -29,9 +30,6 @@ from fsdpspec.spec.v1 import JobSpec
 FILENAME = RESOLVED_SPEC
 _ROOT = Path("/")  # input paths of the spec written here are already absolute
 MODEL_CONFIG_DIGEST = "model_config_sha256"
-_INPUT_PATHS = (
-    ("model", "hf_config"), ("model", "weights"), ("data", "tokenizer"),
-)
 
 
 def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:
@@ -40,14 +38,12 @@ def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:
     fields the file left out stay unset, so ``as_written()`` of the copy is still what
     the file said."""
     data = spec.as_written()
-    for section, key in _INPUT_PATHS:
+    for section, key in HUB_INPUTS:  # the inputs a Hub id may name (data.path: below)
         value = data.get(section, {}).get(key)
         if value is not None:
-            resolve = resolve_model_input if (section, key) in HUB_INPUTS else \
-                resolve_input_path
             # realpath, unlike Path.resolve, never raises: a symlink loop is left for
             # the pre-flight check to report with the field's position.
-            data[section][key] = os.path.realpath(resolve(value, base_dir))
+            data[section][key] = os.path.realpath(resolve_model_input(value, base_dir))
     hub = spec.data.source == "dataset"
     written = data.get("data", {})
     for holder in (written, written.get("eval", {})):
@@ -87,30 +83,40 @@ def model_config_digest(spec: JobSpec) -> str | None:
     return hashlib.sha256(raw).hexdigest()
 
 
-def resolved_document(spec: JobSpec, run_dir: Path) -> dict[str, Any]:
+def _job(spec: JobSpec) -> Job | None:
+    """The resolved job (None where the model config cannot be read here)."""
+    try:
+        return resolve(spec, _ROOT)
+    except ModelConfigError:
+        return None
+
+
+def resolved_document(spec: JobSpec, run_dir: Path, job: Job | None = None) -> dict[str, Any]:
     """What resolved-spec.json holds: the spec with absolute inputs, its identity, and
     the resolved layout and FSDP unit names (so that a run can be checked against its
     plan; absent where the model config cannot be read here)."""
     digest = model_config_digest(spec)
-    try:
-        job: dict[str, Any] | None = resolve(spec, _ROOT).as_json()
-    except ModelConfigError:
-        job = None
+    resolved = job or _job(spec)
     return {
         "fsdpspec_version": __version__,
         "content_hash": content_hash(spec),
         **({MODEL_CONFIG_DIGEST: digest} if digest else {}),  # only with a config.json
         "run_dir": str(run_dir.resolve()),
         "spec": spec.as_json_data(),
-        **({"job": job} if job else {}),
+        **({"job": resolved.as_json()} if resolved else {}),
     }
 
 
 def write_resolved_spec(spec: JobSpec, run_dir: Path) -> Path:
     """Write run_dir/resolved-spec.json atomically (temp file, fsync, rename)."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    job = _job(spec)
+    if job is not None and job.config is not None and job.geometry is not None \
+            and job.geometry.introspected:
+        # Beside the run, so the engine's ranks read the model's geometry, not rebuild it.
+        store_geometry(job.config, job.geometry, run_dir / RUN_FILE)
     target = run_dir / FILENAME
-    write_text(target, json.dumps(resolved_document(spec, run_dir), indent=2) + "\n")
+    write_text(target, json.dumps(resolved_document(spec, run_dir, job), indent=2) + "\n")
     return target
 
 

@@ -37,12 +37,12 @@ BAD_TEXT = {
 }
 BAD_VALUES = {
     "model_type": (["llama"], "model_type must be a string"),
-    "sliding_window": ("4096", "sliding_window must be a positive integer"),
+    "sliding_window": ("4096", "sliding_window must be a non-negative integer"),
     "hidden_size": (0, "hidden_size must be a positive integer"),
     "num_hidden_layers": (-2, "num_hidden_layers must be a positive integer"),
     "num_key_value_heads": (3, "not a multiple of num_key_value_heads 3"),
     "tie_word_embeddings": ("yes", "tie_word_embeddings must be true or false"),
-    "rope_theta": ({"a": 1}, "rope_theta must be a number"),
+    "rope_theta": ({"a": 1}, "rope_theta must be a finite number"),
     "vocab_size": (True, "vocab_size must be a positive integer"),
 }
 

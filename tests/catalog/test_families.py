@@ -11,7 +11,7 @@ from fsdpspec.catalog.families import FAMILIES, family
 from fsdpspec.catalog.modelconfig import layer_classes
 from fsdpspec.catalog.presets import PRESETS, preset_config
 from fsdpspec.job.geometry import UnknownFamilyError, geometry_from_config
-from fsdpspec.job.introspect import model_geometry
+from fsdpspec.job.model import model_geometry
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -304,16 +304,18 @@ def test_lr_schedule_warmup_then_decay() -> None:
 def test_ranks_split_each_global_batch_exactly() -> None:
     """Rank slices of a step are disjoint and together are the step's global batch,
     whatever the world size; so 1 and N processes see the same data."""
-    from fsdpspec.spec.v1 import Data
+    from fsdpspec.job.layout import layout
+    from fsdpspec.spec.v1 import JobSpec
     from fsdpspec_runners.engine.data import Batches, SequenceSource
 
-    data = Data(source="synthetic", seq_len=8, micro_batch_size=1, global_batch_size=4)
-    source = SequenceSource(data, vocab_size=320, seed=3)
+    spec = JobSpec.model_validate(BASE | {"data": {
+        "source": "synthetic", "seq_len": 8, "micro_batch_size": 1, "global_batch_size": 4}})
+    source = SequenceSource(spec.data, vocab_size=320, seed=3)
 
     def step_rows(world: int) -> list[tuple[int, ...]]:
         rows = []
         for rank in range(world):
-            batches = Batches(source, data, rank, world)
+            batches = Batches(source, layout(spec, world), 4, rank)
             batches.load_state_dict({"position": 4})  # the second step
             rows += [tuple(b["input_ids"][0].tolist()) for b in batches.next_step()]
         return sorted(rows)
@@ -336,11 +338,12 @@ def test_jsonl_error_names_file_and_line(tmp_path: Path) -> None:
 def test_size_policy_skips_containers() -> None:
     from torch import nn
 
-    from fsdpspec_runners.engine.wrap import size_units
+    from fsdpspec.job.introspect import module_tree
+    from fsdpspec.job.units import Wrap, choose_units
 
     model = nn.Sequential(nn.ModuleList([nn.Linear(10, 10), nn.Linear(10, 10)]), nn.Linear(4, 4))
-    units = size_units(model, min_num_params=100)
-    assert units == [model[0][0], model[0][1]]
+    units = choose_units(module_tree(model), Wrap("size", 100, ()))
+    assert list(units.names()) == ["0.0", "0.1"]
 
 
 def test_resume_picks_newest_complete_checkpoint(tmp_path: Path) -> None:

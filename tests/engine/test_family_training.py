@@ -65,7 +65,7 @@ def test_moe_loss_includes_the_weighted_load_balancing_loss() -> None:
     from fsdpspec_runners.engine.model import build_model, engine_job
 
     spec = JobSpec.model_validate(job("tiny-mixtral", 2))
-    model = build_model(engine_job(spec, 1), on_meta=False)
+    model = build_model(engine_job(spec), on_meta=False)
     batch = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
     output = model(batch)
     assert output.aux_loss is not None  # the engine asks for the router logits

@@ -78,3 +78,36 @@ def test_job_units_are_the_built_models_modules(preset: str) -> None:
         # Every parameter is in exactly one unit or the root.
         held = sum(u.numel * u.count for u in job.units.units) + job.units.root.numel
         assert held == job.geometry.total_params, (preset, fsdp)
+
+
+@pytest.fixture(scope="module")
+def fake_group():
+    """A fake process group of 2 ranks (no communication) and its 1-D mesh."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
+    yield init_device_mesh("cpu", (2,))
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_the_engine_shards_exactly_the_jobs_units(preset: str, fake_group) -> None:
+    """parallelize(model, job) on the meta device: the modules fully_shard made FSDP
+    units are the job's unit names (the root aside), for every wrap policy and a sweep
+    of min_num_params."""
+    from torch.distributed.fsdp import FSDPModule
+
+    from fsdpspec_runners.engine.wrap import parallelize
+
+    config = _small(preset)
+    for fsdp in ({"auto_wrap_policy": "transformer"}, {"auto_wrap_policy": "none"},
+                 *({"auto_wrap_policy": "size", "min_num_params": n} for n in (100, 5_000,
+                                                                                20_480))):
+        job = _job(preset, config, **fsdp, activation_checkpointing="selective")
+        model = _built(config)
+        parallelize(model, job, fake_group, torch.device("cpu"))
+        sharded = [name.replace("._checkpoint_wrapped_module", "")
+                   for name, m in model.named_modules() if isinstance(m, FSDPModule) and name]
+        assert sorted(sharded) == sorted(job.units.names()), (preset, fsdp)

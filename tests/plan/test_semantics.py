@@ -3,6 +3,7 @@ engine both call: MFU's FLOPs per token and the plan's FLOPs agree for every pre
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,23 @@ def test_checkpointed_count_matches_the_per_layer_rule(mode: str, every: int, la
     assert semantics.checkpointed_count(mode, every, layers) == count
     if layers < 100:
         assert count == sum(semantics.is_checkpointed(mode, every, i) for i in range(layers))
+
+
+def test_engine_mfu_flops_equal_the_plans_for_an_introspected_model(tmp_path: Path) -> None:
+    """A model_type without an analytic family (GPT-2): the engine's MFU counts its
+    attention as the plan does (it used to count zero layers)."""
+    pytest.importorskip("transformers")
+    gpt2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 3, "n_head": 4, "vocab_size": 320,
+            "n_positions": 1024}
+    (tmp_path / "config.json").write_text(json.dumps(gpt2))
+    spec = JobSpec.model_validate({
+        "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "flops"},
+        "resources": {"gpus_per_node": 2}, "model": {"hf_config": "config.json"},
+        "data": {"seq_len": SEQ_LEN, "micro_batch_size": 1, "global_batch_size": 2}})
+    plan = plan_job(resolve(spec, tmp_path))
+    assert plan.geometry.introspected and plan.geometry.num_layers == 3
+    tokens = plan.job.layout.tokens * plan.job.layout.accumulation_steps
+    engine = flops_per_token(torch.nn.Linear(1, 1), plan.job)
+    assert plan.compute.flops / tokens == pytest.approx(engine, rel=1e-12)
+    attention = 12 * 3 * 64 * SEQ_LEN
+    assert engine == 6 * plan.parameters + attention

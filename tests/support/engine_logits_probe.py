@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from fsdpspec_runners.engine.dist import init_runtime, teardown
+from fsdpspec_runners.engine.model import engine_job
 from fsdpspec_runners.engine.train import build_fsdp_model, build_trainer
 from fsdpspec_runners.local.resolved import read_resolved_spec
 
@@ -30,7 +31,8 @@ def main() -> None:
     trainer = build_trainer(spec, run_dir, runtime)
     from_checkpoint = logits(trainer.state.model, input_ids)
     loaded_spec, _, _ = read_resolved_spec(weights_spec)
-    from_weights = logits(build_fsdp_model(loaded_spec, runtime), input_ids)
+    loaded = engine_job(loaded_spec, runtime.world_size)
+    from_weights = logits(build_fsdp_model(loaded, runtime), input_ids)
     if runtime.is_main:
         torch.save(
             {"input_ids": input_ids, "checkpoint": from_checkpoint, "weights": from_weights}, out

@@ -1,0 +1,109 @@
+"""A model's geometry for every model_type: analytic for a registered family, else
+introspected once on the meta device and cached on disk by the config's sha256.
+
+The cache lets `validate` give a memory verdict for a model it cannot count without
+torch: `fsdpspec plan` (or `validate`) on a machine with the train extra fills it, in
+the user's cache directory and beside a run; a registered family never touches it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fsdpspec.atomicio import write_text
+from fsdpspec.job.geometry import Experts, Geometry, UnknownFamilyError, geometry_from_config
+from fsdpspec.job.tree import Node
+
+# Bumped when the cached form changes: older entries are then computed again.
+CACHE_VERSION = 1
+# The file beside a run (the engine reads it instead of building the model twice).
+RUN_FILE = "model-geometry.json"
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    """sha256 of the config's canonical JSON (key order and spacing do not matter)."""
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def user_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/fsdpspec/models, else ~/.cache/fsdpspec/models."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "fsdpspec" / "models"
+
+
+def _cache_file(config: dict[str, Any]) -> Path:
+    return user_cache_dir() / f"{config_digest(config)}.json"
+
+
+def _to_json(g: Geometry, digest: str) -> dict[str, Any]:
+    fields = {f.name: getattr(g, f.name) for f in dataclasses.fields(g)}
+    fields["built_tree"] = g.built_tree.as_json() if g.built_tree else None
+    fields["experts"] = dataclasses.asdict(g.experts) if g.experts else None
+    return {"version": CACHE_VERSION, "config_sha256": digest, "geometry": fields}
+
+
+def _from_json(data: Any, digest: str) -> Geometry | None:
+    """The cached geometry, or None for an entry of another version, config or shape."""
+    try:
+        if data["version"] != CACHE_VERSION or data["config_sha256"] != digest:
+            return None
+        fields = dict(data["geometry"])
+        fields["built_tree"] = Node.from_json(fields["built_tree"])
+        fields["experts"] = Experts(**fields["experts"]) if fields["experts"] else None
+        for key in ("built_layer", "built_root"):
+            fields[key] = tuple((n, tuple(s)) for n, s in fields[key])
+        for key in ("norm_names", "built_layer_classes"):
+            fields[key] = tuple(fields[key])
+        return Geometry(**fields)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def cached_geometry(config: dict[str, Any], where: Sequence[Path] = ()) -> Geometry | None:
+    """The introspected geometry of ``config`` from the user's cache or a run directory
+    in ``where``; None when neither holds it (an unreadable entry counts as absent)."""
+    digest = config_digest(config)
+    for path in [user_cache_dir() / f"{digest}.json", *(d / RUN_FILE for d in where)]:
+        try:
+            found = _from_json(json.loads(path.read_text(encoding="utf-8")), digest)
+        except (OSError, ValueError):
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def store_geometry(config: dict[str, Any], g: Geometry, target: Path | None = None) -> None:
+    """Cache an introspected geometry (in the user's cache, or at ``target``). A cache
+    that cannot be written is skipped: it only saves time."""
+    path = target or _cache_file(config)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, json.dumps(_to_json(g, config_digest(config))) + "\n")
+    except OSError:
+        pass
+
+
+def model_geometry(config: dict[str, Any], where: Sequence[Path] = ()) -> Geometry:
+    """The analytic geometry of ``config``; for a model_type without a family, the cached
+    or (torch importable) freshly introspected geometry. Raises GeometryError, and
+    NotIntrospected when the model has neither a family, a cache entry nor torch."""
+    try:
+        return geometry_from_config(config)
+    except UnknownFamilyError:
+        pass
+    cached = cached_geometry(config, where)
+    if cached is not None:
+        return cached
+    from fsdpspec.job.introspect import introspected_geometry
+
+    g = introspected_geometry(config)
+    store_geometry(config, g)
+    return g
