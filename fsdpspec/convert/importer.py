@@ -19,6 +19,7 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap
 
+from fsdpspec.catalog.families import family
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note, note_order
 from fsdpspec.convert.model import apply_layers, apply_model
 from fsdpspec.spec.v1 import JobSpec
@@ -150,6 +151,16 @@ def _fit_assumptions(document: CommentedMap, draft: Draft, base_dir: Path) -> li
                  "--hf-config, and see `fsdpspec plan`")]
 
 
+def _supported_attention(draft: Draft, config: dict[str, Any] | None) -> None:
+    """A source that names no attention lets transformers pick one its model supports
+    (eager for a family without sdpa); the spec names it, so such a family gets eager
+    rather than an sdpa default that `validate` refuses (FS410)."""
+    found = family((config or {}).get("model_type"))
+    if found is not None and found.eager_only and "model.attention" not in draft.fields:
+        draft.put("model.attention", "eager",
+                  f"not in the source: {found.model_type} runs eager attention only")
+
+
 def finish(draft: Draft, *, tool: str, kind: str, source: str, name: str,
            model: Entry | None, layers: Entry | None, assumed: Assumptions,
            base_dir: Path) -> Imported:
@@ -163,6 +174,7 @@ def finish(draft: Draft, *, tool: str, kind: str, source: str, name: str,
     _resources(draft, tool, assumed)
     config = apply_model(draft, model, layers, assumed, base_dir)
     apply_layers(draft, layers, config)
+    _supported_attention(draft, config)
     document = _header(tool, kind, source, name)
     document.update(_nest(draft.fields))
     notes = draft.notes + _fit_assumptions(document, draft, base_dir)
