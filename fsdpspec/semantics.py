@@ -117,14 +117,43 @@ def model_flops_per_token(*, parameters: int, num_layers: int, q_width: int,
     return 6.0 * parameters + 12.0 * num_layers * q_width * seq_len
 
 
+# torchtitan's op-level selective checkpointing (`selective_ac_option: op`) saves every
+# layer's matmul outputs but every second one, and the attention outputs: backward
+# recomputes half of each layer's matmuls and no attention. The published runs of
+# benchmarks/step_time.py use it; the spec does not offer it yet.
+OP_LEVEL = "op"
+OP_RECOMPUTED_MATMULS = 0.5
+
+
 def recompute_flops_per_token(*, parameters: int, num_layers: int, q_width: int, seq_len: int,
-                              mode: str, ac_every: int) -> float:
+                              mode: str, ac_every: int,
+                              layer_parameters: int | None = None) -> float:
     """FLOPs activation checkpointing adds per token: the checkpointed share of the layers
-    runs its forward (a third of the training FLOPs) again."""
+    runs its forward (a third of the training FLOPs) again; op-level, half the layers'
+    matmuls (``layer_parameters``: the parameters inside the layers)."""
     if mode == "none":
         return 0.0
+    if mode == OP_LEVEL:
+        return OP_RECOMPUTED_MATMULS * 2.0 * (parameters if layer_parameters is None
+                                              else layer_parameters)
     share = 1.0 if mode == "full" else 1 / ac_every
     return share * (2.0 * parameters + 4.0 * num_layers * q_width * seq_len)
+
+
+def recomputes_in_backward(mode: str, ac_every: int, index: int) -> bool:
+    """Whether layer ``index`` recomputes anything in backward: a checkpointed layer its
+    forward, every layer some matmuls under op-level checkpointing."""
+    return mode == OP_LEVEL or is_checkpointed(mode, ac_every, index)
+
+
+def mfu(tokens_per_s_per_device: float, flops_per_token: float, peak_tflops: float) -> float:
+    """Model FLOPs utilisation as the engine logs it: the model FLOPs (no recomputation,
+    `model_flops_per_token`) one device does per second over its dense peak; 0 when the
+    peak is unknown."""
+    if not peak_tflops:
+        return 0.0
+    return tokens_per_s_per_device * flops_per_token / (peak_tflops * 1e12)
+
 
 def checkpoints_written(interval_steps: int, max_steps: int) -> int:
     """How many checkpoints a run that is not interrupted writes: one every

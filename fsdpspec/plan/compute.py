@@ -25,10 +25,27 @@ from fsdpspec.semantics import (
 
 
 @dataclass(frozen=True)
+class UnitTraffic:
+    """What one copy of a unit moves per rank in one micro-batch: its all-gather (each
+    time it is gathered), its gradients' reduce-scatter and, across replicas, all-reduce
+    (when the micro-batch synchronises gradients)."""
+
+    name: str
+    count: int
+    all_gather_bytes: int
+    reduce_scatter_bytes: int
+    all_reduce_bytes: int
+    # Sharded fp32 elements one rank holds of one copy (what CPU offload copies).
+    shard_numel: int
+
+
+@dataclass(frozen=True)
 class Compute:
     """One step of one rank: work, traffic and the ideal time of each."""
 
     flops: float
+    # The FLOPs MFU counts: `flops` without recomputation.
+    model_flops: float
     all_gather_bytes: int
     reduce_scatter_bytes: int
     all_reduce_bytes: int
@@ -43,34 +60,53 @@ class Compute:
             self.communication_seconds > self.compute_seconds
 
 
-def step_flops(w: Workload, parameters: int) -> float:
-    """FLOPs of one rank's optimizer step (all its micro-batches)."""
+def _flops_per_token(w: Workload, parameters: int) -> tuple[float, float]:
+    """(model FLOPs, recomputed FLOPs) per token."""
     shape = dict(parameters=parameters, num_layers=w.geometry.num_layers,
                  q_width=w.geometry.q_width, seq_len=w.seq_len)
-    per_token = model_flops_per_token(**shape) + recompute_flops_per_token(
-        **shape, mode=w.activation_checkpointing, ac_every=w.ac_every)
-    return float(per_token * w.tokens * w.accumulation_steps)
+    return model_flops_per_token(**shape), recompute_flops_per_token(
+        **shape, mode=w.activation_checkpointing, ac_every=w.ac_every,
+        layer_parameters=parameters - w.geometry.root_params)
+
+
+def step_flops(w: Workload, parameters: int) -> float:
+    """FLOPs of one rank's optimizer step (all its micro-batches)."""
+    return float(sum(_flops_per_token(w, parameters)) * w.tokens * w.accumulation_steps)
+
+
+def unit_traffic(w: Workload) -> tuple[UnitTraffic, ...]:
+    """Each unit's collectives per micro-batch, ring-sized ((n-1)/n of the buffer per
+    rank, an all-reduce twice that), the root last."""
+    sh = model_sharding(w)
+    s, b, r = w.shard_size, w.compute_bytes, w.reduce_bytes
+    ring, replicas = (s - 1) / s, w.world_size // s
+    out = []
+    for unit in sh.all_units:
+        gathered = sh.gathered_numel(unit)
+        all_reduce = (int(2 * r * gathered / s * (replicas - 1) / replicas)
+                      if replicas > 1 else 0)
+        out.append(UnitTraffic(unit.name, unit.count, int(b * ring * gathered),
+                               int(r * ring * gathered), all_reduce, sh.shard_numel(unit)))
+    return tuple(out)
 
 
 def step_compute(w: Workload, parameters: int, device: Accelerator, compute_dtype: str) -> Compute:
     """Work and traffic of one step, timed at the device's peaks."""
-    sh = model_sharding(w)
-    s, b, r = w.shard_size, w.compute_bytes, w.reduce_bytes
-    ring = (s - 1) / s
-    units = sum(sh.gathered_numel(u) * u.count for u in sh.units)
-    root = sh.gathered_numel(sh.root)
-    regathered = 0 if w.keeps_params_gathered else units
+    traffic = unit_traffic(w)
     micro = w.accumulation_steps
     synced = synced_micro_batches(w.strategy, micro)
-    all_gather = int(b * ring * (units + root + regathered) * micro)
-    reduce_scatter = int(r * ring * (units + root) * synced)
-    replicas = w.world_size // s
-    all_reduce = (int(2 * r * (units + root) / s * (replicas - 1) / replicas * synced)
-                  if replicas > 1 else 0)
+    *layers, root = traffic
+    # Units freed after forward are gathered again in backward; the root never is.
+    gathers = sum(t.all_gather_bytes * t.count for t in layers) * \
+        (1 if w.keeps_params_gathered else 2) + root.all_gather_bytes
+    all_gather = int(gathers * micro)
+    reduce_scatter = int(sum(t.reduce_scatter_bytes * t.count for t in traffic) * synced)
+    all_reduce = int(sum(t.all_reduce_bytes * t.count for t in traffic) * synced)
+    model, _ = _flops_per_token(w, parameters)
     flops = step_flops(w, parameters)
     peak = device.peak_tflops(compute_dtype)
-    intra = all_gather + reduce_scatter if s <= w.gpus_per_node else 0
+    intra = all_gather + reduce_scatter if w.shard_size <= w.gpus_per_node else 0
     inter = all_reduce + (0 if intra else all_gather + reduce_scatter)
     seconds = intra / (device.intra_node_gbps * 1e9) + inter / (device.inter_node_gbps * 1e9)
-    return Compute(flops, all_gather, reduce_scatter, all_reduce,
-                   flops / (peak * 1e12) if peak else None, seconds)
+    return Compute(flops, float(model * w.tokens * micro), all_gather, reduce_scatter,
+                   all_reduce, flops / (peak * 1e12) if peak else None, seconds)

@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fsdpspec.catalog.accelerators import CATALOG, Accelerator, resolve_accelerator
+from fsdpspec.catalog.accelerators import CATALOG, Accelerator
 from fsdpspec.plan.compute import Compute, step_compute
 from fsdpspec.plan.geometry import Geometry, geometry_from_config
 from fsdpspec.plan.host import HostMemory, host_memory
 from fsdpspec.plan.memory import GIB, DeviceMemory, device_memory
+from fsdpspec.plan.steptime import StepTime, step_time
 from fsdpspec.plan.suggest import Suggestion, suggestions
 from fsdpspec.plan.workload import Workload, workload
 from fsdpspec.spec.v1 import JobSpec
@@ -33,6 +34,7 @@ class Plan:
     host: HostMemory
     host_capacity: int
     compute: Compute
+    step: StepTime | None  # None when the device's peak is unknown
     min_gpus: int | None  # in whole nodes of the spec's gpus_per_node
     min_single_gpus: int | None  # counting single GPUs
     suggestions: tuple[Suggestion, ...]
@@ -107,7 +109,7 @@ def plan_job(spec: JobSpec, config: dict[str, Any], *, world_size: int | None = 
     that was read elsewhere), optionally on another number of ranks or accelerator."""
     g = geometry or geometry_from_config(config)
     if accelerator is None:
-        device = resolve_accelerator(spec.resources.accelerator)
+        device = spec.device()
     else:
         device = CATALOG[accelerator] if isinstance(accelerator, str) else accelerator
     w = workload(spec, g, world_size=world_size)
@@ -115,13 +117,15 @@ def plan_job(spec: JobSpec, config: dict[str, Any], *, world_size: int | None = 
     host = host_memory(w, g.total_params)
     # Compute follows the parameters a token passes through (a Mixture of Experts: its
     # active ones); memory holds them all.
-    compute = step_compute(w, g.active_params, device, spec.fsdp.mixed_precision.param_dtype)
+    dtype = spec.fsdp.mixed_precision.param_dtype
+    compute = step_compute(w, g.active_params, device, dtype)
     capacity = device_capacity(device, spec, host)
     host_capacity = int(spec.resources.host_memory_gib * GIB)
     return Plan(
         spec=spec, geometry=g, workload=w, accelerator=device, capacity=capacity,
         headroom_target=spec.resources.memory_headroom, device=memory, host=host,
         host_capacity=host_capacity, compute=compute,
+        step=step_time(w, compute, device, dtype),
         min_gpus=fewest_gpus(spec, g, device) if device.is_gpu else None,
         min_single_gpus=fewest_gpus(spec, g, device, per_node=1) if device.is_gpu else None,
         suggestions=tuple(suggestions(spec, g, w, memory, capacity, device)),

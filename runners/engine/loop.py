@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from fsdpspec.semantics import mfu
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine import faults
 from fsdpspec_runners.engine.adapter import fsdp_adapter
@@ -223,7 +224,6 @@ def _record(trainer: Trainer, result: StepResult, clock: _Clock) -> dict[str, An
     spec, runtime = trainer.spec, trainer.runtime
     steps, seconds = clock.lap(trainer.state.step)
     tokens_per_s = steps * spec.data.global_batch_size * spec.data.seq_len / max(seconds, 1e-9)
-    peak = trainer.peak_flops * runtime.world_size
     memory = peak_memory_gib(runtime.device)
     memory = dict(zip(memory, all_reduce_max(list(memory.values()), runtime.device), strict=True))
     return {
@@ -233,7 +233,8 @@ def _record(trainer: Trainer, result: StepResult, clock: _Clock) -> dict[str, An
         "grad_norm": result.grad_norm,
         "skipped": result.skipped,
         "tokens_per_s": tokens_per_s,
-        "mfu": tokens_per_s * trainer.flops_per_token / peak if peak else 0.0,
+        "mfu": mfu(tokens_per_s / runtime.world_size, trainer.flops_per_token,
+                   trainer.peak_flops / 1e12),
         "step_time_s": seconds / max(steps, 1),
         **memory,
     }
