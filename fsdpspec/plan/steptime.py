@@ -107,10 +107,9 @@ class _Streams:
 def _blocks(w: Workload, c: Compute, device: Accelerator, rate: float) -> tuple[list[_Block], _Block]:
     """The units in forward order with their compute seconds per micro-batch: the step's
     FLOPs shared out by parameter count, recomputation on the checkpointed layers."""
-    traffic = unit_traffic(w)
-    *layers, root = traffic
-    copies = [t for t in layers for _ in range(t.count)]
-    total = sum(t.shard_numel for t in copies) + root.shard_numel
+    *layers, root = unit_traffic(w)
+    copies = sum(t.count for t in layers)
+    total = sum(t.shard_numel * t.count for t in layers) + root.shard_numel
     micro = w.accumulation_steps
     rate /= 1 + DEVICE_SPREAD * math.sqrt(2 * math.log(w.world_size))
     forward = c.model_flops / 3 / micro / rate
@@ -118,14 +117,16 @@ def _blocks(w: Workload, c: Compute, device: Accelerator, rate: float) -> tuple[
         w.geometry, w.compute_bytes, w.micro_batch_size, w.seq_len, w.attention)
         / (device.hbm_gbps * 1e9) / 3)
     recompute = (c.flops - c.model_flops) / micro / rate
-    checkpointed = [_checkpointed(w, i, len(copies)) for i in range(len(copies))]
+    checkpointed = [_checkpointed(w, i, copies) for i in range(copies)]
     share = recompute / max(1, sum(checkpointed))
-    blocks = []
-    for index, t in enumerate(copies):
+    blocks, index = [], 0
+    for t in layers:
         f = forward * t.shard_numel / total
-        regather = not w.keeps_params_gathered and not (
-            w.fsdp_version == 2 and index == len(copies) - 1)
-        blocks.append(_Block(t, f, 2 * f + share * checkpointed[index], regather))
+        for _ in range(t.count):
+            regather = not w.keeps_params_gathered and not (
+                w.fsdp_version == 2 and index == copies - 1)
+            blocks.append(_Block(t, f, 2 * f + share * checkpointed[index], regather))
+            index += 1
     f_root = forward * root.shard_numel / total
     return blocks, _Block(root, f_root, 2 * f_root, False)
 
@@ -217,8 +218,8 @@ def step_time(w: Workload, c: Compute, device: Accelerator, compute_dtype: str) 
     if synced < micro:
         runs.append((_micro_batch(w, blocks, root, device, synced=False), micro - synced))
     total = sum(max(s.compute, s.comm) * n for s, n in runs)
-    computing = sum((sum(b.forward + b.backward for b in blocks) + root.forward
-                     + root.backward) * n for _, n in runs)
+    computing = micro * (sum(b.forward + b.backward for b in blocks) + root.forward
+                         + root.backward)
     exposed = total - computing
     host_share = sum(s.host_busy * n for s, n in runs)
     busy = sum((s.comm_busy + s.host_busy) * n for s, n in runs)

@@ -1,0 +1,85 @@
+"""What `fsdpspec tune` may change in a job: one row per lever, the spec key it sets (as
+`--set` writes it) and the values worth trying for a job. A new lever is one row here.
+
+Values depend on the candidate built so far (the rows before it), so a lever that only
+means something under another (the hybrid shard group, `ac_every`) lists no values
+elsewhere and is left as the spec has it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fsdpspec.semantics import HYBRID_STRATEGIES
+from fsdpspec.spec.v1 import JobSpec
+
+# A candidate as it is built: spec key → value.
+Choice = dict[str, Any]
+Values = Callable[[JobSpec, Choice], tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class Lever:
+    key: str
+    values: Values
+    doc: str
+
+
+def _get(spec: JobSpec, choice: Choice, key: str) -> Any:
+    """The value of ``key`` in the candidate: chosen, else the spec's."""
+    if key in choice:
+        return choice[key]
+    node: Any = spec
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _strategies(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    return ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", *HYBRID_STRATEGIES)
+
+
+def _shard_groups(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    """Groups that divide the world into whole replicas, from 2 ranks to half of them."""
+    if _get(spec, choice, "fsdp.sharding_strategy") not in HYBRID_STRATEGIES:
+        return ()
+    world = spec.world_size
+    return tuple(n for n in range(2, world // 2 + 1) if world % n == 0)
+
+
+def _checkpointing(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    return ("none", "selective", "full")
+
+
+def _ac_every(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    if _get(spec, choice, "fsdp.activation_checkpointing") != "selective":
+        return ()
+    return (2, 3, 4)
+
+
+def _micro_batches(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    """Micro-batches that keep the global batch exactly (a whole number of accumulation
+    steps of every rank's micro-batch)."""
+    per_rank, rest = divmod(spec.data.global_batch_size, spec.world_size)
+    if rest or not per_rank:
+        return ()
+    return tuple(n for n in range(1, per_rank + 1) if per_rank % n == 0)
+
+
+def _offload(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    # On a CPU the parameters are in host memory already: nothing to offload.
+    return (False, True) if spec.device().is_gpu else ()
+
+
+LEVERS: tuple[Lever, ...] = (
+    Lever("fsdp.sharding_strategy", _strategies, "what is sharded, and over how many ranks"),
+    Lever("fsdp.shard_group_size", _shard_groups, "ranks per shard group (hybrid strategies)"),
+    Lever("fsdp.activation_checkpointing", _checkpointing, "which layers recompute in backward"),
+    Lever("fsdp.ac_every", _ac_every, "one layer in this many checkpointed (selective)"),
+    Lever("data.micro_batch_size", _micro_batches,
+          "sequences per forward; accumulation keeps the global batch"),
+    Lever("fsdp.cpu_offload", _offload, "sharded state in host memory (GPUs)"),
+)
+LEVER_KEYS = tuple(lever.key for lever in LEVERS)
