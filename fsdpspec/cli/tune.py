@@ -77,7 +77,11 @@ def _table(ranking: Ranking, seconds: float) -> str:
     device = spec.device()
     unit = "GPU" if device.is_gpu else "process"
     levers = ", ".join(ranking.open_keys) or "none (every lever is set: use --vary)"
-    lines = [f"tune {spec.metadata.name}: {spec.world_size} × {device.name}; varying {levers}",
+    lines = [f"tune {spec.metadata.name}: {spec.world_size} × {device.name}; varying {levers}"]
+    if device.name == "cpu" and not device.is_gpu:
+        lines.append("placeholder CPU rates: the times are relative; --measure calibrates "
+                     "this machine")
+    lines += [
              f"{ranking.tried} candidates, {ranking.fitting} fit with "
              f"{100 * spec.resources.memory_headroom:.0f}% headroom; searched in "
              f"{seconds:.2f} s; the {len(ranking.ranked)} fastest that validate:",
@@ -165,7 +169,7 @@ def _measure(file: str, overrides: list[str], ranking: Ranking, k: int, steps: i
 
 
 def _measured_text(rows: list[dict[str, Any]], rho: float | None) -> str:
-    lines = ["measured on this machine (median step after the first):",
+    lines = ["measured on this machine (fastest step after the first):",
              "rank  predicted (s)  measured (s)  measured/predicted  --set"]
     for r in rows:
         ratio = r["measured_seconds"] / r["predicted_seconds"]

@@ -38,15 +38,20 @@ def _get(spec: JobSpec, choice: Choice, key: str) -> Any:
 
 
 def _strategies(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
-    return ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", *HYBRID_STRATEGIES)
+    # A hybrid strategy needs a group smaller than the world; else it is FULL_SHARD.
+    hybrid = HYBRID_STRATEGIES if _groups(spec.world_size) else ()
+    return ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", *hybrid)
+
+
+def _groups(world: int) -> tuple[int, ...]:
+    """Groups that divide the world into whole replicas, from 2 ranks to half of them."""
+    return tuple(n for n in range(2, world // 2 + 1) if world % n == 0)
 
 
 def _shard_groups(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
-    """Groups that divide the world into whole replicas, from 2 ranks to half of them."""
     if _get(spec, choice, "fsdp.sharding_strategy") not in HYBRID_STRATEGIES:
         return ()
-    world = spec.world_size
-    return tuple(n for n in range(2, world // 2 + 1) if world % n == 0)
+    return _groups(spec.world_size)
 
 
 def _checkpointing(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:

@@ -5,16 +5,17 @@ error kept: never dropped in silence."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fsdpspec.plan.geometry import Geometry
 from fsdpspec.spec.diagnostics import Diagnostic
-from fsdpspec.spec.load import join
+from fsdpspec.spec.load import Loaded, join, load_file
 from fsdpspec.tune.levers import LEVER_KEYS
 from fsdpspec.tune.search import Candidate, search
-from fsdpspec.validate import FileReport, check_file
+from fsdpspec.validate import FileReport, check_loaded
 
 # The memory verdicts are what tune decides by itself: a base job that does not fit is
 # where a search starts, not an error.
@@ -57,9 +58,11 @@ def open_levers(report: FileReport, vary: Sequence[str]) -> tuple[str, ...]:
     return tuple(key for key in LEVER_KEYS if key not in written)
 
 
-def validated(path: Path, overrides: Sequence[str], candidate: Candidate) -> Diagnostic | None:
-    """The first error the candidate's spec has, through the validate pipeline."""
-    report = check_file(path, [*overrides, *candidate.overrides])
+def validated(loaded: Loaded, path: Path, overrides: Sequence[str],
+              candidate: Candidate) -> Diagnostic | None:
+    """The first error the candidate's spec has, through the validate pipeline (the
+    file read once, each candidate checking a copy)."""
+    report = check_loaded(copy.deepcopy(loaded), path, [*overrides, *candidate.overrides])
     return next((d for d in report.diagnostics if d.is_error), None)
 
 
@@ -71,10 +74,11 @@ def tune_file(path: Path, overrides: Sequence[str], base: FileReport, geometry: 
     keys = open_levers(base, vary)
     found, tried = search(base.spec, geometry, set(keys))
     ranking = Ranking(base, keys, tried, len(found))
+    loaded = load_file(path)
     for candidate in found:
         if len(ranking.ranked) == top:
             break
-        problem = validated(path, overrides, candidate)
+        problem = validated(loaded, path, overrides, candidate)
         if problem is None:
             ranking.ranked.append(candidate)
         else:
