@@ -222,7 +222,10 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
 
     if calibration is not None and measure_k is None:
         raise click.UsageError("--calibration needs --measure")
-    echo = (lambda text: click.echo(text, err=True))
+
+    def echo(text: str) -> None:
+        click.echo(text, err=True)
+
     chosen = [*overrides, *_what_if(file, list(overrides), gpus, nodes, accelerator)]
     base = _load(file, chosen)
     geometry = _geometry(base.model_config)

@@ -104,7 +104,8 @@ class _Streams:
         return start
 
 
-def _blocks(w: Workload, c: Compute, device: Accelerator, rate: float) -> tuple[list[_Block], _Block]:
+def _blocks(w: Workload, c: Compute, device: Accelerator,
+            rate: float) -> tuple[list[_Block], _Block]:
     """The units in forward order with their compute seconds per micro-batch: the step's
     FLOPs shared out by parameter count, recomputation on the checkpointed layers."""
     *layers, root = unit_traffic(w)

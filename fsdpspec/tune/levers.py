@@ -27,7 +27,7 @@ class Lever:
     doc: str
 
 
-def _get(spec: JobSpec, choice: Choice, key: str) -> Any:
+def value_of(spec: JobSpec, choice: Choice, key: str) -> Any:
     """The value of ``key`` in the candidate: chosen, else the spec's."""
     if key in choice:
         return choice[key]
@@ -49,7 +49,7 @@ def _groups(world: int) -> tuple[int, ...]:
 
 
 def _shard_groups(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
-    if _get(spec, choice, "fsdp.sharding_strategy") not in HYBRID_STRATEGIES:
+    if value_of(spec, choice, "fsdp.sharding_strategy") not in HYBRID_STRATEGIES:
         return ()
     return _groups(spec.world_size)
 
@@ -59,7 +59,7 @@ def _checkpointing(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
 
 
 def _ac_every(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
-    if _get(spec, choice, "fsdp.activation_checkpointing") != "selective":
+    if value_of(spec, choice, "fsdp.activation_checkpointing") != "selective":
         return ()
     return (2, 3, 4)
 

@@ -12,12 +12,12 @@ from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.plan.compute import step_compute
 from fsdpspec.plan.geometry import Geometry
 from fsdpspec.plan.host import host_memory
-from fsdpspec.plan.memory import device_memory
+from fsdpspec.plan.memory import GIB, device_memory
 from fsdpspec.plan.planner import device_capacity
 from fsdpspec.plan.steptime import StepTime, step_time
 from fsdpspec.plan.workload import workload
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec.tune.levers import LEVERS, Choice, _get
+from fsdpspec.tune.levers import LEVERS, Choice, value_of
 
 
 @dataclass(frozen=True)
@@ -83,13 +83,14 @@ def evaluate(spec: JobSpec, g: Geometry, device: Accelerator, choice: Choice) ->
     host = host_memory(w, g.total_params)
     capacity = device_capacity(device, candidate, host)
     usable = 1.0 - candidate.resources.memory_headroom
-    if memory.total > capacity * usable or host.peak > candidate.resources.host_memory_gib * (1 << 30):
+    host_capacity = candidate.resources.host_memory_gib * GIB
+    if memory.total > capacity * usable or host.peak > host_capacity:
         return None
     dtype = candidate.fsdp.mixed_precision.param_dtype
     step = step_time(w, step_compute(w, g.active_params, device, dtype), device, dtype)
     if step is None:
         return None
-    changes = tuple((k, v) for k, v in choice.items() if v != _get(spec, {}, k))
+    changes = tuple((k, v) for k, v in choice.items() if v != value_of(spec, {}, k))
     return Candidate(changes, candidate, memory.total, capacity, host.peak, step)
 
 
