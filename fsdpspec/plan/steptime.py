@@ -33,7 +33,14 @@ from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.plan import activations as act
 from fsdpspec.plan.compute import Compute, UnitTraffic, unit_traffic
 from fsdpspec.plan.workload import Workload
-from fsdpspec.semantics import MASTER_BYTES, mfu, recomputes_in_backward, synced_micro_batches
+from fsdpspec.semantics import (
+    MASTER_BYTES,
+    OP_LEVEL,
+    checkpointed_count,
+    mfu,
+    recomputes_in_backward,
+    synced_micro_batches,
+)
 
 # Collective bandwidth actually reached, as a share of the link's (NCCL's bus bandwidth
 # in nccl-tests on NVLink and InfiniBand; gloo's is what the CPU calibration measures).
@@ -49,6 +56,8 @@ HOST_OPTIMIZER_GBPS = 10.0
 # draws, to first order). The spread is a prior (power-capped GPUs run at slightly
 # different clocks), not fitted: docs/tune.md.
 DEVICE_SPREAD = 0.01
+# Past this many unit copies a micro-batch is timed by extrapolation (_micro_batch_seconds).
+SIMULATED_COPIES = 96
 BOUNDS = ("compute", "communication", "host transfers", "optimizer")
 
 
@@ -104,10 +113,24 @@ class _Streams:
         return start
 
 
-def _blocks(w: Workload, c: Compute, device: Accelerator,
-            rate: float) -> tuple[list[_Block], _Block]:
-    """The units in forward order with their compute seconds per micro-batch: the step's
-    FLOPs shared out by parameter count, recomputation on the checkpointed layers."""
+@dataclass(frozen=True)
+class _Units:
+    """Per-copy compute seconds of each unit kind in one micro-batch, and the root."""
+
+    layers: tuple[tuple[UnitTraffic, float], ...]  # (traffic, forward seconds of a copy)
+    recompute: float  # backward's extra seconds in a copy that recomputes
+    root: _Block
+    copies: int
+
+    @property
+    def shard_numel(self) -> int:
+        return sum(t.shard_numel * t.count for t, _ in self.layers) + \
+            self.root.traffic.shard_numel
+
+
+def _units(w: Workload, c: Compute, device: Accelerator, rate: float) -> _Units:
+    """The units with their compute seconds per micro-batch: the step's FLOPs shared out
+    by parameter count, recomputation on the copies that recompute."""
     *layers, root = unit_traffic(w)
     copies = sum(t.count for t in layers)
     total = sum(t.shard_numel * t.count for t in layers) + root.shard_numel
@@ -118,18 +141,23 @@ def _blocks(w: Workload, c: Compute, device: Accelerator,
         w.geometry, w.compute_bytes, w.micro_batch_size, w.seq_len, w.attention)
         / (device.hbm_gbps * 1e9) / 3)
     recompute = (c.flops - c.model_flops) / micro / rate
-    checkpointed = [_checkpointed(w, i, copies) for i in range(copies)]
-    share = recompute / max(1, sum(checkpointed))
-    blocks, index = [], 0
-    for t in layers:
-        f = forward * t.shard_numel / total
-        for _ in range(t.count):
-            regather = not w.keeps_params_gathered and not (
-                w.fsdp_version == 2 and index == copies - 1)
-            blocks.append(_Block(t, f, 2 * f + share * checkpointed[index], regather))
-            index += 1
+    share = recompute / max(1, _recomputing_copies(w, copies))
     f_root = forward * root.shard_numel / total
-    return blocks, _Block(root, f_root, 2 * f_root, False)
+    return _Units(tuple((t, forward * t.shard_numel / total) for t in layers), share,
+                  _Block(root, f_root, 2 * f_root, False), copies)
+
+
+def _blocks(w: Workload, units: _Units, counts: list[int]) -> list[_Block]:
+    """The unit copies in forward order (``counts`` of each kind)."""
+    blocks, index, last = [], 0, sum(counts) - 1
+    for (t, f), count in zip(units.layers, counts, strict=True):
+        for _ in range(count):
+            regather = not w.keeps_params_gathered and not (
+                w.fsdp_version == 2 and index == last)
+            again = units.recompute if _checkpointed(w, index, units.copies) else 0.0
+            blocks.append(_Block(t, f, 2 * f + again, regather))
+            index += 1
+    return blocks
 
 
 def _checkpointed(w: Workload, index: int, copies: int) -> bool:
@@ -140,6 +168,16 @@ def _checkpointed(w: Workload, index: int, copies: int) -> bool:
     if w.auto_wrap_policy == "transformer" and copies == w.geometry.num_layers:
         return recomputes_in_backward(w.activation_checkpointing, w.ac_every, index)
     return True
+
+
+def _recomputing_copies(w: Workload, copies: int) -> int:
+    """How many unit copies recompute in backward (closed form, any depth)."""
+    if w.activation_checkpointing == "none":
+        return 0
+    if (w.auto_wrap_policy == "transformer" and copies == w.geometry.num_layers
+            and w.activation_checkpointing != OP_LEVEL):
+        return checkpointed_count(w.activation_checkpointing, w.ac_every, copies)
+    return copies
 
 
 def _micro_batch(w: Workload, blocks: list[_Block], root: _Block, device: Accelerator,
@@ -207,26 +245,47 @@ def optimizer_seconds(w: Workload, device: Accelerator, shard_numel: int) -> flo
     return per_element * shard_numel / (rate * 1e9)
 
 
+def _micro_batch_seconds(w: Workload, units: _Units, device: Accelerator,
+                         synced: bool) -> tuple[float, float, float]:
+    """(seconds, collective busy seconds, host busy seconds) of one micro-batch. Past
+    SIMULATED_COPIES unit copies the streams are laid for two shallower models and the
+    depth extrapolated: identical layers reach a steady state, so the time grows linearly
+    with them (a 2**31-layer model is timed in constant time)."""
+    counts = [t.count for t, _ in units.layers]
+
+    def laid(scaled: list[int]) -> tuple[int, float, float, float]:
+        s = _micro_batch(w, _blocks(w, units, scaled), units.root, device, synced=synced)
+        return sum(scaled), max(s.compute, s.comm), s.comm_busy, s.host_busy
+
+    if units.copies <= SIMULATED_COPIES:
+        return laid(counts)[1:]
+    (n1, *short), (n2, *deep) = (
+        laid([max(1, round(c * target / units.copies)) for c in counts])
+        for target in (SIMULATED_COPIES // 2, SIMULATED_COPIES))
+    k = (units.copies - n1) / (n2 - n1)
+    return tuple(x + k * (y - x) for x, y in zip(short, deep, strict=True))  # type: ignore[return-value]
+
+
 def step_time(w: Workload, c: Compute, device: Accelerator, compute_dtype: str) -> StepTime | None:
     """The predicted step of one rank; None when the device's peak is unknown."""
     rate = device.achievable_tflops(compute_dtype) * 1e12
     if not rate:
         return None
-    blocks, root = _blocks(w, c, device, rate)
+    units = _units(w, c, device, rate)
     micro = w.accumulation_steps
     synced = synced_micro_batches(w.strategy, micro)
-    runs = [(_micro_batch(w, blocks, root, device, synced=True), synced)]
+    runs = [(_micro_batch_seconds(w, units, device, True), synced)]
     if synced < micro:
-        runs.append((_micro_batch(w, blocks, root, device, synced=False), micro - synced))
-    total = sum(max(s.compute, s.comm) * n for s, n in runs)
-    computing = micro * (sum(b.forward + b.backward for b in blocks) + root.forward
-                         + root.backward)
-    exposed = total - computing
-    host_share = sum(s.host_busy * n for s, n in runs)
-    busy = sum((s.comm_busy + s.host_busy) * n for s, n in runs)
+        runs.append((_micro_batch_seconds(w, units, device, False), micro - synced))
+    total = sum(r[0] * n for r, n in runs)
+    computing = micro * (sum(3 * f * t.count for t, f in units.layers)
+                         + units.recompute * _recomputing_copies(w, units.copies)
+                         + units.root.forward + units.root.backward)
+    exposed = max(0.0, total - computing)
+    host_share = sum(r[2] * n for r, n in runs)
+    busy = sum((r[1] + r[2]) * n for r, n in runs)
     exposed_host = exposed * host_share / busy if busy else 0.0
-    shard = sum(b.traffic.shard_numel for b in blocks) + root.traffic.shard_numel
-    optimizer = optimizer_seconds(w, device, shard)
+    optimizer = optimizer_seconds(w, device, units.shard_numel)
     seconds = total + optimizer
     tokens = w.tokens * micro / seconds
     shares = dict(zip(BOUNDS, (computing, exposed - exposed_host, exposed_host, optimizer),

@@ -123,3 +123,21 @@ def test_step_time_benchmark_holds_on_the_published_runs() -> None:
     assert "fitted constants: A100-80GB bf16_efficiency" in done.stdout
     assert sum(line.endswith("judged") for line in done.stdout.splitlines()) == 3
     assert "WRONG" not in done.stdout and "OUTSIDE" not in done.stdout
+
+
+@pytest.mark.parametrize("ac", ["none", "selective", "full"])
+def test_deep_models_are_timed_by_extrapolation_exactly(ac: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past SIMULATED_COPIES units the streams are laid for two shallower models; with
+    identical layers that is the full lay-out's time (what lets 2**31 layers plan)."""
+    from fsdpspec.plan import steptime
+
+    spec = _spec(nodes=2, performance={"inter_node_gbps": 1.0})
+    spec = spec.model_copy(update={"fsdp": spec.fsdp.model_copy(
+        update={"activation_checkpointing": ac})})
+    monkeypatch.setattr(steptime, "SIMULATED_COPIES", 10**6)
+    laid_out = _plan(spec).step
+    monkeypatch.setattr(steptime, "SIMULATED_COPIES", 8)
+    extrapolated = _plan(spec).step
+    assert extrapolated.seconds == pytest.approx(laid_out.seconds, rel=1e-9)
+    assert extrapolated.bound == laid_out.bound == "communication"

@@ -1,0 +1,44 @@
+"""How fast `fsdpspec tune` ranks: candidates planned per second of CPU, and the CPU and
+wall time of the whole ranking (search, then validation of the shown candidates) on the
+8 × H100 example and on a 1,024-GPU what-if of it.
+
+    python benchmarks/tune_speed.py
+
+Target: thousands of candidates well under a second, torch-free.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from fsdpspec.plan.introspect import model_geometry
+from fsdpspec.tune.pipeline import MEMORY_VERDICTS, tune_file
+from fsdpspec.validate import check_file
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "llama3-8b-h100.yaml"
+CASES = {
+    "8 x H100-80GB, --vary all": [],
+    "1,024 x H100-80GB, global batch 16,384, --vary all": [
+        "resources.nodes=128", "launch.rdzv_endpoint=node0:29500",
+        "data.global_batch_size=16384"],
+}
+
+
+def main() -> int:
+    for name, overrides in CASES.items():
+        base = check_file(EXAMPLE, overrides, ignore=MEMORY_VERDICTS)
+        geometry = model_geometry(base.model_config)
+        cpu, wall = time.process_time(), time.perf_counter()
+        ranking = tune_file(EXAMPLE, overrides, base, geometry, ["all"], 8)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        print(f"{name}: {ranking.tried:,} candidates, {ranking.fitting:,} fit, "
+              f"{len(ranking.ranked)} validated; {cpu:.3f} s CPU, {wall:.3f} s wall "
+              f"({ranking.tried / cpu:,.0f} candidates per CPU second)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
