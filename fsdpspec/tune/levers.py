@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
+
+from pydantic import BaseModel
 
 from fsdpspec.semantics import HYBRID_STRATEGIES
-from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.spec.v1 import Fsdp, JobSpec
 
 # A candidate as it is built: spec key → value.
 Choice = dict[str, Any]
@@ -37,10 +39,16 @@ def value_of(spec: JobSpec, choice: Choice, key: str) -> Any:
     return node
 
 
+def spec_values(section: type[BaseModel], field: str) -> tuple[Any, ...]:
+    """The values a Literal field of the spec allows: a mode the spec gains is searched."""
+    return get_args(section.model_fields[field].annotation)
+
+
 def _strategies(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
     # A hybrid strategy needs a group smaller than the world; else it is FULL_SHARD.
-    hybrid = HYBRID_STRATEGIES if _groups(spec.world_size) else ()
-    return ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", *hybrid)
+    groups = _groups(spec.world_size)
+    return tuple(s for s in spec_values(Fsdp, "sharding_strategy")
+                 if groups or s not in HYBRID_STRATEGIES)
 
 
 def _groups(world: int) -> tuple[int, ...]:
@@ -55,7 +63,7 @@ def _shard_groups(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
 
 
 def _checkpointing(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
-    return ("none", "selective", "full")
+    return spec_values(Fsdp, "activation_checkpointing")
 
 
 def _ac_every(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:

@@ -134,6 +134,16 @@ def test_the_documented_commands_run_as_shown(command: str, tmp_path: Path,
     assert ("best.yaml" in command) == (tmp_path / "best.yaml").is_file()
 
 
+def test_a_calibration_file_that_is_not_one_stops_before_any_run(tmp_path: Path) -> None:
+    bad = tmp_path / "accelerator.yaml"
+    bad.write_text("accelerator: {name: x}\n")
+    result = CliRunner().invoke(cli, ["tune", str(EXAMPLE), "--measure", "1",
+                                      "--calibration", str(bad)])
+    assert result.exit_code == 1
+    assert result.output.strip() == (f"Error: {bad}: expected a `resources:` mapping, as "
+                                     "`fsdpspec tune --measure` writes")
+
+
 @pytest.mark.slow
 def test_measure_calibrates_and_trains_the_top_two(tmp_path: Path) -> None:
     """The documented `--measure` command: the real launcher on 2 CPU processes, 2 steps
