@@ -65,8 +65,7 @@ def _flops_per_token(w: Workload, parameters: int) -> tuple[float, float]:
     shape = dict(parameters=parameters, num_layers=w.geometry.num_layers,
                  q_width=w.geometry.q_width, seq_len=w.seq_len)
     return model_flops_per_token(**shape), recompute_flops_per_token(
-        **shape, mode=w.activation_checkpointing, ac_every=w.ac_every,
-        layer_parameters=parameters - w.geometry.root_params)
+        **shape, mode=w.activation_checkpointing, ac_every=w.ac_every)
 
 
 def step_flops(w: Workload, parameters: int) -> float:

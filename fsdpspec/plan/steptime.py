@@ -35,10 +35,9 @@ from fsdpspec.plan.compute import Compute, UnitTraffic, unit_traffic
 from fsdpspec.plan.workload import Workload
 from fsdpspec.semantics import (
     MASTER_BYTES,
-    OP_LEVEL,
     checkpointed_count,
+    is_checkpointed,
     mfu,
-    recomputes_in_backward,
     synced_micro_batches,
 )
 
@@ -166,7 +165,7 @@ def _checkpointed(w: Workload, index: int, copies: int) -> bool:
     if w.activation_checkpointing == "none":
         return False
     if w.auto_wrap_policy == "transformer" and copies == w.geometry.num_layers:
-        return recomputes_in_backward(w.activation_checkpointing, w.ac_every, index)
+        return is_checkpointed(w.activation_checkpointing, w.ac_every, index)
     return True
 
 
@@ -174,8 +173,7 @@ def _recomputing_copies(w: Workload, copies: int) -> int:
     """How many unit copies recompute in backward (closed form, any depth)."""
     if w.activation_checkpointing == "none":
         return 0
-    if (w.auto_wrap_policy == "transformer" and copies == w.geometry.num_layers
-            and w.activation_checkpointing != OP_LEVEL):
+    if w.auto_wrap_policy == "transformer" and copies == w.geometry.num_layers:
         return checkpointed_count(w.activation_checkpointing, w.ac_every, copies)
     return copies
 
