@@ -5,6 +5,7 @@ The same code path runs on CPU (gloo) and GPU (nccl); only the device differs.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import sys
@@ -85,10 +86,13 @@ def init_runtime(spec: JobSpec) -> Runtime:
 _FIRST_FAILURE_KEY = "fsdpspec/failures"
 
 
+@functools.cache
 def first_to_fail() -> bool:
     """Whether this rank is the job's first to fail, and so the one that says why. Counted
     in the process group's store, which every rank reaches: the reason is printed before
-    torchrun kills the others, whichever rank saw it. Without a store, every rank says."""
+    torchrun kills the others, whichever rank saw it. Without a store, every rank says.
+    Asked once per process (a process fails once): `fail_together` claims the place
+    before the ranks learn of the failure, and the report later reads the same answer."""
     if not dist.is_initialized():
         return True
     try:
@@ -143,7 +147,11 @@ def all_reduce_max(values: list[float], device: torch.device) -> list[float]:
 
 def fail_together(failure: EngineError | None, runtime: Runtime, elsewhere: str) -> None:
     """Raise on every rank if any rank failed (its own error here, ``elsewhere`` on the
-    others), so no rank is left waiting in a collective for one that stopped."""
+    others), so no rank is left waiting in a collective for one that stopped. The failing
+    rank claims the first failure before the others hear of it, so the line the user
+    reads is its cause, not an echo of it."""
+    if failure is not None:
+        first_to_fail()
     (failed,) = all_reduce_max([float(failure is not None)], runtime.device)
     if failure is not None:
         raise failure
