@@ -6,9 +6,9 @@ candidate's predicted and measured step time, and Spearman's rank correlation.
 
 Target: Spearman ≥ 0.8. The job (benchmarks/tune_job/) is a 4-layer, hidden-512 Llama,
 seq 256, 4 sequences per rank; the search varies activation checkpointing (none,
-selective every 2nd layer, full) and the
-micro-batch (accumulation keeps the global batch). About 5 minutes on 2 cores; on a
-shared machine the measured times carry its load, so run it alone and nice'd.
+selective every 2nd layer, full) and the micro-batch (accumulation keeps the global
+batch). About 7 minutes on 2 cores; on a shared machine the measured times carry its
+load, so run it alone and nice'd.
 """
 
 from __future__ import annotations
