@@ -139,11 +139,15 @@ def _units(w: Workload, c: Compute, device: Accelerator, rate: float) -> _Units:
     forward += (ELEMENTWISE_PASSES * w.geometry.num_layers * act.layer_activation_bytes(
         w.geometry, w.compute_bytes, w.micro_batch_size, w.seq_len, w.attention)
         / (device.hbm_gbps * 1e9) / 3)
-    recompute = (c.flops - c.model_flops) / micro / rate
-    share = recompute / max(1, _recomputing_copies(w, copies))
+    # FLOPs beyond the model's: the recomputing copies', else (no checkpointing) the
+    # root's, so that every FLOP of the plan is timed.
+    extra = (c.flops - c.model_flops) / micro / rate
+    recomputing = _recomputing_copies(w, copies)
     f_root = forward * root.shard_numel / total
-    return _Units(tuple((t, forward * t.shard_numel / total) for t in layers), share,
-                  _Block(root, f_root, 2 * f_root, False), copies)
+    root_backward = 2 * f_root + (0.0 if recomputing else extra)
+    return _Units(tuple((t, forward * t.shard_numel / total) for t in layers),
+                  extra / recomputing if recomputing else 0.0,
+                  _Block(root, f_root, root_backward, False), copies)
 
 
 def _blocks(w: Workload, units: _Units, counts: list[int]) -> list[_Block]:

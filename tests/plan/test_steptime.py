@@ -3,6 +3,7 @@ catalogue's rates and `resources.performance`, and the published runs it is judg
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,24 @@ def test_deep_models_are_timed_by_extrapolation_exactly(ac: str,
     extrapolated = _plan(spec).step
     assert extrapolated.seconds == pytest.approx(laid_out.seconds, rel=1e-9)
     assert extrapolated.bound == laid_out.bound == "communication"
+
+
+@pytest.mark.parametrize("ac", ["none", "selective", "full"])
+def test_every_flop_of_the_plan_is_timed(ac: str) -> None:
+    """The compute stream's seconds are the plan's FLOPs at the achievable rate (stretched
+    by the device spread) plus the elementwise traffic."""
+    from fsdpspec.plan import activations as act
+    from fsdpspec.plan import steptime
+
+    spec = _spec()
+    spec = spec.model_copy(update={"fsdp": spec.fsdp.model_copy(
+        update={"activation_checkpointing": ac})})
+    plan = _plan(spec)
+    w, device = plan.workload, plan.accelerator
+    rate = device.achievable_tflops("bfloat16") * 1e12 / (
+        1 + steptime.DEVICE_SPREAD * (2 * math.log(w.world_size)) ** 0.5)
+    elementwise = steptime.ELEMENTWISE_PASSES * w.geometry.num_layers * \
+        act.layer_activation_bytes(w.geometry, w.compute_bytes, w.micro_batch_size,
+                                   w.seq_len, w.attention) / (device.hbm_gbps * 1e9)
+    expected = plan.compute.flops / rate + elementwise * w.accumulation_steps
+    assert plan.step.compute_seconds == pytest.approx(expected, rel=1e-9)
