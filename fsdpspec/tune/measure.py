@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -38,7 +39,8 @@ class MeasureError(Exception):
 
 @dataclass(frozen=True)
 class Measured:
-    seconds: float  # the fastest step after the warm-up
+    seconds: float  # the fastest step after the warm-up, wall time
+    cpu_seconds: float  # rank 0's median CPU time per step after the warm-up
     steps: int
 
 
@@ -118,8 +120,9 @@ def read_calibration(path: Path) -> dict[str, Any]:
 
 def measure(file: Path, overrides: Sequence[str], run_dir: Path, steps: int) -> Measured:
     """Train ``file`` with ``overrides`` for ``steps`` steps in ``run_dir`` (replaced),
-    through `fsdpspec run`; its fastest step after the warm-up (on a shared machine the
-    least disturbed one: what the model predicts)."""
+    through `fsdpspec run`: its fastest step after the warm-up, and rank 0's median CPU
+    time per step (on a CPU shared with other work, what a step costs whatever the load:
+    its processes run one thread each, and loopback gloo's transfers are CPU work too)."""
     shutil.rmtree(run_dir, ignore_errors=True)
     settings = [*overrides, f"train.max_steps={steps}",
                 f"checkpoint.dir={json.dumps(str(run_dir))}", "checkpoint.interval_steps=0",
@@ -137,11 +140,11 @@ def measure(file: Path, overrides: Sequence[str], run_dir: Path, steps: int) -> 
         raise MeasureError(f"`fsdpspec run` failed (exit {done.returncode}): {tail}")
     records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines()
                if line.strip()]
-    timed = [r["step_time_s"] for r in records
-             if "step_time_s" in r and r["step"] > WARMUP_STEPS]
+    timed = [r for r in records if "step_time_s" in r and r["step"] > WARMUP_STEPS]
     if not timed:
         raise MeasureError(f"{metrics}: no step after the warm-up was logged")
-    return Measured(min(timed), len(timed))
+    return Measured(min(r["step_time_s"] for r in timed),
+                    statistics.median(r["step_cpu_s"] for r in timed), len(timed))
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:
