@@ -68,11 +68,28 @@ def memory_gbps(device: torch.device) -> float:
 
 def collective_gbps(device: torch.device) -> float:
     """GB/s each rank moves in an all-gather ((n-1)/n of the output, as the planner
-    counts a ring collective)."""
+    counts a ring collective). Every rank must make the same number of calls, so the
+    count is agreed (the smallest any rank asks for) before the timed ones."""
     world = dist.get_world_size()
     shard = torch.ones(_GATHER_BYTES // 4, dtype=torch.float32, device=device)
     out = torch.empty(world * shard.numel(), dtype=torch.float32, device=device)
-    seconds = _timed(lambda: dist.all_gather_into_tensor(out, shard), device)
+
+    def gather() -> None:
+        dist.all_gather_single(out, shard)
+
+    gather()
+    _sync(device)
+    start = time.perf_counter()
+    gather()
+    _sync(device)
+    once = time.perf_counter() - start
+    calls = torch.tensor([max(1, int(_SECONDS / max(once, 1e-6)))], device=device)
+    dist.all_reduce(calls, op=dist.ReduceOp.MIN)
+    start = time.perf_counter()
+    for _ in range(int(calls.item())):
+        gather()
+    _sync(device)
+    seconds = (time.perf_counter() - start) / int(calls.item())
     return (world - 1) / world * out.numel() * 4 / seconds / 1e9
 
 
