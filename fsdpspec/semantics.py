@@ -82,18 +82,19 @@ def accumulation_steps(spec: JobSpec, world_size: int | None = None) -> int:
 
 
 def is_checkpointed(mode: str, ac_every: int, index: int) -> bool:
-    """Whether layer ``index`` is wrapped in activation checkpointing: every layer (full),
-    one in ``ac_every`` from the first (selective) or none."""
+    """Whether layer ``index`` is wrapped in activation checkpointing: every layer (full,
+    and op, which saves some of each layer's tensors), one in ``ac_every`` from the first
+    (selective) or none."""
     if mode == "none":
         return False
-    return index % (1 if mode == "full" else ac_every) == 0
+    return index % (ac_every if mode == "selective" else 1) == 0
 
 
 def checkpointed_count(mode: str, ac_every: int, num_layers: int) -> int:
     """How many of layers 0..num_layers-1 are checkpointed (closed form, any depth)."""
     if mode == "none" or num_layers <= 0:
         return 0
-    every = 1 if mode == "full" else ac_every
+    every = ac_every if mode == "selective" else 1
     return (num_layers + every - 1) // every
 
 
@@ -117,14 +118,33 @@ def model_flops_per_token(*, parameters: int, num_layers: int, q_width: int,
     return 6.0 * parameters + 12.0 * num_layers * q_width * seq_len
 
 
+# torchtitan's op-level selective checkpointing (`selective_ac_option: op`), which the
+# published runs of benchmarks/step_time.py use.
+OP_LEVEL = "op"
+
+
 def recompute_flops_per_token(*, parameters: int, num_layers: int, q_width: int, seq_len: int,
                               mode: str, ac_every: int) -> float:
     """FLOPs activation checkpointing adds per token: the checkpointed share of the layers
-    runs its forward (a third of the training FLOPs) again."""
+    runs its forward (a third of the training FLOPs) again. Op-level checkpointing keeps
+    every other matrix multiply's output and attention's: it recomputes about half of the
+    matrix multiplies and no attention."""
     if mode == "none":
         return 0.0
+    if mode == "op":
+        return 1.0 * parameters
     share = 1.0 if mode == "full" else 1 / ac_every
     return share * (2.0 * parameters + 4.0 * num_layers * q_width * seq_len)
+
+
+def mfu(tokens_per_s_per_device: float, flops_per_token: float, peak_tflops: float) -> float:
+    """Model FLOPs utilisation as the engine logs it: the model FLOPs (no recomputation,
+    `model_flops_per_token`) one device does per second over its dense peak; 0 when the
+    peak is unknown."""
+    if not peak_tflops:
+        return 0.0
+    return tokens_per_s_per_device * flops_per_token / (peak_tflops * 1e12)
+
 
 def checkpoints_written(interval_steps: int, max_steps: int) -> int:
     """How many checkpoints a run that is not interrupted writes: one every

@@ -73,7 +73,7 @@ def test_fsdpspec_never_imports_heavy_packages_at_module_level() -> None:
 
 
 @pytest.mark.parametrize("package", ["fsdpspec.plan", "fsdpspec.lint", "fsdpspec.spec",
-                                     "fsdpspec.catalog", "fsdpspec.convert"])
+                                     "fsdpspec.catalog", "fsdpspec.convert", "fsdpspec.tune"])
 def test_torch_free_packages_never_import_the_runners(package: str) -> None:
     offenders = [f"{m} imports {imp}" for m, imps in GRAPH.items()
                  if m == package or m.startswith(package + ".")
