@@ -1,8 +1,9 @@
 """What this machine's processes reach while all of them run at once: matmul rate at the
 job's layer shapes (in the compute dtype and in float32), memory bandwidth (a large
 copy) and collective bandwidth (all-gather over gloo on CPU, NCCL on GPUs), each timed
-for a fraction of a second. Every rank measures; the slowest sets the step's pace, so
-rank 0 writes the minimum of each as JSON. `fsdpspec tune --measure` starts it with
+for a fraction of a second: in wall time on GPUs, in the process's CPU time on a CPU.
+Every rank measures; the slowest sets the step's pace, so rank 0 writes the minimum of
+each as JSON. `fsdpspec tune --measure` starts it with
 torchrun and turns it into an accelerator.
 
     torchrun --nproc-per-node 2 -m fsdpspec_runners.engine.calibrate --out cal.json \\
@@ -30,16 +31,23 @@ _COPY_BYTES = 64 << 20
 _GATHER_BYTES = 8 << 20
 
 
+def _clock(device: torch.device) -> Callable[[], float]:
+    """Wall time on a GPU; on a CPU this process's CPU time, the currency `tune
+    --measure` compares in there (a shared machine's load does not change it)."""
+    return time.perf_counter if device.type == "cuda" else time.process_time
+
+
 def _timed(op: Callable[[], None], device: torch.device) -> float:
     """Seconds per call of ``op``, over repeats filling about _SECONDS (one warm-up)."""
+    clock = _clock(device)
     op()
     _sync(device)
-    calls, start = 0, time.perf_counter()
+    calls, start = 0, clock()
     while True:
         op()
         calls += 1
         _sync(device)
-        elapsed = time.perf_counter() - start
+        elapsed = clock() - start
         if elapsed >= _SECONDS:
             return elapsed / calls
 
@@ -77,19 +85,20 @@ def collective_gbps(device: torch.device) -> float:
     def gather() -> None:
         dist.all_gather_single(out, shard)
 
+    clock = _clock(device)
     gather()
     _sync(device)
-    start = time.perf_counter()
+    start = clock()
     gather()
     _sync(device)
-    once = time.perf_counter() - start
+    once = clock() - start
     calls = torch.tensor([max(1, int(_SECONDS / max(once, 1e-6)))], device=device)
     dist.all_reduce(calls, op=dist.ReduceOp.MIN)
-    start = time.perf_counter()
+    start = clock()
     for _ in range(int(calls.item())):
         gather()
     _sync(device)
-    seconds = (time.perf_counter() - start) / int(calls.item())
+    seconds = max(clock() - start, 1e-9) / int(calls.item())
     return (world - 1) / world * out.numel() * 4 / seconds / 1e9
 
 
