@@ -118,6 +118,11 @@ def model_flops_per_token(*, parameters: int, num_layers: int, q_width: int,
     return 6.0 * parameters + 12.0 * num_layers * q_width * seq_len
 
 
+# torchtitan's op-level selective checkpointing (`selective_ac_option: op`), which the
+# published runs of benchmarks/step_time.py use.
+OP_LEVEL = "op"
+
+
 def recompute_flops_per_token(*, parameters: int, num_layers: int, q_width: int, seq_len: int,
                               mode: str, ac_every: int) -> float:
     """FLOPs activation checkpointing adds per token: the checkpointed share of the layers
@@ -130,6 +135,16 @@ def recompute_flops_per_token(*, parameters: int, num_layers: int, q_width: int,
         return 1.0 * parameters
     share = 1.0 if mode == "full" else 1 / ac_every
     return share * (2.0 * parameters + 4.0 * num_layers * q_width * seq_len)
+
+
+def mfu(tokens_per_s_per_device: float, flops_per_token: float, peak_tflops: float) -> float:
+    """Model FLOPs utilisation as the engine logs it: the model FLOPs (no recomputation,
+    `model_flops_per_token`) one device does per second over its dense peak; 0 when the
+    peak is unknown."""
+    if not peak_tflops:
+        return 0.0
+    return tokens_per_s_per_device * flops_per_token / (peak_tflops * 1e12)
+
 
 def checkpoints_written(interval_steps: int, max_steps: int) -> int:
     """How many checkpoints a run that is not interrupted writes: one every

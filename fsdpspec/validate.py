@@ -19,7 +19,7 @@ from fsdpspec.lint import lint_spec
 from fsdpspec.lint.registry import LintContext
 from fsdpspec.spec import LATEST, SUPPORTED
 from fsdpspec.spec.diagnostics import Diagnostic, Severity, error, sort_key
-from fsdpspec.spec.load import SourceMap, load_file
+from fsdpspec.spec.load import Loaded, SourceMap, load_file
 from fsdpspec.spec.overrides import apply_overrides
 from fsdpspec.spec.schema import published
 from fsdpspec.spec.structure import (
@@ -154,7 +154,19 @@ def check_file(
     ignore: Sequence[str] = (),
 ) -> FileReport:
     """Validate one spec file. Raises only OverrideError (a usage error)."""
-    loaded = load_file(path)
+    return check_loaded(load_file(path), path, overrides, select=select, ignore=ignore)
+
+
+def check_loaded(
+    loaded: Loaded,
+    path: Path,
+    overrides: Sequence[str] = (),
+    *,
+    select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+) -> FileReport:
+    """Validate a spec file already read (`load_file`, which it consumes: the overrides
+    change its data) from ``path``. `fsdpspec tune` validates many variants of one file."""
     # realpath, unlike Path.resolve, never raises (a symlink loop is reported by the load).
     report = FileReport(loaded.file, loaded.text, Path(os.path.realpath(path)).parent,
                         loaded.source_map, loaded.diagnostics)

@@ -10,6 +10,8 @@ from conftest import ROOT
 from fsdpspec.validate import check_file
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+# The jobs the benchmarks and the tune tests run are shipped specs too.
+JOBS = [ROOT / "benchmarks" / "tune_job" / "job.yaml", ROOT / "tests" / "tune" / "tiny-job.yaml"]
 
 
 def test_the_four_seed_examples_exist() -> None:
@@ -18,7 +20,7 @@ def test_the_four_seed_examples_exist() -> None:
             "fsdp1-seed-recipe.yaml"} <= names
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("example", EXAMPLES + JOBS, ids=lambda p: p.stem)
 def test_example_is_clean(example: Path) -> None:
     report = check_file(example)
     assert report.diagnostics == []

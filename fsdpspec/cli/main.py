@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "init": "init",
     "rules": "rules",
     "explain": "explain",
+    "tune": "tune",
 }
 
 

@@ -8,6 +8,7 @@ defaults of the family's transformers config class, as ``AutoConfig.for_model`` 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -121,22 +122,23 @@ class Geometry:
             out.append(("lm_head.bias", (self.vocab_size,)))
         return out
 
-    @property
+    # Cached: `fsdpspec tune` plans thousands of candidates of one geometry.
+    @functools.cached_property
     def layer_params(self) -> int:
         return sum(math.prod(s) for _, s in self.layer_tensors())
 
-    @property
+    @functools.cached_property
     def root_params(self) -> int:
         return sum(math.prod(s) for _, s in self.root_tensors())
 
-    @property
+    @functools.cached_property
     def total_params(self) -> int:
         """Parameters transformers instantiates (tied embeddings counted once)."""
         if self.built_params is not None:
             return self.built_params
         return self.num_layers * self.layer_params + self.root_params
 
-    @property
+    @functools.cached_property
     def active_params(self) -> int:
         """Parameters one token passes through: all, less the experts it is not routed to."""
         if self.experts is None:

@@ -98,9 +98,15 @@ class Job:
         return dataclasses.replace(self, layout=layout(self.spec, world_size))
 
     def with_spec(self, spec: JobSpec) -> Job:
-        """Another spec for the same model (a suggestion's override), on the same ranks."""
+        """Another spec for the same model (a suggestion's override, a `fsdpspec tune`
+        candidate), on the same ranks. The units are chosen again only when the spec
+        wraps the model differently (tune plans thousands of specs of one model)."""
+        units = self.units
+        g = self.geometry
+        if g is not None and _wrap(spec, g) != _wrap(self.spec, g):
+            units = job_units(spec, g)
         return dataclasses.replace(self, spec=spec, layout=layout(spec, self.layout.world_size),
-                                   units=job_units(spec, self.geometry))
+                                   units=units)
 
     def as_json(self) -> dict[str, Any]:
         """The resolved layout and unit names, recorded in resolved-spec.json."""
@@ -128,11 +134,15 @@ def decoder_layer_classes(spec: JobSpec, g: Geometry) -> list[str]:
     return list(spec.fsdp.transformer_layer_cls) or inferred or ["DecoderLayer"]
 
 
+def _wrap(spec: JobSpec, g: Geometry) -> Wrap:
+    return wrap_of(spec, decoder_layer_classes(spec, g))
+
+
 def job_units(spec: JobSpec, g: Geometry | None) -> Units | None:
     if g is None:
         return None
     tree = g.built_tree if g.built_tree is not None else geometry_tree(g)
-    return choose_units(tree, wrap_of(spec, decoder_layer_classes(spec, g)))
+    return choose_units(tree, _wrap(spec, g))
 
 
 def read_model_config(spec: JobSpec, base_dir: Path) -> dict[str, Any] | None:

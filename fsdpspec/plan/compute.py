@@ -26,10 +26,27 @@ from fsdpspec.semantics import (
 
 
 @dataclass(frozen=True)
+class UnitTraffic:
+    """What one copy of a unit moves per rank in one micro-batch: its all-gather (each
+    time it is gathered), its gradients' reduce-scatter and, across replicas, all-reduce
+    (when the micro-batch synchronises gradients)."""
+
+    name: str
+    count: int
+    all_gather_bytes: int
+    reduce_scatter_bytes: int
+    all_reduce_bytes: int
+    # Sharded fp32 elements one rank holds of one copy (what CPU offload copies).
+    shard_numel: int
+
+
+@dataclass(frozen=True)
 class Compute:
     """One step of one rank: work, traffic and the ideal time of each."""
 
     flops: float
+    # The FLOPs MFU counts: `flops` without recomputation.
+    model_flops: float
     all_gather_bytes: int
     reduce_scatter_bytes: int
     all_reduce_bytes: int
@@ -46,36 +63,56 @@ class Compute:
             self.communication_seconds > self.compute_seconds
 
 
-def step_flops(job: Job, parameters: int) -> float:
-    """FLOPs of one rank's optimizer step (all its micro-batches)."""
+def _flops_per_token(job: Job, parameters: int) -> tuple[float, float]:
+    """(model FLOPs, recomputed FLOPs) per token."""
+    assert job.geometry is not None  # the planner plans only jobs with a geometry
     shape = dict(parameters=parameters, num_layers=job.geometry.num_layers,
                  q_width=job.geometry.q_width, seq_len=job.layout.seq_len)
-    per_token = model_flops_per_token(**shape) + recompute_flops_per_token(
+    return model_flops_per_token(**shape), recompute_flops_per_token(
         **shape, mode=job.spec.fsdp.activation_checkpointing, ac_every=job.spec.fsdp.ac_every)
-    steps = per_token * job.layout.tokens * job.layout.accumulation_steps
-    return float(steps) + chunked_loss_flops(job)
+
+
+def step_flops(job: Job, parameters: int) -> float:
+    """FLOPs of one rank's optimizer step (all its micro-batches)."""
+    return float(sum(_flops_per_token(job, parameters)) * job.layout.tokens
+                 * job.layout.accumulation_steps) + chunked_loss_flops(job)
+
+
+def unit_traffic(job: Job) -> tuple[UnitTraffic, ...]:
+    """Each unit's collectives per micro-batch, ring-sized ((n-1)/n of the buffer per
+    rank, an all-reduce twice that), the root last."""
+    sh = sharding(job)
+    s, b, r = job.layout.shard_size, job.compute_bytes, job.reduce_bytes
+    ring, replicas = (s - 1) / s, job.layout.replicas
+    out = []
+    for unit in sh.all_units:
+        gathered = sh.gathered_numel(unit)
+        all_reduce = (int(2 * r * gathered / s * (replicas - 1) / replicas)
+                      if replicas > 1 else 0)
+        out.append(UnitTraffic(unit.name, unit.count, int(b * ring * gathered),
+                               int(r * ring * gathered), all_reduce, sh.shard_numel(unit)))
+    return tuple(out)
 
 
 def step_compute(job: Job, parameters: int, device: Accelerator, compute_dtype: str) -> Compute:
     """Work and traffic of one step, timed at the device's peaks."""
-    sh = sharding(job)
-    s, b, r = job.layout.shard_size, job.compute_bytes, job.reduce_bytes
-    ring = (s - 1) / s
-    units = sum(sh.gathered_numel(u) * u.count for u in sh.units)
-    root = sh.gathered_numel(sh.root)
-    regathered = units if job.layout.reshards_after_forward else 0
+    traffic = unit_traffic(job)
     micro = job.layout.accumulation_steps
     synced = job.layout.synced_micro_batches
-    all_gather = int(b * ring * (units + root + regathered) * micro)
-    reduce_scatter = int(r * ring * (units + root) * synced)
-    replicas = job.layout.world_size // s
-    all_reduce = (int(2 * r * (units + root) / s * (replicas - 1) / replicas * synced)
-                  if replicas > 1 else 0)
+    *layers, root = traffic
+    # Units freed after forward are gathered again in backward; the root never is.
+    gathers = sum(t.all_gather_bytes * t.count for t in layers) * \
+        (2 if job.layout.reshards_after_forward else 1) + root.all_gather_bytes
+    all_gather = int(gathers * micro)
+    reduce_scatter = int(sum(t.reduce_scatter_bytes * t.count for t in traffic) * synced)
+    all_reduce = int(sum(t.all_reduce_bytes * t.count for t in traffic) * synced)
+    model, _ = _flops_per_token(job, parameters)
     flops = step_flops(job, parameters)
     peak = device.peak_tflops(compute_dtype)
-    intra = all_gather + reduce_scatter if s <= job.layout.gpus_per_node else 0
+    intra = (all_gather + reduce_scatter
+             if job.layout.shard_size <= job.layout.gpus_per_node else 0)
     inter = all_reduce + (0 if intra else all_gather + reduce_scatter)
     seconds = intra / (device.intra_node_gbps * 1e9) + inter / (device.inter_node_gbps * 1e9)
-    return Compute(flops, all_gather, reduce_scatter, all_reduce,
-                   flops / (peak * 1e12) if peak else None, seconds,
+    return Compute(flops, float(model * job.layout.tokens * micro), all_gather, reduce_scatter,
+                   all_reduce, flops / (peak * 1e12) if peak else None, seconds,
                    offload_seconds(saved_activation_bytes(job), job))

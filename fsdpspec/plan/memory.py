@@ -179,7 +179,7 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
 
 def _layer_activations(job: Job) -> tuple[int, int]:
     """(bytes saved by all layers, bytes one layer saves without checkpointing)."""
-    full = _full_layer(job)
+    full = layer_bytes(job)
     return _saved_through(job, job.geometry.num_layers - 1, full), full
 
 
@@ -188,7 +188,9 @@ def saved_activation_bytes(job: Job) -> int:
     return _layer_activations(job)[0]
 
 
-def _full_layer(job: Job) -> int:
+def layer_bytes(job: Job) -> int:
+    """Activation bytes one layer saves for backward without checkpointing (the memory
+    walk's, and the step-time model's elementwise traffic)."""
     return act.layer_activation_bytes(job.geometry, job.compute_bytes, job.layout.micro_batch_size,
                                       job.layout.seq_len, job.spec.model.attention)
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fsdpspec.catalog.accelerators import CATALOG, Accelerator, resolve_accelerator
+from fsdpspec.catalog.accelerators import CATALOG, Accelerator
 from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job
 from fsdpspec.plan.compute import Compute, step_compute
 from fsdpspec.plan.fitting import Fit, cheapest_fit
 from fsdpspec.plan.host import HostMemory, host_memory
 from fsdpspec.plan.memory import GIB, DeviceMemory, device_memory
+from fsdpspec.plan.steptime import StepTime, step_time
 from fsdpspec.plan.suggest import Suggestion, suggestions
 from fsdpspec.spec.v1 import JobSpec
 
@@ -31,6 +32,7 @@ class Plan:
     host: HostMemory
     host_capacity: int
     compute: Compute
+    step: StepTime | None  # None when the device's peak is unknown
     min_gpus: int | None  # in whole nodes of the spec's gpus_per_node
     min_single_gpus: int | None  # counting single GPUs
     suggestions: tuple[Suggestion, ...]
@@ -117,20 +119,22 @@ def plan_job(job: Job, *, world_size: int | None = None,
     if world_size is not None:
         job = job.at_world(world_size)
     if accelerator is None:
-        device = resolve_accelerator(spec.resources.accelerator)
+        device = spec.device()
     else:
         device = CATALOG[accelerator] if isinstance(accelerator, str) else accelerator
     memory = device_memory(job, is_gpu=device.is_gpu)
     host = host_memory(job, g.total_params)
     # Compute follows the parameters a token passes through (a Mixture of Experts: its
     # active ones); memory holds them all.
-    compute = step_compute(job, g.active_params, device, spec.fsdp.mixed_precision.param_dtype)
+    dtype = spec.fsdp.mixed_precision.param_dtype
+    compute = step_compute(job, g.active_params, device, dtype)
     capacity = device_capacity(device, spec, host)
     host_capacity = int(spec.resources.host_memory_gib * GIB)
     return Plan(
         job=job, accelerator=device, capacity=capacity,
         headroom_target=spec.resources.memory_headroom, device=memory, host=host,
         host_capacity=host_capacity, compute=compute,
+        step=step_time(job, compute, device, dtype),
         min_gpus=fewest_gpus(job, device) if device.is_gpu else None,
         min_single_gpus=fewest_gpus(job, device, per_node=1) if device.is_gpu else None,
         suggestions=tuple(suggestions(job, memory, capacity, device)),

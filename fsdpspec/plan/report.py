@@ -56,6 +56,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "communication_bound": compute.communication_bound,
             "offload_seconds": compute.offload_seconds,
         },
+        "step_time": _step_json(plan),
         "fits": plan.fits,
         "fits_device": plan.fits_device,
         "fits_host": plan.fits_host,
@@ -71,6 +72,20 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "extra_seconds_per_step": plan.fitting_levers.extra_seconds,
         },
     }
+
+
+def _step_json(plan: Plan) -> dict[str, Any] | None:
+    """The step-time model's prediction (null when the device's peak is unknown)."""
+    step = plan.step
+    if step is None:
+        return None
+    return {"seconds": step.seconds, "compute_seconds": step.compute_seconds,
+            "exposed_communication_seconds": step.exposed_communication_seconds,
+            "exposed_host_seconds": step.exposed_host_seconds,
+            "optimizer_seconds": step.optimizer_seconds,
+            "tokens_per_s_per_device": step.tokens_per_s, "mfu": step.mfu,
+            "bound": step.bound, "calibrated": plan.accelerator.is_gpu
+            or plan.accelerator.name != "cpu"}
 
 
 MIB = 1 << 20
@@ -156,6 +171,22 @@ def _compute_lines(plan: Plan) -> list[str]:
     return lines
 
 
+def step_line(plan: Plan) -> str:
+    """The predicted step: its time and parts, throughput, MFU and what bounds it."""
+    step = plan.step
+    if step is None:
+        return "predicted step: unknown (set resources.accelerator.bf16_tflops)"
+    device = "GPU" if plan.accelerator.is_gpu else "process"
+    line = (f"predicted step: {step.seconds:.3f} s (compute {step.compute_seconds:.3f}, "
+            f"exposed communication {step.exposed_communication_seconds:.3f}, host transfers "
+            f"{step.exposed_host_seconds:.3f}, optimizer {step.optimizer_seconds:.3f}): "
+            f"{step.tokens_per_s:,.0f} tokens/s per {device}, MFU {100 * step.mfu:.1f}%, "
+            f"{step.bound}-bound")
+    if not plan.accelerator.is_gpu and plan.accelerator.name == "cpu":
+        line += " (placeholder CPU rates: `fsdpspec tune --measure` calibrates this machine)"
+    return line
+
+
 def _count(n: int) -> str:
     for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
         if n >= scale:
@@ -187,7 +218,7 @@ def plan_text(plan: Plan) -> str:
     host += [f"  {k.replace('_', ' '):<28}{amount(v, GIB)}"
              for k, v in plan.host.terms.items() if v]
     lines = (head + _device_rows(plan, unit, name) + host + _verdict(plan, unit, name)
-             + _compute_lines(plan))
+             + _compute_lines(plan) + [step_line(plan)])
     if plan.suggestions:
         lines.append("cheapest changes, by memory saved:")
         lines += [f"  --set {s.override:<40} saves {s.saves_bytes / unit:7.2f} {name}"

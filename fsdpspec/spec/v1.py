@@ -50,7 +50,29 @@ class Metadata(_Section):
     """Key/value labels copied to the Kubernetes manifest."""
 
 
-class CustomAccelerator(_Section):
+class Performance(_Section):
+    """Bandwidths and matmul efficiencies that differ from the accelerator's catalogue
+    entry (clusters differ); each unset field keeps the catalogue's. Read by the
+    step-time model of `fsdpspec plan` and `fsdpspec tune` (docs/tune.md)."""
+
+    hbm_gbps: FiniteFloat | None = Field(default=None, gt=0)
+    """Device memory bandwidth, GB/s (on CPU: the host's memory bandwidth per process)."""
+    intra_node_gbps: FiniteFloat | None = Field(default=None, gt=0)
+    """Collective bandwidth per device inside a node, GB/s per direction (NVLink,
+    Infinity Fabric, PCIe; on CPU: gloo's)."""
+    inter_node_gbps: FiniteFloat | None = Field(default=None, gt=0)
+    """Collective bandwidth per device between nodes, GB/s per direction (the NIC)."""
+    host_gbps: FiniteFloat | None = Field(default=None, gt=0)
+    """Host↔device copy bandwidth per device, GB/s (CPU offload)."""
+    bf16_efficiency: FiniteFloat | None = Field(default=None, gt=0, le=1)
+    """Share of the bf16 peak a training step's matrix multiplies reach."""
+    fp16_efficiency: FiniteFloat | None = Field(default=None, gt=0, le=1)
+    """Share of the fp16 peak a training step's matrix multiplies reach."""
+    fp32_efficiency: FiniteFloat | None = Field(default=None, gt=0, le=1)
+    """Share of the fp32 peak a training step's matrix multiplies reach."""
+
+
+class CustomAccelerator(Performance):
     name: str = Field(min_length=1)
     """A name for the device, shown in reports."""
     memory_gib: FiniteFloat = Field(gt=0, le=MAX_DEVICE_GIB)
@@ -63,6 +85,9 @@ class CustomAccelerator(_Section):
     """Dense fp32 peak in TFLOP/s."""
     supports_bf16: bool = True
     """Whether the device computes in bfloat16."""
+    device: Literal["gpu", "cpu"] = "gpu"
+    """gpu, or cpu: processes on host memory (sized by host_memory_gib), as the
+    calibration of `fsdpspec tune --measure` on a CPU machine writes."""
 
 
 class Resources(_Section):
@@ -81,6 +106,9 @@ class Resources(_Section):
     null = 4 per GPU, or one per process on CPU."""
     memory_headroom: FiniteFloat = Field(default=0.10, ge=0, lt=1)
     """Fraction of device memory kept free when judging whether the job fits."""
+    performance: Performance | None = None
+    """Bandwidths and matmul efficiencies that replace the accelerator's catalogue values
+    in the step-time model (docs/tune.md)."""
 
 
 class Geometry(_Section):
@@ -456,8 +484,9 @@ class JobSpec(_Section):
         return self.resources.nodes * self.resources.gpus_per_node
 
     def device(self) -> Accelerator:
-        """resources.accelerator as a catalogue entry (a custom device is a GPU)."""
-        return resolve_accelerator(self.resources.accelerator)
+        """resources.accelerator as a catalogue entry (a custom device is a GPU unless it
+        says `device: cpu`), with resources.performance applied."""
+        return resolve_accelerator(self.resources.accelerator, self.resources.performance)
 
     def input_paths(self) -> list[tuple[str, str, bool, str | None]]:
         """(pointer, path as written, must be a directory, the Hub repo type it may name

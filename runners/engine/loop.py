@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from fsdpspec.job.job import Job
+from fsdpspec.semantics import mfu
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine import faults
 from fsdpspec_runners.engine.adapter import fsdp_adapter
@@ -224,24 +225,23 @@ def _save(trainer: Trainer) -> int:
 
 
 class _Clock:
-    """Wall time and steps since the previous log line."""
+    """Wall time, this process's CPU time and steps since the previous log line."""
 
     def __init__(self, step: int) -> None:
-        self.step, self.time = step, time.perf_counter()
+        self.step, self.time, self.cpu = step, time.perf_counter(), time.process_time()
 
-    def lap(self, step: int) -> tuple[int, float]:
-        now = time.perf_counter()
-        steps, seconds = step - self.step, now - self.time
-        self.step, self.time = step, now
-        return steps, seconds
+    def lap(self, step: int) -> tuple[int, float, float]:
+        now, cpu = time.perf_counter(), time.process_time()
+        steps, seconds, cpu_seconds = step - self.step, now - self.time, cpu - self.cpu
+        self.step, self.time, self.cpu = step, now, cpu
+        return steps, seconds, cpu_seconds
 
 
 def _record(trainer: Trainer, result: StepResult, clock: _Clock) -> dict[str, Any]:
     """A metrics record: the step's numbers plus throughput since the last record."""
     spec, runtime = trainer.spec, trainer.runtime
-    steps, seconds = clock.lap(trainer.state.step)
+    steps, seconds, cpu_seconds = clock.lap(trainer.state.step)
     tokens_per_s = steps * spec.data.global_batch_size * spec.data.seq_len / max(seconds, 1e-9)
-    peak = trainer.peak_flops * runtime.world_size
     memory = peak_memory_gib(runtime.device)
     memory = dict(zip(memory, all_reduce_max(list(memory.values()), runtime.device), strict=True))
     return {
@@ -251,7 +251,10 @@ def _record(trainer: Trainer, result: StepResult, clock: _Clock) -> dict[str, An
         "grad_norm": result.grad_norm,
         "skipped": result.skipped,
         "tokens_per_s": tokens_per_s,
-        "mfu": tokens_per_s * trainer.flops_per_token / peak if peak else 0.0,
+        "mfu": mfu(tokens_per_s / runtime.world_size, trainer.flops_per_token,
+                   trainer.peak_flops / 1e12),
         "step_time_s": seconds / max(steps, 1),
+        # Rank 0's CPU time: on a shared CPU machine, what a step costs whatever the load.
+        "step_cpu_s": cpu_seconds / max(steps, 1),
         **memory,
     }

@@ -1,0 +1,269 @@
+"""`fsdpspec tune FILE` — the fastest configurations of a job that fit, by the step-time
+model, each validated; `--measure K` trains the top K a few steps each and prints what
+they measured beside what was predicted; `-o` writes the winner as a spec."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fsdpspec.catalog.accelerators import accelerator_names
+from fsdpspec.cli.options import exit_on_errors, set_option
+from fsdpspec.job.job import Job
+from fsdpspec.plan.memory import GIB
+from fsdpspec.spec.overrides import OverrideError
+from fsdpspec.tune.levers import LEVER_KEYS
+from fsdpspec.tune.pipeline import MEMORY_VERDICTS, Ranking, tune_file
+from fsdpspec.tune.search import Candidate
+from fsdpspec.validate import FileReport, check_file
+
+
+def _load(file: str, overrides: list[str]) -> FileReport:
+    try:
+        report = check_file(Path(file), overrides, ignore=MEMORY_VERDICTS)
+    except OverrideError as exc:
+        raise click.UsageError(str(exc)) from None
+    exit_on_errors(report)
+    if report.model_config is None:
+        raise click.ClickException("a factory model needs `model.geometry` to be tuned")
+    job = report.job
+    assert job is not None
+    if job.geometry is None:  # a model that could not be introspected (no torch)
+        raise click.ClickException(str(job.geometry_error))
+    return report
+
+
+def _what_if(file: str, overrides: list[str], gpus: int | None, nodes: int | None,
+             accelerator: str | None) -> list[str]:
+    """--gpus / --nodes / --accelerator as `--set` lines, so that validation, the table
+    and the written winner all see them."""
+    extra = []
+    if accelerator is not None:
+        extra.append(f"resources.accelerator={accelerator}")
+    if nodes is not None:
+        extra.append(f"resources.nodes={nodes}")
+    if gpus is not None:
+        per_node = _load(file, overrides).spec.resources.gpus_per_node
+        if gpus <= per_node:
+            extra += ["resources.nodes=1", f"resources.gpus_per_node={gpus}"]
+        elif gpus % per_node == 0 and nodes is None:
+            extra.append(f"resources.nodes={gpus // per_node}")
+        else:
+            raise click.UsageError(f"--gpus {gpus} is not a whole number of nodes of "
+                                   f"{per_node} (resources.gpus_per_node)")
+    return extra
+
+
+def _row(rank: int, c: Candidate) -> str:
+    s = c.step
+    memory = f"{c.device_bytes / GIB:.1f} of {c.capacity / GIB:.1f}"
+    sets = " ".join(f"--set {o}" for o in c.overrides) or "(the spec as written)"
+    return (f"{rank:>4}  {s.tokens_per_s:>12,.1f}  {s.seconds:>8.3f}  {100 * s.mfu:>5.1f}%  "
+            f"{s.bound:<14}  {memory:>16}  {sets}")
+
+
+def _table(ranking: Ranking, seconds: float) -> str:
+    spec = ranking.base.spec
+    assert spec is not None
+    device = spec.device()
+    unit = "GPU" if device.is_gpu else "process"
+    levers = ", ".join(ranking.open_keys) or "none (every lever is set: use --vary)"
+    lines = [f"tune {spec.metadata.name}: {spec.world_size} × {device.name}; varying {levers}"]
+    if device.name == "cpu" and not device.is_gpu:
+        lines.append("placeholder CPU rates: the times are relative; --measure calibrates "
+                     "this machine")
+    lines += [
+             f"{ranking.tried} candidates, {ranking.fitting} fit with "
+             f"{100 * spec.resources.memory_headroom:.0f}% headroom; searched in "
+             f"{seconds:.2f} s; the {len(ranking.ranked)} fastest that validate:",
+             f"rank  tokens/s/{unit:<4}  step (s)    MFU  bound           memory GiB        "
+             "--set"]
+    lines += [_row(i, c) for i, c in enumerate(ranking.ranked, 1)]
+    for candidate, problem in ranking.rejected:
+        sets = " ".join(f"--set {o}" for o in candidate.overrides)
+        lines.append(f"  not shown, does not validate: {sets}: {problem.code} {problem.message}")
+    if not ranking.ranked:
+        lines.append("no candidate fits and validates")
+    return "\n".join(lines) + "\n"
+
+
+def _candidate_json(rank: int, c: Candidate) -> dict[str, Any]:
+    s = c.step
+    return {"rank": rank, "overrides": c.overrides, "tokens_per_s_per_device": s.tokens_per_s,
+            "step_seconds": s.seconds, "mfu": s.mfu, "bound": s.bound,
+            "device_bytes": c.device_bytes, "capacity_bytes": c.capacity,
+            "host_bytes": c.host_bytes}
+
+
+def _json(ranking: Ranking, measured: list[dict[str, Any]] | None) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "open_levers": list(ranking.open_keys), "tried": ranking.tried,
+        "fitting": ranking.fitting,
+        "candidates": [_candidate_json(i, c) for i, c in enumerate(ranking.ranked, 1)],
+        "rejected": [{"overrides": c.overrides, "code": d.code, "message": d.message}
+                     for c, d in ranking.rejected]}
+    if measured is not None:
+        data["measured"] = measured
+    return data
+
+
+def _calibrated(report: FileReport, calibration: str | None, echo) -> list[str]:
+    """The calibration's `--set` lines: read from ``calibration``, or measured now and
+    written beside the measured runs."""
+    from fsdpspec.tune import measure as m
+
+    if calibration is not None:
+        resources = m.read_calibration(Path(calibration))
+        echo(f"calibration: {calibration}")
+        return m.calibration_overrides(resources)
+    from fsdpspec_runners.torchrun import launch_env
+
+    job = report.job
+    assert job is not None
+    spec = job.spec
+    folder = _tune_dir(job)
+    folder.mkdir(parents=True, exist_ok=True)
+    result = m.calibrate(job, folder / "calibration.json",
+                         launch_env(spec, os.environ, os.cpu_count()))
+    resources = m.calibrated_resources(spec, result)
+    target = folder / "accelerator.yaml"
+    m.write_calibration(target, resources, result)
+    echo(f"calibration ({result['ranks']} process(es), {result['backend']}): "
+         + ", ".join(f"{k} {v:.4g}" for k, v in result.items() if isinstance(v, float))
+         + f"; written to {target}")
+    return m.calibration_overrides(resources)
+
+
+def _tune_dir(job: Job) -> Path:
+    """Where tune calibrates and measures: beside the job's run directory."""
+    return Path(f"{job.rundir.root}-tune")
+
+
+def _measure(file: str, overrides: list[str], ranking: Ranking, k: int, steps: int,
+             echo) -> tuple[list[dict[str, Any]], Candidate]:
+    """Train the top ``k``; their records and the measured winner."""
+    from fsdpspec.tune import measure as m
+
+    assert ranking.base.job is not None
+    folder = _tune_dir(ranking.base.job)
+    # On a CPU the machine may be shared: its processes' CPU time is what a step costs.
+    by_cpu = not ranking.base.spec.device().is_gpu
+    rows, records = [], []
+    for rank, candidate in enumerate(ranking.ranked[:k], 1):
+        result = m.measure(Path(file), [*overrides, *candidate.overrides],
+                           (folder / f"candidate-{rank}").resolve(), steps)
+        measured = result.cpu_seconds if by_cpu else result.seconds
+        records.append((candidate, measured))
+        rows.append({"rank": rank, "overrides": candidate.overrides,
+                     "predicted_seconds": candidate.step.seconds,
+                     "measured_seconds": measured, "wall_seconds": result.seconds,
+                     "cpu_seconds": result.cpu_seconds, "measured_steps": result.steps,
+                     "measured_by": "cpu" if by_cpu else "wall"})
+        echo(f"  measured {rank}/{min(k, len(ranking.ranked))}: {measured:.3f} s per step "
+             f"({'CPU' if by_cpu else 'wall'}; predicted {candidate.step.seconds:.3f})")
+    winner = min(records, key=lambda r: r[1])[0]
+    return rows, winner
+
+
+def _measured_text(rows: list[dict[str, Any]], rho: float | None) -> str:
+    by = "rank 0's median CPU time per step" if rows and rows[0]["measured_by"] == "cpu" \
+        else "the fastest step"
+    lines = [f"measured on this machine ({by}, after the first step):",
+             "rank  predicted (s)  measured (s)  wall, fastest (s)  measured/predicted  --set"]
+    for r in rows:
+        ratio = r["measured_seconds"] / r["predicted_seconds"]
+        sets = " ".join(f"--set {o}" for o in r["overrides"]) or "(the spec as written)"
+        lines.append(f"{r['rank']:>4}  {r['predicted_seconds']:>13.3f}  "
+                     f"{r['measured_seconds']:>12.3f}  {r['wall_seconds']:>17.3f}  "
+                     f"{ratio:>18.2f}  {sets}")
+    if rho is not None:
+        lines.append(f"Spearman rank correlation, predicted vs measured step time: {rho:.2f}")
+    return "\n".join(lines) + "\n"
+
+
+@click.command("tune")
+@click.argument("file", metavar="FILE")
+@click.option("--vary", multiple=True, metavar="KEY",
+              type=click.Choice(["all", *LEVER_KEYS]),
+              help="A lever to search (repeatable; `all`: every one). Default: the levers "
+                   "the spec leaves unset.")
+@click.option("--gpus", type=click.IntRange(min=1), default=None,
+              help="Tune for this many ranks (whole nodes of gpus_per_node, or one node).")
+@click.option("--nodes", type=click.IntRange(min=1), default=None,
+              help="Tune for this many nodes.")
+@click.option("--accelerator", type=click.Choice(accelerator_names()), default=None,
+              help="Tune for this catalogue device instead of resources.accelerator.")
+@set_option
+@click.option("--top", type=click.IntRange(min=1), default=8, show_default=True,
+              help="How many validated candidates to show.")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]),
+              default="text", help="Output format.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the winner as a spec (comments kept, validated first).")
+@click.option("--force", is_flag=True, help="Let -o replace an existing file.")
+@click.option("--measure", "measure_k", type=click.IntRange(min=1), default=None,
+              metavar="K", help="Train the top K a few steps each here and compare.")
+@click.option("--steps", type=click.IntRange(min=2), default=4,
+              show_default=True, help="Steps per measured candidate (the first is not timed).")
+@click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="With --measure: reuse this calibration (an accelerator.yaml it wrote).")
+def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format, output,
+            force, measure_k, steps, calibration) -> None:
+    """Rank the configurations of a job spec that fit by predicted tokens/s.
+
+    Searches sharding strategy and hybrid shard group, activation checkpointing,
+    micro-batch (accumulation keeps the global batch) and CPU offload; keeps what fits
+    with the spec's headroom and validates; prints the fastest with memory, step time,
+    what bounds it and the --set lines that make it. Exit 0 when a candidate fits, 1
+    when none does (or the spec has errors), 2 on usage errors. See docs/tune.md.
+    """
+    from fsdpspec.tune.measure import MeasureError, spearman
+    from fsdpspec.tune.write import WinnerNotWritten, write_winner
+
+    if calibration is not None and measure_k is None:
+        raise click.UsageError("--calibration needs --measure")
+
+    def echo(text: str) -> None:
+        click.echo(text, err=True)
+
+    chosen = [*overrides, *_what_if(file, list(overrides), gpus, nodes, accelerator)]
+    base = _load(file, chosen)
+    settings, measured, rho = chosen, None, None
+    try:
+        if measure_k is not None:
+            settings = [*chosen, *_calibrated(base, calibration, echo)]
+            base = _load(file, settings)
+        start = time.perf_counter()
+        ranking = tune_file(Path(file), settings, base, vary, max(top, measure_k or 0))
+        seconds = time.perf_counter() - start
+        winner = ranking.ranked[0] if ranking.ranked else None
+        if measure_k is not None and winner is not None:
+            measured, winner = _measure(file, settings, ranking, measure_k, steps, echo)
+            if len(measured) > 1:
+                rho = spearman([r["predicted_seconds"] for r in measured],
+                               [r["measured_seconds"] for r in measured])
+    except MeasureError as exc:
+        raise click.ClickException(str(exc)) from None
+    if output_format == "json":
+        data = _json(ranking, measured)
+        if measured is not None:
+            data["spearman"] = rho
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(_table(ranking, seconds), nl=False)
+        if measured is not None:
+            click.echo(_measured_text(measured, rho), nl=False)
+    if winner is None:
+        raise SystemExit(1)
+    if output is not None:
+        # The calibration describes this machine, not the job: it stays in its own file.
+        try:
+            write_winner(base.text, [*chosen, *winner.overrides], Path(output), force=force)
+        except WinnerNotWritten as exc:
+            raise click.ClickException(str(exc)) from None
+        echo(f"wrote {output}")

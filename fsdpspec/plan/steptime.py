@@ -1,0 +1,314 @@
+"""How long one optimizer step takes: the plan's FLOPs and collectives laid on a compute
+stream and a communication stream, the way FSDP overlaps them.
+
+Everything it times is read from the plan and the resolved `Job`, never re-derived: the
+step's FLOPs with and without recomputation (`compute.Compute`), each unit's collective
+bytes (`compute.unit_traffic`), the activation bytes of a layer (`memory.layer_bytes`),
+which layers are checkpointed (`fsdpspec.semantics`), accumulation and when gradients
+synchronise (`job.layout`), and the device's rates (`catalog.accelerators`, with
+`resources.performance`). A micro-batch runs:
+
+- forward: the root's all-gather, then each unit's; a unit's gather is issued when the
+  unit before it starts computing (FSDP's one-ahead prefetch), so it hides behind that
+  unit's compute and only what does not fit is exposed;
+- backward, in reverse: units freed after forward are gathered again one ahead; each
+  unit's reduce-scatter (and all-reduce across replicas) follows its backward compute,
+  overlapping the next unit's; the root's reduction ends the micro-batch;
+- CPU offload copies each unit's sharded parameters to the device before its gather
+  and its sharded gradients back after the reduction (on the same stream), and runs
+  the optimizer step on the host.
+
+The two streams share one link, so collectives run one after another. On a device that
+cannot overlap (a CPU: gloo and the matmuls share the same cores) every collective
+stops the compute. Compute is the FLOPs at the device's achievable rate (peak ×
+efficiency) plus elementwise work as activation traffic at memory bandwidth; the
+optimizer step is memory traffic. docs/tune.md has the sources and the measured error.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fsdpspec.catalog.accelerators import Accelerator
+from fsdpspec.job.job import Job
+from fsdpspec.plan.compute import Compute, UnitTraffic, unit_traffic
+from fsdpspec.plan.memory import layer_bytes
+from fsdpspec.semantics import (
+    MASTER_BYTES,
+    checkpointed_count,
+    is_checkpointed,
+    mfu,
+)
+
+# Collective bandwidth actually reached, as a share of the link's (NCCL's bus bandwidth
+# in nccl-tests on NVLink and InfiniBand; gloo's is what the CPU calibration measures).
+LINK_EFFICIENCY = {True: 0.9, False: 1.0}
+# Elementwise work moves each saved activation about three times per micro-batch: written
+# in forward, read and its gradient written in backward.
+ELEMENTWISE_PASSES = 3
+# The optimizer step on the host (CPU offload): torch's foreach AdamW on one process's
+# share of the host's memory bandwidth, GB/s.
+HOST_OPTIMIZER_GBPS = 10.0
+# Collectives make every rank wait for the slowest, so a step's compute is the largest
+# of `world` draws: mean + spread·sqrt(2·ln world) (the expected maximum of normal
+# draws, to first order). The spread is a prior (power-capped GPUs run at slightly
+# different clocks), not fitted: docs/tune.md.
+DEVICE_SPREAD = 0.01
+# Past this many unit copies a micro-batch is timed by extrapolation (_micro_batch_seconds).
+SIMULATED_COPIES = 96
+BOUNDS = ("compute", "communication", "host transfers", "optimizer")
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One rank's optimizer step, in seconds, and what it yields."""
+
+    seconds: float
+    compute_seconds: float
+    exposed_communication_seconds: float
+    exposed_host_seconds: float
+    optimizer_seconds: float
+    tokens_per_s: float  # per device
+    mfu: float
+    bound: str  # one of BOUNDS: the largest share of the step
+
+
+@dataclass(frozen=True)
+class _Block:
+    """One unit copy as the streams see it in one micro-batch."""
+
+    traffic: UnitTraffic
+    forward: float
+    backward: float
+    regather: bool
+
+
+@dataclass
+class _Streams:
+    """A compute clock and a communication clock; with ``overlap`` False every
+    collective waits for the compute and the compute for it."""
+
+    overlap: bool
+    compute: float = 0.0
+    comm: float = 0.0
+    comm_busy: float = 0.0
+    host_busy: float = 0.0
+
+    def collective(self, issued: float, seconds: float, host: float = 0.0) -> float:
+        """Run a collective issued at ``issued``; when it ends."""
+        start = max(self.comm, issued if self.overlap else self.compute)
+        self.comm = start + seconds + host
+        self.comm_busy += seconds
+        self.host_busy += host
+        if not self.overlap:
+            self.compute = self.comm
+        return self.comm
+
+    def run(self, ready: float, seconds: float) -> float:
+        """Compute once its inputs are ready at ``ready``; when it started."""
+        start = max(self.compute, ready)
+        self.compute = start + seconds
+        return start
+
+
+@dataclass(frozen=True)
+class _Units:
+    """Per-copy compute seconds of each unit kind in one micro-batch, and the root."""
+
+    layers: tuple[tuple[UnitTraffic, float], ...]  # (traffic, forward seconds of a copy)
+    recompute: float  # backward's extra seconds in a copy that recomputes
+    root: _Block
+    copies: int
+
+    @property
+    def shard_numel(self) -> int:
+        return sum(t.shard_numel * t.count for t, _ in self.layers) + \
+            self.root.traffic.shard_numel
+
+
+def _units(job: Job, c: Compute, device: Accelerator, rate: float) -> _Units:
+    """The units with their compute seconds per micro-batch: the step's FLOPs shared out
+    by parameter count, recomputation on the copies that recompute."""
+    assert job.geometry is not None  # the planner plans only jobs with a geometry
+    *layers, root = unit_traffic(job)
+    copies = sum(t.count for t in layers)
+    total = sum(t.shard_numel * t.count for t in layers) + root.shard_numel
+    micro = job.layout.accumulation_steps
+    rate /= 1 + DEVICE_SPREAD * math.sqrt(2 * math.log(job.layout.world_size))
+    forward = c.model_flops / 3 / micro / rate
+    forward += (ELEMENTWISE_PASSES * job.geometry.num_layers * layer_bytes(job)
+                / (device.hbm_gbps * 1e9) / 3)
+    # FLOPs beyond the model's: the recomputing copies', else (no checkpointing) the
+    # root's, so that every FLOP of the plan is timed.
+    extra = (c.flops - c.model_flops) / micro / rate
+    recomputing = _recomputing_copies(job, copies)
+    f_root = forward * root.shard_numel / total
+    root_backward = 2 * f_root + (0.0 if recomputing else extra)
+    return _Units(tuple((t, forward * t.shard_numel / total) for t in layers),
+                  extra / recomputing if recomputing else 0.0,
+                  _Block(root, f_root, root_backward, False), copies)
+
+
+def _blocks(job: Job, units: _Units, counts: list[int]) -> list[_Block]:
+    """The unit copies in forward order (``counts`` of each kind)."""
+    blocks, index, last = [], 0, sum(counts) - 1
+    for (t, f), count in zip(units.layers, counts, strict=True):
+        for _ in range(count):
+            regather = job.layout.reshards_after_forward and not (
+                job.layout.fsdp_version == 2 and index == last)
+            again = units.recompute if _checkpointed(job, index, units.copies) else 0.0
+            blocks.append(_Block(t, f, 2 * f + again, regather))
+            index += 1
+    return blocks
+
+
+def _one_unit_per_layer(job: Job, copies: int) -> bool:
+    """Whether the unit copies are the decoder layers, in order (the transformer policy)."""
+    assert job.units is not None
+    return job.spec.fsdp.auto_wrap_policy == "transformer" and copies == job.units.num_layers
+
+
+def _checkpointed(job: Job, index: int, copies: int) -> bool:
+    """Whether unit copy ``index`` recomputes: its layer's checkpointing under the
+    transformer policy, every unit alike under the others."""
+    fsdp = job.spec.fsdp
+    if fsdp.activation_checkpointing == "none":
+        return False
+    if _one_unit_per_layer(job, copies):
+        return is_checkpointed(fsdp.activation_checkpointing, fsdp.ac_every, index)
+    return True
+
+
+def _recomputing_copies(job: Job, copies: int) -> int:
+    """How many unit copies recompute in backward (closed form, any depth)."""
+    fsdp = job.spec.fsdp
+    if fsdp.activation_checkpointing == "none":
+        return 0
+    if _one_unit_per_layer(job, copies):
+        return checkpointed_count(fsdp.activation_checkpointing, fsdp.ac_every, copies)
+    return copies
+
+
+def _micro_batch(job: Job, blocks: list[_Block], root: _Block, device: Accelerator,
+                 *, synced: bool) -> _Streams:
+    """Lay one micro-batch on the two streams."""
+    s = _Streams(overlap=device.is_gpu)
+    link = _link_gbps(job, device) * 1e9 * LINK_EFFICIENCY[device.is_gpu]
+    host = device.host_gbps * 1e9 if (job.spec.fsdp.cpu_offload and device.is_gpu) else 0.0
+
+    def gather(b: _Block, issued: float) -> float:
+        h2d = MASTER_BYTES * b.traffic.shard_numel / host if host else 0.0
+        return s.collective(issued, b.traffic.all_gather_bytes / link, h2d)
+
+    def reduce(b: _Block, issued: float) -> None:
+        if synced:
+            d2h = MASTER_BYTES * b.traffic.shard_numel / host if host else 0.0
+            network = (b.traffic.reduce_scatter_bytes / link
+                       + b.traffic.all_reduce_bytes / (_replica_gbps(job, device) * 1e9
+                                                       * LINK_EFFICIENCY[device.is_gpu]))
+            s.collective(issued, network, d2h)
+
+    ready = [0.0] * len(blocks)
+    root_ready = gather(root, 0.0)
+    if blocks:
+        ready[0] = gather(blocks[0], 0.0)
+    s.run(root_ready, 0.0)
+    for i, b in enumerate(blocks):
+        start = s.run(ready[i], b.forward)
+        if i + 1 < len(blocks):
+            ready[i + 1] = gather(blocks[i + 1], start)
+    start = s.run(root_ready, root.forward + root.backward)
+    last = len(blocks) - 1
+    if blocks and blocks[last].regather:
+        ready[last] = gather(blocks[last], start)
+    for i in range(last, -1, -1):
+        start = s.run(ready[i], blocks[i].backward)
+        if i > 0 and blocks[i - 1].regather:
+            ready[i - 1] = gather(blocks[i - 1], start)
+        reduce(blocks[i], s.compute)
+    reduce(root, s.compute)
+    return s
+
+
+def _link_gbps(job: Job, device: Accelerator) -> float:
+    """A shard group inside a node rings over the node's links. One spanning nodes runs
+    NCCL's rings through every device of a node and across each NIC in parallel, so the
+    data entering a node is split over its NICs and spread inside over NVLink: the
+    slower of the node's link and its NICs together."""
+    lay = job.layout
+    if lay.shard_size <= lay.gpus_per_node:
+        return device.intra_node_gbps
+    return min(device.intra_node_gbps, lay.gpus_per_node * device.inter_node_gbps)
+
+
+def _replica_gbps(job: Job, device: Accelerator) -> float:
+    """Replicas (hybrid strategies, NO_SHARD) all-reduce between the ranks holding the
+    same shard: inside a node over its links, else one rank per node, over its own NIC."""
+    lay = job.layout
+    return device.intra_node_gbps if lay.world_size <= lay.gpus_per_node \
+        else device.inter_node_gbps
+
+
+def optimizer_seconds(job: Job, device: Accelerator, shard_numel: int) -> float:
+    """The optimizer step as memory traffic over one rank's fp32 shard: read and write the
+    parameters and each state, read the gradients (and again for the norm when clipping)."""
+    per_element = MASTER_BYTES * (2 + 2 + 2 * job.optimizer_states)
+    rate = HOST_OPTIMIZER_GBPS if (job.spec.fsdp.cpu_offload and device.is_gpu) \
+        else device.hbm_gbps
+    return per_element * shard_numel / (rate * 1e9)
+
+
+def _micro_batch_seconds(job: Job, units: _Units, device: Accelerator,
+                         synced: bool) -> tuple[float, float, float]:
+    """(seconds, collective busy seconds, host busy seconds) of one micro-batch. Past
+    SIMULATED_COPIES unit copies the streams are laid for two shallower models and the
+    depth extrapolated: identical layers reach a steady state, so the time grows linearly
+    with them (a 2**31-layer model is timed in constant time)."""
+    counts = [t.count for t, _ in units.layers]
+
+    def laid(scaled: list[int]) -> tuple[int, float, float, float]:
+        s = _micro_batch(job, _blocks(job, units, scaled), units.root, device, synced=synced)
+        return sum(scaled), max(s.compute, s.comm), s.comm_busy, s.host_busy
+
+    if units.copies <= SIMULATED_COPIES:
+        return laid(counts)[1:]
+    (n1, *short), (n2, *deep) = (
+        laid([max(1, round(c * target / units.copies)) for c in counts])
+        for target in (SIMULATED_COPIES // 2, SIMULATED_COPIES))
+    k = (units.copies - n1) / (n2 - n1)
+    return tuple(x + k * (y - x) for x, y in zip(short, deep, strict=True))  # type: ignore[return-value]
+
+
+def step_time(job: Job, c: Compute, device: Accelerator, compute_dtype: str) -> StepTime | None:
+    """The predicted step of one rank; None when the device's peak is unknown."""
+    rate = device.achievable_tflops(compute_dtype) * 1e12
+    if not rate:
+        return None
+    units = _units(job, c, device, rate)
+    micro, synced = job.layout.accumulation_steps, job.layout.synced_micro_batches
+    runs = [(_micro_batch_seconds(job, units, device, True), synced)]
+    if synced < micro:
+        runs.append((_micro_batch_seconds(job, units, device, False), micro - synced))
+    total = sum(r[0] * n for r, n in runs)
+    computing = micro * (sum(3 * f * t.count for t, f in units.layers)
+                         + units.recompute * _recomputing_copies(job, units.copies)
+                         + units.root.forward + units.root.backward)
+    exposed = max(0.0, total - computing)
+    host_share = sum(r[2] * n for r, n in runs)
+    busy = sum((r[1] + r[2]) * n for r, n in runs)
+    exposed_host = exposed * host_share / busy if busy else 0.0
+    optimizer = optimizer_seconds(job, device, units.shard_numel)
+    seconds = total + optimizer
+    tokens = job.layout.tokens * micro / seconds
+    shares = dict(zip(BOUNDS, (computing, exposed - exposed_host, exposed_host, optimizer),
+                      strict=True))
+    return StepTime(
+        seconds=seconds, compute_seconds=computing,
+        exposed_communication_seconds=exposed - exposed_host,
+        exposed_host_seconds=exposed_host, optimizer_seconds=optimizer,
+        tokens_per_s=tokens,
+        mfu=mfu(tokens, c.model_flops / (job.layout.tokens * micro),
+                device.peak_tflops(compute_dtype)),
+        bound=max(shares, key=shares.__getitem__),
+    )

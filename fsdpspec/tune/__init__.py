@@ -1,0 +1,1 @@
+"""`fsdpspec tune`: the fastest configuration of a job that fits, by the step-time model."""

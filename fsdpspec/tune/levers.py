@@ -1,0 +1,98 @@
+"""What `fsdpspec tune` may change in a job: one row per lever, the spec key it sets (as
+`--set` writes it) and the values worth trying for a job. A new lever is one row here.
+
+Values depend on the candidate built so far (the rows before it), so a lever that only
+means something under another (the hybrid shard group, `ac_every`) lists no values
+elsewhere and is left as the spec has it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, get_args
+
+from pydantic import BaseModel
+
+from fsdpspec.semantics import HYBRID_STRATEGIES
+from fsdpspec.spec.v1 import Fsdp, JobSpec
+
+# A candidate as it is built: spec key → value.
+Choice = dict[str, Any]
+Values = Callable[[JobSpec, Choice], tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class Lever:
+    key: str
+    values: Values
+    doc: str
+
+
+def value_of(spec: JobSpec, choice: Choice, key: str) -> Any:
+    """The value of ``key`` in the candidate: chosen, else the spec's."""
+    if key in choice:
+        return choice[key]
+    node: Any = spec
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def spec_values(section: type[BaseModel], field: str) -> tuple[Any, ...]:
+    """The values a Literal field of the spec allows: a mode the spec gains is searched."""
+    return get_args(section.model_fields[field].annotation)
+
+
+def _strategies(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    # A hybrid strategy needs a group smaller than the world; else it is FULL_SHARD.
+    groups = _groups(spec.world_size)
+    return tuple(s for s in spec_values(Fsdp, "sharding_strategy")
+                 if groups or s not in HYBRID_STRATEGIES)
+
+
+def _groups(world: int) -> tuple[int, ...]:
+    """Groups that divide the world into whole replicas, from 2 ranks to half of them."""
+    return tuple(n for n in range(2, world // 2 + 1) if world % n == 0)
+
+
+def _shard_groups(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    if value_of(spec, choice, "fsdp.sharding_strategy") not in HYBRID_STRATEGIES:
+        return ()
+    return _groups(spec.world_size)
+
+
+def _checkpointing(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    return spec_values(Fsdp, "activation_checkpointing")
+
+
+def _ac_every(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    if value_of(spec, choice, "fsdp.activation_checkpointing") != "selective":
+        return ()
+    return (2, 3, 4)
+
+
+def _micro_batches(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    """Micro-batches that keep the global batch exactly (a whole number of accumulation
+    steps of every rank's micro-batch)."""
+    per_rank, rest = divmod(spec.data.global_batch_size, spec.world_size)
+    if rest or not per_rank:
+        return ()
+    return tuple(n for n in range(1, per_rank + 1) if per_rank % n == 0)
+
+
+def _offload(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    # On a CPU the parameters are in host memory already: nothing to offload.
+    return (False, True) if spec.device().is_gpu else ()
+
+
+LEVERS: tuple[Lever, ...] = (
+    Lever("fsdp.sharding_strategy", _strategies, "what is sharded, and over how many ranks"),
+    Lever("fsdp.shard_group_size", _shard_groups, "ranks per shard group (hybrid strategies)"),
+    Lever("fsdp.activation_checkpointing", _checkpointing, "which layers recompute in backward"),
+    Lever("fsdp.ac_every", _ac_every, "one layer in this many checkpointed (selective)"),
+    Lever("data.micro_batch_size", _micro_batches,
+          "sequences per forward; accumulation keeps the global batch"),
+    Lever("fsdp.cpu_offload", _offload, "sharded state in host memory (GPUs)"),
+)
+LEVER_KEYS = tuple(lever.key for lever in LEVERS)
