@@ -87,6 +87,31 @@ class Family:
     extra_modules: tuple[str, ...] = ()
     # Built-in presets of this family, the first being the one an import picks.
     presets: tuple[str, ...] = ()
+    # Where transformers names a projection otherwise than the planner's geometry does
+    # (q_proj, qkv_proj, o_proj, gate_proj, up_proj, gate_up_proj, down_proj): GPT-NeoX's
+    # query_key_value, StarCoder2's c_fc…
+    projection_names: tuple[tuple[str, str], ...] = ()
+
+    def projection_name(self, planned: str) -> str:
+        """transformers' module name of the projection the planner calls ``planned``."""
+        return dict(self.projection_names).get(planned, planned)
+
+    @property
+    def projections(self) -> tuple[str, ...]:
+        """The planner's names of the ``nn.Linear`` projections in one decoder layer:
+        attention, then the dense MLP (a Mixture of Experts keeps its experts in stacked
+        tensors, which are not Linear modules)."""
+        attention = ("qkv_proj",) if self.fused_qkv else ("q_proj", "k_proj", "v_proj")
+        mlp = {"gated": ("gate_proj", "up_proj", "down_proj"),
+               "gated_fused": ("gate_up_proj", "down_proj"),
+               "plain": ("up_proj", "down_proj")}[self.mlp]
+        return (*attention, "o_proj", *(() if self.moe else mlp))
+
+    @property
+    def lora_targets(self) -> tuple[str, ...]:
+        """Modules a LoRA adapts by default (`peft.target_modules` left empty): every
+        attention and MLP projection, by transformers' names."""
+        return tuple(self.projection_name(p) for p in self.projections)
 
     @property
     def layer_class(self) -> str:
@@ -159,14 +184,18 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "max_position_embeddings": 2048},
         decoder_layer="GPTNeoXLayer", fused_qkv=True, mlp="plain", mlp_bias=True,
         norm="layernorm", parallel_residual="use_parallel_residual", gqa=False,
-        head_major_query=True, presets=("pythia-1.4b", "tiny-gpt-neox"), **_LLAMA_BIAS),
+        head_major_query=True, presets=("pythia-1.4b", "tiny-gpt-neox"),
+        projection_names=(("qkv_proj", "query_key_value"), ("o_proj", "dense"),
+                          ("up_proj", "dense_h_to_4h"), ("down_proj", "dense_4h_to_h")),
+        **_LLAMA_BIAS),
     Family("starcoder2", "Starcoder2", {
         "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30,
         "num_attention_heads": 24, "num_key_value_heads": 2, "vocab_size": 49152,
         "tie_word_embeddings": True, "use_bias": True, "sliding_window": None,
         "max_position_embeddings": 4096},
         qkv_bias="use_bias", o_bias="use_bias", mlp="plain", mlp_bias="use_bias",
-        norm="layernorm", window="always", presets=("starcoder2-3b", "tiny-starcoder2")),
+        norm="layernorm", window="always", presets=("starcoder2-3b", "tiny-starcoder2"),
+        projection_names=(("up_proj", "c_fc"), ("down_proj", "c_proj"))),
     Family("mixtral", "Mixtral", {
         "intermediate_size": 14336, "num_key_value_heads": 8, "vocab_size": 32000,
         "tie_word_embeddings": False, "sliding_window": None, "num_local_experts": 8,

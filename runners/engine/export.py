@@ -44,22 +44,40 @@ _LAYER = re.compile(r"^(.*?\.\d+)\.")  # a key inside a numbered layer: that lay
 def export_checkpoint(checkpoint: Path, spec: JobSpec, target: Path) -> Path:
     """Write ``target`` (via a temp dir renamed into place) from a DCP checkpoint of a
     run of ``spec``."""
-    # The model's config, key order and tied keys, with no storage; eager attention, so
-    # converting needs no attention kernel installed.
-    eager = spec.model.model_copy(update={"attention": "eager"})
-    module = build_model(spec.model_copy(update={"model": eager}), on_meta=True)
-    final = spec.checkpoint.final
+    # The model's config, key order and tied keys come from the model built with no
+    # storage.
     tmp = target.with_name(f".tmp-{target.name}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    units = _units(_saved_keys(checkpoint), module)
-    _write_weights(checkpoint, units, DTYPES[final.dtype], final.max_shard_mb * 10**6, tmp)
-    tokenizer = _save_tokenizer(spec.data.tokenizer, tmp)
-    _save_configs(module, DTYPES[final.dtype], tokenizer, tmp)
-    for file in tmp.iterdir():
-        file.chmod(0o644)  # readable by whoever serves the model, as save_pretrained leaves it
+    if spec.peft is not None:
+        from fsdpspec_runners.engine.lora_export import write_lora
+
+        write_lora(checkpoint, spec, tmp)
+    else:
+        module = build_model(eager_spec(spec), on_meta=True)
+        write_model_dir(checkpoint, units_of(saved_keys(checkpoint), module), module, spec, tmp)
     publish_dir(tmp, target)
     return target
+
+
+def eager_spec(spec: JobSpec) -> JobSpec:
+    """``spec`` with eager attention: converting needs no attention kernel installed."""
+    eager = spec.model.model_copy(update={"attention": "eager"})
+    return spec.model_copy(update={"model": eager})
+
+
+def write_model_dir(checkpoint: Path, units: list[dict[str, Any]], module: nn.Module,
+                    spec: JobSpec, directory: Path) -> None:
+    """Weights (``units``: the checkpoint's tensors, or tensors in memory), configs and
+    tokenizer of a Hugging Face model directory; ``module`` gives the config."""
+    final = spec.checkpoint.final
+    _write_weights(checkpoint, units, DTYPES[final.dtype], final.max_shard_mb * 10**6,
+                   directory)
+    tokenizer = _save_tokenizer(spec.data.tokenizer, directory)
+    _save_configs(module, DTYPES[final.dtype], tokenizer, directory)
+    for file in directory.iterdir():
+        if file.is_file():  # readable by whoever serves the model, as save_pretrained leaves it
+            file.chmod(0o644)
 
 
 def export_run(run_dir: Path, step: int | None, target: Path) -> Path:
@@ -85,7 +103,7 @@ def export_run(run_dir: Path, step: int | None, target: Path) -> Path:
     return export_checkpoint(found[-1], spec, target)
 
 
-def _saved_keys(checkpoint: Path) -> dict[str, Any]:
+def saved_keys(checkpoint: Path) -> dict[str, Any]:
     """The model tensors a checkpoint holds, by parameter name: DCP's metadata (each unit
     is read when its turn comes), or a FULL_STATE_DICT file's tensors, memory-mapped (a
     tensor is read from disk when it is used)."""
@@ -107,7 +125,7 @@ def _saved_keys(checkpoint: Path) -> dict[str, Any]:
     }
 
 
-def _units(saved: dict[str, Any], module: nn.Module) -> list[dict[str, Any]]:
+def units_of(saved: dict[str, Any], module: nn.Module) -> list[dict[str, Any]]:
     """The checkpoint's tensors grouped by unit, in the model's order (tied aliases out)."""
     tied = tied_weight_keys(module)
     order = [k for k in module.state_dict() if k in saved and k not in tied]
@@ -119,7 +137,7 @@ def _units(saved: dict[str, Any], module: nn.Module) -> list[dict[str, Any]]:
     return list(units.values())
 
 
-def _read_unit(checkpoint: Path, unit: dict[str, Any]) -> dict[str, Any]:
+def read_unit(checkpoint: Path, unit: dict[str, Any]) -> dict[str, Any]:
     """One unit's full tensors, read from every rank's shards (a full state dict's are
     its mapped tensors already)."""
     if all(isinstance(value, torch.Tensor) for value in unit.values()):
@@ -142,7 +160,7 @@ def _shards(
     shard: dict[str, torch.Tensor] = {}
     size = 0
     for unit in units:
-        tensors = {k: v.to(dtype).contiguous() for k, v in _read_unit(checkpoint, unit).items()}
+        tensors = {k: v.to(dtype).contiguous() for k, v in read_unit(checkpoint, unit).items()}
         unit_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
         if shard and size + unit_bytes > max_bytes:
             yield shard

@@ -117,7 +117,8 @@ def shard_job(spec: JobSpec, model: Any, mesh: Any, device: Any) -> Any:
     uncompiled = spec.model_copy(update={"train": spec.train.model_copy(update={"compile": False})})
     parallelize(model, uncompiled, mesh, device)
     model.to_empty(device=device)
-    optimizer = build_optimizer(model.parameters(), spec.optimizer)
+    optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad],
+                                spec.optimizer)
     # On a GPU the optimizers default to the multi-tensor (foreach) kernels; the CPU
     # default is the per-tensor loop, whose temporaries are smaller. Trace the GPU's.
     for group in optimizer.param_groups:

@@ -102,7 +102,9 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     geometry = model_geometry(spec)
     model = build_fsdp_model(spec, runtime)
     torch.manual_seed(spec.train.seed)
-    optimizer = build_optimizer(model.parameters(), spec.optimizer)
+    # Frozen parameters (the base of a LoRA) have no gradient and take no optimizer state.
+    optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad],
+                                spec.optimizer)
     vocab_size = geometry["vocab_size"] if geometry else None
     if spec.data.source == "dataset":
         source, eval_sequences = dataset_sources(
@@ -111,7 +113,8 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     else:
         source, eval_sequences = SequenceSource(spec.data, vocab_size, spec.train.seed), None
     batches = Batches(source, spec.data, runtime.rank, runtime.world_size)
-    state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches)
+    state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches,
+                       trainable_only=spec.peft is not None)
     resume_from = choose_resume_checkpoint(spec.checkpoint.resume, run_dir, runtime)
     if resume_from is not None:
         load_checkpoint(state, resume_from, runtime)

@@ -1,0 +1,87 @@
+"""A LoRA checkpoint → ``adapter/`` in peft's format, and on request the merged model.
+
+``adapter/`` holds ``adapter_config.json`` and ``adapter_model.safetensors`` (fp32, peft's
+names), which ``PeftModel.from_pretrained(base, "adapter")`` loads onto the base model.
+With ``peft.merged`` the directory itself becomes a Hugging Face model, base plus
+adapter merged by peft, in ``checkpoint.final.dtype``: the base is built whole in host
+memory (fp32) for the merge, unlike the unit-by-unit export of a full fine-tune.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from fsdpspec.spec.v1 import JobSpec
+from fsdpspec_runners.engine.errors import EngineError
+from fsdpspec_runners.engine.export import (
+    eager_spec,
+    read_unit,
+    saved_keys,
+    units_of,
+    write_model_dir,
+)
+from fsdpspec_runners.engine.lora import (
+    base_key,
+    is_adapter_key,
+    lora_config,
+    peft_file_key,
+)
+from fsdpspec_runners.engine.model import build_model, model_geometry, read_weights
+
+ADAPTER_DIR = "adapter"
+
+
+def write_lora(checkpoint: Path, spec: JobSpec, directory: Path) -> None:
+    """``directory/adapter/`` from the checkpoint's trainable tensors; with
+    ``peft.merged`` also the merged model in ``directory``."""
+    assert spec.peft is not None
+    trainable = read_unit(checkpoint, saved_keys(checkpoint))
+    write_adapter(trainable, spec, directory / ADAPTER_DIR)
+    if spec.peft.merged:
+        module = merged_model(trainable, spec)
+        write_model_dir(checkpoint, units_of(module.state_dict(), module), module, spec,
+                        directory)
+
+
+def write_adapter(trainable: dict[str, torch.Tensor], spec: JobSpec, directory: Path) -> None:
+    """adapter_config.json and adapter_model.safetensors, as peft's save_pretrained
+    writes them."""
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True)
+    config = lora_config(spec, model_geometry(spec))
+    config.base_model_name_or_path = spec.model.weights or spec.model.hf_config
+    config.save_pretrained(str(directory))
+    tensors = {peft_file_key(k): v.float().contiguous() for k, v in trainable.items()}
+    save_file(tensors, str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
+    for file in directory.iterdir():
+        file.chmod(0o644)
+
+
+def merged_model(trainable: dict[str, torch.Tensor], spec: JobSpec) -> nn.Module:
+    """The base model (its weights, or the run's seeded initialisation) with the trained
+    adapters merged in by peft, under the base model's names."""
+    from peft.tuners.lora import LoraLayer
+
+    base_spec = eager_spec(spec).model_copy(update={"peft": None})
+    base = build_model(base_spec, on_meta=False)
+    if spec.model.weights:
+        base.load_state_dict(read_weights(spec.model.weights), strict=False)
+    adapted = build_model(eager_spec(spec), on_meta=True)
+    adapted.to_empty(device="cpu").float()  # the frozen base may be stored in bf16
+    state = base.state_dict()
+    full = {k: state[base_key(k)] for k in adapted.state_dict() if not is_adapter_key(k)}
+    result = adapted.load_state_dict(full | trainable, strict=False)
+    if result.missing_keys:
+        raise EngineError(f"the checkpoint lacks adapter tensors: {result.missing_keys[:3]}")
+    with torch.no_grad():
+        for module in adapted.modules():
+            if isinstance(module, LoraLayer):
+                module.merge()
+    merged = {base_key(k): v for k, v in adapted.state_dict().items()
+              if not is_adapter_key(k) and ".original_module." not in k}
+    base.load_state_dict(merged, strict=True)
+    return base
