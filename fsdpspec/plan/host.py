@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fsdpspec.plan.adapters import adapted_host_terms
 from fsdpspec.plan.memory import GIB, model_sharding
 from fsdpspec.plan.workload import Workload
 from fsdpspec.semantics import MASTER_BYTES
@@ -35,6 +36,10 @@ def host_memory(w: Workload, parameters: int) -> HostMemory:
     # A full state dict gathers the fp32 parameters and optimizer state to rank 0.
     gather = MASTER_BYTES * parameters * (1 + w.optimizer_states) if w.full_state_dict else 0
     export = final_export_bytes(w, parameters)
+    if w.adapters is not None:
+        lora = adapted_host_terms(w, model_sharding(w), parameters, ranks, WEIGHT_FILE_BYTES)
+        offloaded, gather, export = (lora["offloaded_states"], lora["full_state_dict_gather"],
+                                     lora["final_export"])
     terms = {
         "process_overhead": ranks * PROCESS_OVERHEAD_BYTES,
         "offloaded_states": offloaded,

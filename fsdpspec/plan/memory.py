@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdpspec.plan import activations as act
+from fsdpspec.plan.adapters import adapted_parts
 from fsdpspec.plan.units import Sharding, Unit, sharding
 from fsdpspec.plan.workload import Workload
 from fsdpspec.semantics import (
@@ -148,7 +149,7 @@ def _parts(w: Workload, sh: Sharding) -> _Parts:
     grads = 0 if unsharded_carry else 1
     reduced = 0 if carried and not unsharded_carry else on_device
     saved, layer = _layer_activations(w)
-    return _Parts(
+    parts = _Parts(
         persistent={"sharded_parameters": on_device * shard_bytes,
                     "optimizer_states": on_device * w.optimizer_states * shard_bytes},
         accumulated=carried,
@@ -171,6 +172,9 @@ def _parts(w: Workload, sh: Sharding) -> _Parts:
         sharded_grads=on_device * shard_bytes,
         optimizer_temporaries=on_device * (shard_bytes if w.optimizer_states == 2 else 0),
     )
+    if w.adapters is None:
+        return parts
+    return adapted_parts(parts, w, sh, lambda index, full: _saved_through(w, index, full))
 
 
 def _layer_activations(w: Workload) -> tuple[int, int]:

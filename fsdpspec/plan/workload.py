@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fsdpspec.plan.adapters import Adapters, adapters_of
 from fsdpspec.plan.geometry import Geometry
 from fsdpspec.semantics import (
     DTYPE_BYTES,
@@ -43,6 +44,8 @@ class Workload:
     full_state_dict: bool
     export_bytes: int
     export_shard_bytes: int
+    # A LoRA / QLoRA fine-tune (None: every parameter trains).
+    adapters: Adapters | None = None
 
     @property
     def tokens(self) -> int:
@@ -85,4 +88,5 @@ def workload(spec: JobSpec, geometry: Geometry, *, world_size: int | None = None
         full_state_dict=fsdp.state_dict_type == "FULL_STATE_DICT",
         export_bytes=DTYPE_BYTES[final.dtype] if final.enabled else 0,
         export_shard_bytes=final.max_shard_mb * 10**6,
+        adapters=adapters_of(spec, geometry, None),
     )

@@ -63,25 +63,27 @@ def write_adapter(trainable: dict[str, torch.Tensor], spec: JobSpec, directory: 
 
 def merged_model(trainable: dict[str, torch.Tensor], spec: JobSpec) -> nn.Module:
     """The base model (its weights, or the run's seeded initialisation) with the trained
-    adapters merged in by peft, under the base model's names."""
+    adapters merged in by peft, under the base model's names: one fp32 copy of the model
+    in host memory (the adapters are injected into it, then merged into its weights)."""
+    from peft import inject_adapter_in_model
     from peft.tuners.lora import LoraLayer
 
     base_spec = eager_spec(spec).model_copy(update={"peft": None})
-    base = build_model(base_spec, on_meta=False)
+    model = build_model(base_spec, on_meta=False)
     if spec.model.weights:
-        base.load_state_dict(read_weights(spec.model.weights), strict=False)
-    adapted = build_model(eager_spec(spec), on_meta=True)
-    adapted.to_empty(device="cpu").float()  # the frozen base may be stored in bf16
-    state = base.state_dict()
-    full = {k: state[base_key(k)] for k in adapted.state_dict() if not is_adapter_key(k)}
-    result = adapted.load_state_dict(full | trainable, strict=False)
-    if result.missing_keys:
-        raise EngineError(f"the checkpoint lacks adapter tensors: {result.missing_keys[:3]}")
+        model.load_state_dict(read_weights(spec.model.weights), strict=False)
+    inject_adapter_in_model(lora_config(spec, model_geometry(spec)), model)
+    result = model.load_state_dict(trainable, strict=False)
+    lacking = [k for k in result.missing_keys if is_adapter_key(k) or ".modules_to_save." in k]
+    if lacking or result.unexpected_keys:
+        raise EngineError("the checkpoint's adapter tensors do not match the model: "
+                          f"{(lacking or result.unexpected_keys)[:3]}")
     with torch.no_grad():
-        for module in adapted.modules():
+        for module in model.modules():
             if isinstance(module, LoraLayer):
                 module.merge()
-    merged = {base_key(k): v for k, v in adapted.state_dict().items()
+    merged = {base_key(k): v for k, v in model.state_dict().items()
               if not is_adapter_key(k) and ".original_module." not in k}
-    base.load_state_dict(merged, strict=True)
-    return base
+    layout = build_model(base_spec, on_meta=True)
+    layout.load_state_dict(merged, strict=True, assign=True)
+    return layout
