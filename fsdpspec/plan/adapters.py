@@ -226,20 +226,34 @@ def adapted_parts(p: Any, w: Workload, sh: Sharding,
 
 
 def adapted_layer_activations(w: Workload) -> tuple[int, int]:
-    """(bytes one layer saves without checkpointing, bytes the first layer saves less)
-    with LoRA:
-    a frozen projection keeps no input for a weight gradient, each adapter keeps its
-    A output (T·r) for B's gradient and, with dropout, its dropped-out input and mask;
-    the first layer's input needs no gradient (the embeddings are frozen), so its first
-    norm saves nothing."""
+    """(bytes one layer saves without checkpointing, bytes the model saves less outside
+    that count) with LoRA. A frozen projection keeps no input for a weight gradient,
+    and a frozen norm weight no normalised value; each adapter keeps its A output (T·r)
+    for B's gradient and, with dropout, its dropped-out input and mask (a bool on a GPU).
+    The first layer's input needs no gradient (the embeddings are frozen), so its first
+    norm saves only what an adapter reads; a frozen lm_head keeps neither the final
+    norm's normalised value nor its output."""
     a, g, b, t = w.adapters, w.geometry, w.compute_bytes, w.tokens
     assert a is not None
     full = act.layer_activation_bytes(g, b, w.micro_batch_size, w.seq_len, w.attention)
-    layer = full + b * t * a.r * len(a.linears) - _unsaved_inputs(g, b, t, a)
+    norm_value = 0 if g.norm_bias else (4 if g.fp32_norm else b)
+    frozen_norms = norm_value * t * (g.norms_per_layer * g.hidden_size
+                                     + (g.q_width + g.kv_width if g.qk_norm else 0))
+    layer = full + b * t * a.r * len(a.linears) - _unsaved_inputs(g, b, t, a) - frozen_norms
+    if g.experts:
+        # Frozen experts and router: no gathered rows nor gated products kept for the
+        # expert weights' gradients, no router input for the router's.
+        rows = t * g.experts.active
+        layer -= b * rows * (g.hidden_size + g.experts.width) + b * t * g.hidden_size
     if a.dropout:
         layer += sum((b + 1) * t * shape[1] for _, shape in a.linears)
-    first_norm = act.norm_bytes(g, b, t * g.hidden_size) - b * t * g.hidden_size
-    return layer, first_norm
+    if g.norm_names[0] == "input_layernorm":
+        first_norm = act.norm_bytes(g, b, t * g.hidden_size) - norm_value * t * g.hidden_size
+        first_norm -= b * t * g.hidden_size  # its output, which the adapters read
+    else:  # post-norm (OLMo 2): the first layer's projections read its input directly
+        first_norm = 0
+    head = 0 if a.head or a.saves_head else (norm_value + b) * t * g.hidden_size
+    return layer, first_norm + head
 
 
 def _unsaved_inputs(g: Geometry, b: int, t: int, a: Adapters) -> int:
