@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from fsdpspec.catalog.families import Family, family
 from fsdpspec.catalog.modelconfig import lora_targets
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
-from fsdpspec.plan.adapters import adapted_linears
+from fsdpspec.plan.lora import adapted_linears
 from fsdpspec.semantics import fsdp1_option
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
 
@@ -64,11 +64,13 @@ def lora_targets_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
     FAIL:
 
         model: {factory: "mypkg.models:build"}
+        fsdp: {transformer_layer_cls: [Block]}
         peft: {method: lora}
 
     PASS:
 
         model: {factory: "mypkg.models:build"}
+        fsdp: {transformer_layer_cls: [Block]}
         peft: {method: lora, target_modules: [proj]}
     """
     peft = ctx.spec.peft
@@ -181,6 +183,7 @@ def qlora_storage_dtype(ctx: LintContext) -> Iterator[Diagnostic]:
 
         fsdp: {mixed_precision: bf16}
         peft: {method: qlora, quantization: {storage_dtype: bfloat16}}
+        lint: {ignore: [FS312]}  # planned only
     """
     peft = ctx.spec.peft
     param_dtype = ctx.spec.fsdp.mixed_precision.param_dtype
@@ -201,13 +204,15 @@ def qlora_compute_dtype(ctx: LintContext) -> Iterator[Diagnostic]:
 
     FAIL:
 
-        resources: {accelerator: V100-32GB}
+        resources: {accelerator: V100}
         peft: {method: qlora, quantization: {compute_dtype: bfloat16}}
 
     PASS:
 
-        resources: {accelerator: V100-32GB}
-        peft: {method: qlora, quantization: {compute_dtype: float16}}
+        resources: {accelerator: V100}
+        fsdp: {mixed_precision: fp16}
+        peft: {method: qlora, quantization: {compute_dtype: float16, storage_dtype: float16}}
+        lint: {ignore: [FS312]}  # planned only
     """
     peft = ctx.spec.peft
     if (peft is not None and peft.method == "qlora"
@@ -230,10 +235,12 @@ def qlora_not_trained(ctx: LintContext) -> Iterator[Diagnostic]:
 
     FAIL:
 
+        fsdp: {mixed_precision: bf16}
         peft: {method: qlora}
 
     PASS:
 
+        fsdp: {mixed_precision: bf16}
         peft: {method: lora}
     """
     if ctx.spec.peft is not None and ctx.spec.peft.method == "qlora":
@@ -254,7 +261,7 @@ def quantization_without_qlora(ctx: LintContext) -> Iterator[Diagnostic]:
 
     PASS:
 
-        peft: {method: qlora, quantization: {quant_type: fp4}}
+        peft: {method: lora}
     """
     peft = ctx.spec.peft
     if peft is not None and peft.method == "lora" and ctx.is_set("/peft/quantization"):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fsdpspec.plan.adapters import Adapters, adapters_of
 from fsdpspec.plan.geometry import Geometry
+from fsdpspec.plan.lora import Adapters, adapters_of
 from fsdpspec.semantics import (
     DTYPE_BYTES,
     OPTIMIZER_STATES,

@@ -50,14 +50,26 @@ def export_checkpoint(checkpoint: Path, spec: JobSpec, target: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     if spec.peft is not None:
-        from fsdpspec_runners.engine.lora_export import write_lora
-
-        write_lora(checkpoint, spec, tmp)
+        _write_lora(checkpoint, spec, tmp)
     else:
         module = build_model(eager_spec(spec), on_meta=True)
         write_model_dir(checkpoint, units_of(saved_keys(checkpoint), module), module, spec, tmp)
     publish_dir(tmp, target)
     return target
+
+
+def _write_lora(checkpoint: Path, spec: JobSpec, directory: Path) -> None:
+    """``directory/adapter/`` from a LoRA checkpoint's trainable tensors; with
+    ``peft.merged`` also the merged model in ``directory``."""
+    from fsdpspec_runners.engine.lora_export import ADAPTER_DIR, merged_model, write_adapter
+
+    assert spec.peft is not None
+    trainable = read_unit(checkpoint, saved_keys(checkpoint))
+    write_adapter(trainable, spec, directory / ADAPTER_DIR)
+    if spec.peft.merged:
+        module = merged_model(trainable, eager_spec(spec))
+        write_model_dir(checkpoint, units_of(module.state_dict(), module), module, spec,
+                        directory)
 
 
 def eager_spec(spec: JobSpec) -> JobSpec:

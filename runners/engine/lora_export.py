@@ -1,4 +1,5 @@
-"""A LoRA checkpoint → ``adapter/`` in peft's format, and on request the merged model.
+"""A LoRA run's outputs: ``adapter/`` in peft's format, and on request the merged model
+(export.py writes them from a checkpoint).
 
 ``adapter/`` holds ``adapter_config.json`` and ``adapter_model.safetensors`` (fp32, peft's
 names), which ``PeftModel.from_pretrained(base, "adapter")`` loads onto the base model.
@@ -16,13 +17,6 @@ from torch import nn
 
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.errors import EngineError
-from fsdpspec_runners.engine.export import (
-    eager_spec,
-    read_unit,
-    saved_keys,
-    units_of,
-    write_model_dir,
-)
 from fsdpspec_runners.engine.lora import (
     base_key,
     is_adapter_key,
@@ -32,18 +26,6 @@ from fsdpspec_runners.engine.lora import (
 from fsdpspec_runners.engine.model import build_model, model_geometry, read_weights
 
 ADAPTER_DIR = "adapter"
-
-
-def write_lora(checkpoint: Path, spec: JobSpec, directory: Path) -> None:
-    """``directory/adapter/`` from the checkpoint's trainable tensors; with
-    ``peft.merged`` also the merged model in ``directory``."""
-    assert spec.peft is not None
-    trainable = read_unit(checkpoint, saved_keys(checkpoint))
-    write_adapter(trainable, spec, directory / ADAPTER_DIR)
-    if spec.peft.merged:
-        module = merged_model(trainable, spec)
-        write_model_dir(checkpoint, units_of(module.state_dict(), module), module, spec,
-                        directory)
 
 
 def write_adapter(trainable: dict[str, torch.Tensor], spec: JobSpec, directory: Path) -> None:
@@ -68,7 +50,7 @@ def merged_model(trainable: dict[str, torch.Tensor], spec: JobSpec) -> nn.Module
     from peft import inject_adapter_in_model
     from peft.tuners.lora import LoraLayer
 
-    base_spec = eager_spec(spec).model_copy(update={"peft": None})
+    base_spec = spec.model_copy(update={"peft": None})
     model = build_model(base_spec, on_meta=False)
     if spec.model.weights:
         model.load_state_dict(read_weights(spec.model.weights), strict=False)
