@@ -165,6 +165,33 @@ def modules_to_save_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
                              f"{found.prefix} models", f"/peft/modules_to_save/{index}")
 
 
+@rule("FS145", "lora-target-also-saved", Severity.ERROR,
+      "a module is both a LoRA target and in peft.modules_to_save",
+      "adapt it (target_modules) or train it in full (modules_to_save), not both")
+def lora_target_also_saved(ctx: LintContext) -> Iterator[Diagnostic]:
+    """A module in `modules_to_save` is replaced by a trainable copy, so it is no longer
+    the module a target names: peft then finds nothing to adapt for that name ("No
+    modules were targeted for adaptation") when it is the only target, and drops the
+    adapter silently when it is not.
+
+    FAIL:
+
+        peft: {target_modules: [lm_head], modules_to_save: [lm_head]}
+
+    PASS:
+
+        peft: {target_modules: [q_proj, v_proj], modules_to_save: [lm_head]}
+    """
+    peft = ctx.spec.peft
+    if peft is None:
+        return
+    targets = set(lora_targets(peft.target_modules, ctx.model_config))
+    for index, name in enumerate(peft.modules_to_save):
+        if name in targets:
+            yield diagnostic("FS145", f"peft.modules_to_save {name!r} is also a LoRA target",
+                             f"/peft/modules_to_save/{index}")
+
+
 @rule("FS310", "qlora-storage-dtype", Severity.ERROR,
       "QLoRA's 4-bit storage dtype differs from the unit's other parameters",
       "set peft.quantization.storage_dtype to fsdp.mixed_precision.param_dtype")
