@@ -130,3 +130,9 @@ def test_validate_refuses_qlora_at_the_flag_that_asked_for_it() -> None:
     assert result.stdout.splitlines() == [
         "--set peft.method=qlora:1:19: FS312 error peft.method qlora is planned but not "
         "trained by this engine"]
+
+
+def test_trace_refuses_qlora_in_one_line() -> None:
+    result = run_cli("plan", EXAMPLE, "--trace", "--set", "peft.method=qlora", cwd=ROOT)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].endswith("trace peft.method: lora")
