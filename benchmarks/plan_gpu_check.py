@@ -22,7 +22,7 @@ from pathlib import Path
 
 from plan_accuracy import ROWS, row_spec
 
-from fsdpspec.catalog.modelconfig import model_config
+from fsdpspec.job.job import resolve
 from fsdpspec.plan.planner import plan_job
 
 GIB = 1 << 30
@@ -37,20 +37,19 @@ def measure(row: tuple, torch) -> tuple[int, int, int, int]:
     from fsdpspec_runners.engine.model import build_model
     from fsdpspec_runners.engine.trace import shard_job, train_step
 
-    spec = row_spec(row)
-    config = model_config(spec.model, Path.cwd())
-    plan = plan_job(spec, config)
+    job = resolve(row_spec(row), Path.cwd())
+    plan = plan_job(job)
     shard = plan.job.layout.shard_size
     dist.init_process_group("fake", rank=0, world_size=shard, store=FakeStore())
     try:
         cuda = torch.device("cuda")
         mesh = init_device_mesh("cuda", (shard,))
-        model = build_model(spec, on_meta=True)
-        optimizer = shard_job(spec, model, mesh, cuda)
-        train_step(spec, model, optimizer, cuda)
+        model = build_model(job, on_meta=True)
+        optimizer = shard_job(job, model, mesh, cuda)
+        train_step(job, model, optimizer, cuda)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        train_step(spec, model, optimizer, cuda)
+        train_step(job, model, optimizer, cuda)
         torch.cuda.synchronize()
         measured = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
         del model, optimizer

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from fsdpspec.job.job import Job
 from fsdpspec.job.units import Unit
 from fsdpspec.plan import activations as act
+from fsdpspec.plan.adapters import adapted_parts
 from fsdpspec.plan.units import Sharding, sharding
 from fsdpspec.semantics import (
     MASTER_BYTES,
@@ -144,7 +145,7 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
     grads = 0 if unsharded_carry else 1
     reduced = 0 if carried and not unsharded_carry else on_device
     saved, layer = _layer_activations(job)
-    return _Parts(
+    parts = _Parts(
         persistent={"sharded_parameters": on_device * shard_bytes,
                     "optimizer_states": on_device * job.optimizer_states * shard_bytes},
         accumulated=carried,
@@ -167,6 +168,9 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
         sharded_grads=on_device * shard_bytes,
         optimizer_temporaries=on_device * (shard_bytes if job.optimizer_states == 2 else 0),
     )
+    if job.adapters is None:
+        return parts
+    return adapted_parts(parts, job, sh, lambda index, full: _saved_through(job, index, full))
 
 
 def _layer_activations(job: Job) -> tuple[int, int]:
