@@ -14,6 +14,7 @@ Two sets of rows:
   ``SWEEP_LAYERS`` layers deep, because fake-tensor tracing costs per operation and
   192 full-depth traces take hours on 2 cores. A Mixture of Experts traces in bf16
   only (transformers' grouped expert matmul), so its fp32 rows are skipped and counted.
+- ``--match lora``: one LoRA row per family (``LORA_ROWS``), at full depth.
 
 Gemma 2 and gpt-oss run with eager attention (transformers refuses SDPA for them).
 
@@ -21,6 +22,7 @@ Gemma 2 and gpt-oss run with eager attention (transformers refuses SDPA for them
     python benchmarks/plan_accuracy.py --sweep     # the registry sweep (~15 min, 2 cores)
     python benchmarks/plan_accuracy.py --match moe # the rows whose name has "moe"
     python benchmarks/plan_accuracy.py --levers    # the memory levers' rows
+    python benchmarks/plan_accuracy.py --match lora # the LoRA rows (one per family)
 """
 
 from __future__ import annotations
@@ -98,6 +100,47 @@ ROWS: list[tuple[Any, ...]] = [
      "eager", {}, None),
 ]
 
+# LoRA, one row per family (the frozen base in bf16, fp32 adapters on the family's default
+# targets), without checkpointing and with full checkpointing; qwen3 and gemma have no
+# preset and are read from their config.json under tests/models/.
+_LORA = {"r": 16, "alpha": 32}
+LORA_ROWS: list[tuple[Any, ...]] = [
+    ("lora-llama1b-4k", "llama3.2-1b", (1, 8), "FULL_SHARD", "bf16", "none", 1, 4096, "sdpa",
+     {}, None, {"peft": _LORA}),
+    ("lora-llama8b-acfull-4k-1gpu", "llama3-8b", (1, 1), "FULL_SHARD", "bf16", "full", 1, 4096,
+     "sdpa", {}, None, {"peft": _LORA}),
+    ("lora-mistral7b-window-4k", "mistral-7b", (1, 8), "FULL_SHARD", "bf16", "none", 1, 4096,
+     "sdpa", {}, None, {"peft": _LORA}),
+    ("lora-qwen0.5b-mb2-2k", "qwen2.5-0.5b", (1, 4), "FULL_SHARD", "bf16", "none", 2, 2048,
+     "sdpa", {}, None, {"peft": _LORA}),
+    ("lora-qwen3-0.6b-2k", "tests/models/qwen3", (1, 8), "FULL_SHARD", "bf16", "none", 1, 2048,
+     "sdpa", {}, None, {"peft": _LORA}),
+    ("lora-gemma2b-acfull-2k", "tests/models/gemma", (1, 8), "FULL_SHARD", "bf16", "full", 1,
+     2048, "sdpa", {}, None, {"peft": _LORA}),
+    ("lora-gemma2-2b-eager-2k", "gemma2-2b", (1, 8), "FULL_SHARD", "bf16", "none", 1, 2048,
+     "eager", {}, None, {"peft": _LORA}),
+    ("lora-gemma3-1b-2k", "gemma3-1b", (1, 8), "FULL_SHARD", "bf16", "none", 1, 2048, "sdpa",
+     {}, None, {"peft": _LORA}),
+    ("lora-olmo2-7b-2k", "olmo2-7b", (1, 8), "FULL_SHARD", "bf16", "none", 1, 2048, "sdpa",
+     {}, None, {"peft": _LORA}),
+    ("lora-pythia1.4b-2k", "pythia-1.4b", (1, 8), "FULL_SHARD", "bf16", "none", 1, 2048,
+     "sdpa", {}, None, {"peft": _LORA}),
+    ("lora-starcoder2-3b-acfull", "starcoder2-3b", (1, 8), "FULL_SHARD", "bf16", "full", 1,
+     2048, "sdpa", {}, None, {"peft": _LORA}),
+    ("lora-phi3-eager-1k", "phi3-mini", (1, 8), "FULL_SHARD", "bf16", "none", 1, 1024, "eager",
+     {}, None, {"peft": _LORA}),
+    ("lora-mixtral-8x7b-16", "mixtral-8x7b", (2, 8), "FULL_SHARD", "bf16", "none", 1, 2048,
+     "sdpa", {}, None, {"peft": _LORA}),
+    ("lora-qwen3-30b-a3b-acfull", "qwen3-30b-a3b", (2, 8), "FULL_SHARD", "bf16", "full", 1,
+     4096, "sdpa", {}, None, {"peft": _LORA}),
+    ("lora-olmoe-4k", "olmoe-1b-7b", (1, 8), "FULL_SHARD", "bf16", "none", 1, 4096, "sdpa", {},
+     None, {"peft": _LORA}),
+    ("lora-phi3.5-moe-16", "phi3.5-moe", (2, 8), "FULL_SHARD", "bf16", "none", 1, 2048, "sdpa",
+     {}, None, {"peft": _LORA}),
+    ("lora-gpt-oss-20b-eager-1k", "gpt-oss-20b", (1, 8), "FULL_SHARD", "bf16", "none", 1,
+     1024, "eager", {}, None, {"peft": _LORA}),
+]
+
 
 def lever_rows() -> list[tuple[Any, ...]]:
     """The memory levers (issue 22): the chunked loss and op-level checkpointing on one
@@ -131,10 +174,13 @@ def row_spec(row: tuple[Any, ...]) -> JobSpec:
     name, preset, (nodes, per_node), strategy, precision, ac, micro, seq, attention = row[:9]
     extra, gbs = row[9:11]
     sections = row[11] if len(row) > 11 else {}
+    # A path names a config.json directory (relative to the repository) instead of a preset.
+    source = ({"hf_config": str(Path(__file__).parents[1] / preset)} if "/" in preset
+              else {"preset": preset})
     return JobSpec.model_validate({
         "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": name},
         "resources": {"nodes": nodes, "gpus_per_node": per_node, "accelerator": "H100-80GB"},
-        "model": {"preset": preset, "attention": attention},
+        "model": {**source, "attention": attention},
         "fsdp": {"sharding_strategy": strategy, "mixed_precision": precision,
                  "activation_checkpointing": ac, **extra},
         "data": {"seq_len": seq, "micro_batch_size": micro,
@@ -230,7 +276,7 @@ def main() -> int:
               f"bf16 only); {SWEEP_LAYERS} layers at published widths")
     else:
         jobs = [(r[0], resolve(row_spec(r), Path.cwd()))
-                for r in (lever_rows() if args.levers else ROWS)[: args.rows]
+                for r in (lever_rows() if args.levers else ROWS + LORA_ROWS)[: args.rows]
                 if args.match in r[0]]
     print(f"{'row':<34}{'shard':>6}{'analytic GiB':>14}{'traced GiB':>12}{'error':>8}{'s':>6}")
     errors: list[tuple[float, str]] = []

@@ -6,7 +6,8 @@ Samples specs over every option that changes what the engine does (FSDP version,
 sharding strategy and shard group, wrap policy and min_num_params, mixed precision,
 CPU offload, activation checkpointing (op-level included), activation offload, state
 dict type, prefetch, optimizer, its state precision and scheduler, data source and
-tokenizer, accumulation, loss chunks, compile) on the tiny presets with 2
+tokenizer, accumulation, loss chunks, compile, and LoRA: method, rank, alpha, dropout,
+targets, modules_to_save, merged export) on the tiny presets with 2
 CPU processes. Each spec is validated; each one without errors is run with `fsdpspec
 run` for 2 of its 3 steps (checkpointing at step 2), then run again, which resumes, trains
 step 3 and exports final/. Prints how many were refused (by code), how many ran and how
@@ -229,7 +230,32 @@ def _wide_model(rng: random.Random, wide: WideAssets) -> dict[str, Any]:
     return model if attention is None else {**model, "attention": attention}
 
 
-def sample_spec(rng: random.Random, index: int, assets: Assets) -> dict[str, Any]:
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+           "lm_head", "query_key_value"]
+
+
+def _peft(index: int, seed: int) -> dict[str, Any] | None:
+    """Half the samples fine-tune with LoRA (sometimes asking for QLoRA, which validate
+    refuses). Drawn from a stream of their own, so the other options of a sample are
+    those it had before the peft options were sampled."""
+    rng = random.Random(f"peft-{seed}-{index}")
+    if rng.random() < 0.5:
+        return None
+    peft: dict[str, Any] = {
+        "method": "qlora" if rng.random() < 0.1 else "lora",
+        "r": rng.choice([1, 4, 8, 16]),
+        "alpha": rng.choice([1.0, 8.0, 16.0]),
+        "dropout": rng.choice([0.0, 0.1]),
+        "merged": rng.random() < 0.5,
+    }
+    if rng.random() < 0.5:
+        peft["target_modules"] = rng.sample(TARGETS, rng.randint(1, 3))
+    if rng.random() < 0.2:
+        peft["modules_to_save"] = ["lm_head"]
+    return peft
+
+
+def sample_spec(rng: random.Random, index: int, assets: Assets, seed: int = 0) -> dict[str, Any]:
     """One spec document: the sampled options on a tiny preset, 2 CPU processes (with
     --wide: any tiny preset or the model directory, 1 to 3 processes)."""
     fsdp = _fsdp(rng)
@@ -256,6 +282,7 @@ def sample_spec(rng: random.Random, index: int, assets: Assets) -> dict[str, Any
         "checkpoint": {"interval_steps": 2, "keep_last": 2,
                        "final": {"dtype": rng.choice(DTYPES)}},
         "logging": {"interval_steps": 1},
+        **({"peft": peft} if (peft := _peft(index, seed)) else {}),
     }
 
 
@@ -322,8 +349,13 @@ def try_spec(document: dict[str, Any], directory: Path, wide: bool = False) -> O
         return Outcome([], f"resumed run exit {second.returncode}: {_tail(second)}")
     if "resumed from" not in second.stdout + second.stderr:
         return Outcome([], "the second run did not resume")
-    if not (run_dir / "final" / "model.safetensors").is_file():
-        return Outcome([], "no final/model.safetensors")
+    peft = document.get("peft")
+    expected = ["adapter/adapter_model.safetensors"] if peft else []
+    if not peft or peft["merged"]:
+        expected.append("model.safetensors")
+    missing = [name for name in expected if not (run_dir / "final" / name).is_file()]
+    if missing:
+        return Outcome([], f"no final/{', final/'.join(missing)}")
     if wide:
         return Outcome([], _export_load_report(run_dir, directory))
     return Outcome([])
@@ -356,7 +388,7 @@ def run(samples: int, seed: int, first: int, root: Path, wide: bool = False) -> 
     refused: Counter[str] = Counter()
     ran, failed = 0, []
     for index in range(first + samples):
-        document = sample_spec(rng, index, assets)
+        document = sample_spec(rng, index, assets, seed)
         if index < first:
             continue
         outcome = try_spec(document, root / f"sample-{index}", wide)

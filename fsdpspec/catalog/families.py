@@ -27,6 +27,13 @@ NORMS = {
                  "pre_feedforward_layernorm", "post_feedforward_layernorm"),
 }
 
+# The planner's names of a dense MLP's projections, by `Family.mlp` (the attention's
+# live under ``self_attn``, these under ``mlp``).
+MLP_PROJECTIONS = {"gated": ("gate_proj", "up_proj", "down_proj"),
+                   "gated_fused": ("gate_up_proj", "down_proj"),
+                   "plain": ("up_proj", "down_proj")}
+_MLP_PROJECTIONS = {name for names in MLP_PROJECTIONS.values() for name in names}
+
 
 @dataclass(frozen=True)
 class Moe:
@@ -95,6 +102,28 @@ class Family:
     aliases: dict[str, str] = field(default_factory=dict)
     # Built-in presets of this family, the first being the one an import picks.
     presets: tuple[str, ...] = ()
+
+    def projection_name(self, planned: str) -> str:
+        """transformers' module name of the projection the planner calls ``planned``
+        (q_proj, qkv_proj, o_proj, gate_proj, up_proj, gate_up_proj, down_proj), read
+        from `module_names`: GPT-NeoX's query_key_value, StarCoder2's c_fc…"""
+        parent = "mlp" if planned in _MLP_PROJECTIONS else "self_attn"
+        path = f"{parent}.{planned}"
+        return self.module_names.get(path, path).rsplit(".", 1)[-1]
+
+    @property
+    def projections(self) -> tuple[str, ...]:
+        """The planner's names of the ``nn.Linear`` projections in one decoder layer:
+        attention, then the dense MLP (a Mixture of Experts keeps its experts in stacked
+        tensors, which are not Linear modules)."""
+        attention = ("qkv_proj",) if self.fused_qkv else ("q_proj", "k_proj", "v_proj")
+        return (*attention, "o_proj", *(() if self.moe else MLP_PROJECTIONS[self.mlp]))
+
+    @property
+    def lora_targets(self) -> tuple[str, ...]:
+        """Modules a LoRA adapts by default (`peft.target_modules` left empty): every
+        attention and MLP projection, by transformers' names."""
+        return tuple(self.projection_name(p) for p in self.projections)
 
     @property
     def layer_class(self) -> str:

@@ -93,3 +93,12 @@ def layer_classes(declared: list[str], config: dict[str, Any] | None) -> list[st
         return list(declared)
     found = family(config.get("model_type")) if config is not None else None
     return [found.layer_class] if found else []
+
+
+def lora_targets(declared: list[str], config: dict[str, Any] | None) -> list[str]:
+    """The modules a LoRA adapts: `peft.target_modules` when given, else the family's
+    attention and MLP projections (empty when neither is known)."""
+    if declared:
+        return list(declared)
+    found = family(config.get("model_type")) if config is not None else None
+    return list(found.lora_targets) if found else []

@@ -21,6 +21,7 @@ from fsdpspec.catalog.modelconfig import (
 )
 from fsdpspec.job.geometry import Geometry, GeometryError
 from fsdpspec.job.layout import Layout, layout
+from fsdpspec.job.lora import Adapters, adapters_of, targets_of
 from fsdpspec.job.model import model_geometry
 from fsdpspec.job.rundir import RunDir
 from fsdpspec.job.units import Units, Wrap, choose_units, geometry_tree
@@ -45,6 +46,9 @@ class Job:
     # The FSDP units by module name (None without a geometry). For a factory model they
     # are sized from its `model.geometry`; the engine names them from the built module.
     units: Units | None
+    # A LoRA / QLoRA fine-tune's adapters on the geometry (None: every parameter trains,
+    # or there is no geometry to place them on).
+    adapters: Adapters | None
 
     @property
     def builds_transformers_model(self) -> bool:
@@ -63,12 +67,27 @@ class Job:
         return self.spec.input_paths()
 
     @property
+    def lora_targets(self) -> tuple[str, ...]:
+        """The modules a LoRA adapts, by transformers' names (empty without `peft`)."""
+        return targets_of(self.spec, self.config)
+
+    @property
     def compute_bytes(self) -> int:
         return DTYPE_BYTES[self.spec.fsdp.mixed_precision.param_dtype]
 
     @property
     def reduce_bytes(self) -> int:
         return DTYPE_BYTES[self.spec.fsdp.mixed_precision.reduce_dtype]
+
+    @property
+    def export_bytes(self) -> int:
+        """Bytes per element of the final export (0: none is written)."""
+        final = self.spec.checkpoint.final
+        return DTYPE_BYTES[final.dtype] if final.enabled else 0
+
+    @property
+    def export_shard_bytes(self) -> int:
+        return self.spec.checkpoint.final.max_shard_mb * 10**6
 
     @property
     def optimizer_states(self) -> int:
@@ -106,7 +125,8 @@ class Job:
         if g is not None and _wrap(spec, g) != _wrap(self.spec, g):
             units = job_units(spec, g)
         return dataclasses.replace(self, spec=spec, layout=layout(spec, self.layout.world_size),
-                                   units=units)
+                                   units=units,
+                                   adapters=job_adapters(spec, g, self.config))
 
     def as_json(self) -> dict[str, Any]:
         """The resolved layout and unit names, recorded in resolved-spec.json."""
@@ -145,6 +165,11 @@ def job_units(spec: JobSpec, g: Geometry | None) -> Units | None:
     return choose_units(tree, _wrap(spec, g))
 
 
+def job_adapters(spec: JobSpec, g: Geometry | None,
+                 config: dict[str, Any] | None) -> Adapters | None:
+    return None if g is None else adapters_of(spec, g, targets_of(spec, config))
+
+
 def read_model_config(spec: JobSpec, base_dir: Path) -> dict[str, Any] | None:
     """The model's config; None when hf_config names a path that does not exist, which
     FS407 reports (ignorably: a spec may be written for another machine's paths).
@@ -173,4 +198,4 @@ def resolve(spec: JobSpec, base_dir: Path, *, world_size: int | None = None,
             error = exc
     return Job(spec=spec, base_dir=base_dir, config=config, geometry=geometry,
                geometry_error=error, layout=layout(spec, world_size),
-               units=job_units(spec, geometry))
+               units=job_units(spec, geometry), adapters=job_adapters(spec, geometry, config))

@@ -30,7 +30,7 @@ from __future__ import annotations
 from fsdpspec.job.geometry import Geometry
 
 
-def _norm_bytes(g: Geometry, b: int, width_tokens: int) -> int:
+def norm_bytes(g: Geometry, b: int, width_tokens: int) -> int:
     """A norm whose output feeds a projection (so the output is saved too)."""
     if g.norm_bias:
         return 2 * b * width_tokens
@@ -80,7 +80,7 @@ def mlp_activation_bytes(g: Geometry, b: int, t: int) -> int:
 def layer_activation_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) -> int:
     """Bytes one decoder layer saves for backward without checkpointing."""
     t = batch * seq
-    total = 2 * _norm_bytes(g, b, t * g.hidden_size)
+    total = 2 * norm_bytes(g, b, t * g.hidden_size)
     if g.parallel_residual:
         total -= b * t * g.hidden_size
     if g.norms_per_layer == 4:
@@ -101,7 +101,7 @@ def root_activation_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
     """The final norm (feeding lm_head), the rotary cos/sin shared by every layer, and a
     Mixture-of-Experts model's router probabilities saved by its load-balancing loss."""
     t = batch * seq
-    total = _norm_bytes(g, b, t * g.hidden_size) + 2 * b * t * g.head_dim
+    total = norm_bytes(g, b, t * g.hidden_size) + 2 * b * t * g.head_dim
     if g.experts:
         total += 4 * g.num_layers * t * g.experts.count
     return total

@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdpspec.job.job import Job
+from fsdpspec.plan.adapters import adapted_host_terms
 from fsdpspec.plan.levers import offloaded_activation_bytes
 from fsdpspec.plan.memory import GIB, saved_activation_bytes
 from fsdpspec.plan.units import sharding
-from fsdpspec.semantics import DTYPE_BYTES, MASTER_BYTES
+from fsdpspec.semantics import MASTER_BYTES
 
 # Resident memory of one training process besides its tensors: the interpreter, torch,
 # transformers and the CUDA runtime's host side.
@@ -40,6 +41,10 @@ def host_memory(job: Job, parameters: int) -> HostMemory:
     full_state = fsdp.state_dict_type == "FULL_STATE_DICT"
     gather = MASTER_BYTES * parameters * (1 + job.optimizer_states) if full_state else 0
     export = final_export_bytes(job, parameters)
+    if job.adapters is not None:
+        lora = adapted_host_terms(job, sharding(job), parameters, ranks, WEIGHT_FILE_BYTES)
+        offloaded, gather, export = (lora["offloaded_states"], lora["full_state_dict_gather"],
+                                     lora["final_export"])
     # Activation offload keeps each rank's saved activations in pinned host memory.
     activations = ranks * offloaded_activation_bytes(saved_activation_bytes(job), job)
     offloaded += activations
@@ -67,10 +72,9 @@ def host_memory(job: Job, parameters: int) -> HostMemory:
 def final_export_bytes(job: Job, parameters: int) -> int:
     """Rank 0 converts the last checkpoint one unit at a time: the largest unit read in
     fp32 and cast, plus the shard being filled (at most max_shard_bytes, or one unit)."""
-    final = job.spec.checkpoint.final
-    if not final.enabled:
+    export_bytes, shard_bytes = job.export_bytes, job.export_shard_bytes
+    if not export_bytes:
         return 0
-    export_bytes, shard_bytes = DTYPE_BYTES[final.dtype], final.max_shard_mb * 10**6
     g = job.geometry
     unit = max(g.layer_params, g.embedding_params)
     shard = min(parameters * export_bytes, max(shard_bytes, unit * export_bytes))

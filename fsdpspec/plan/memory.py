@@ -17,6 +17,7 @@ from fsdpspec.job.job import Job
 from fsdpspec.job.units import Unit
 from fsdpspec.plan import activations as act
 from fsdpspec.plan import levers
+from fsdpspec.plan.adapters import adapted_parts
 from fsdpspec.plan.units import Sharding, sharding
 from fsdpspec.semantics import (
     MASTER_BYTES,
@@ -152,7 +153,7 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
     if job.spec.fsdp.activation_offload:
         saved = 0  # in host memory until backward brings each layer's back
     tensors = levers.shard_tensors(sh)
-    return _Parts(
+    parts = _Parts(
         persistent={"sharded_parameters": on_device * shard_bytes,
                     "optimizer_states": on_device * levers.optimizer_state_bytes(job, tensors)},
         accumulated=carried,
@@ -175,6 +176,9 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
         sharded_grads=on_device * shard_bytes,
         optimizer_temporaries=on_device * levers.optimizer_step_temporaries(job, tensors),
     )
+    if job.adapters is None:
+        return parts
+    return adapted_parts(parts, job, sh, lambda index, full: _saved_through(job, index, full))
 
 
 def _layer_activations(job: Job) -> tuple[int, int]:

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fsdpspec.plan.adapters import base_bytes_per_element, trainable_numel
 from fsdpspec.plan.memory import GIB
 from fsdpspec.plan.planner import MAX_NODES
 
 if TYPE_CHECKING:
     from fsdpspec.plan.planner import Plan
+
+
+def _peft_json(plan: Plan) -> dict[str, Any] | None:
+    a = plan.job.adapters
+    if a is None:
+        return None
+    return {"method": a.method, "r": a.r, "adapted_per_layer": [n for n, _ in a.linears],
+            "trainable_parameters": trainable_numel(plan.job),
+            "frozen_base_bytes_per_parameter": base_bytes_per_element(plan.job)}
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:
@@ -24,6 +34,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "shard_size": plan.job.layout.shard_size,
         "accumulation_steps": plan.job.layout.accumulation_steps,
         "accelerator": plan.accelerator.name,
+        "peft": _peft_json(plan),
         "memory": {
             "device": {
                 "peak_allocated_bytes": device.peak_allocated,
@@ -204,6 +215,24 @@ def _parameters(plan: Plan) -> str:
     return text + (f" (introspected: model_type {g.family})" if g.introspected else "")
 
 
+def _adapter_lines(plan: Plan) -> list[str]:
+    """What a LoRA / QLoRA trains and how its frozen base is stored."""
+    a = plan.job.adapters
+    if a is None:
+        return []
+    trainable = trainable_numel(plan.job)
+    stored = f"{base_bytes_per_element(plan.job)} bytes per parameter"
+    if a.method == "qlora":
+        stored = f"4 bits + block scales per projection weight, {stored} elsewhere"
+    line = (f"{a.method} r={a.r} on {len(a.linears)} projection(s) per layer: "
+            f"{trainable / 1e6:,.1f}M trainable ({100 * trainable / plan.parameters:.2f}%), "
+            f"fp32 with gradients and optimizer state; frozen base stored at {stored}")
+    lines = [line]
+    if a.method == "qlora":
+        lines.append("note: the engine plans QLoRA but does not train it (FS312)")
+    return lines
+
+
 def plan_text(plan: Plan) -> str:
     """The table `fsdpspec plan` prints."""
     w = plan.job.layout
@@ -212,6 +241,7 @@ def plan_text(plan: Plan) -> str:
             f"{w.shard_size}, "
             f"micro-batch {w.micro_batch_size} × {w.seq_len}, "
             f"{w.accumulation_steps} accumulation step(s)",
+            *_adapter_lines(plan),
             f"per-rank device memory at its peak ({plan.device.peak.name}):"]
     unit, name = _unit(plan)
     host = ["host memory per node (GiB):"]

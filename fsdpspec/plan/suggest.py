@@ -83,7 +83,8 @@ def _lever_candidates(spec: JobSpec, device: Accelerator) -> list[tuple[str, str
 
 def apply_override(spec: JobSpec, override: str) -> JobSpec:
     """``spec`` with one ``--set``-style override applied (the flag's own code)."""
-    data = spec.as_json_data()
+    # An absent optional section (null) is left out, so an override can create it.
+    data = {k: v for k, v in spec.as_json_data().items() if v is not None}
     apply_overrides(data, [override], SourceMap(file="suggestion"))
     return JobSpec.model_validate(data)
 
@@ -92,7 +93,13 @@ def suggestions(job: Job, memory: DeviceMemory, capacity: int,
                 device: Accelerator) -> list[Suggestion]:
     """Changes that save device memory, most bytes saved first."""
     found = []
-    for override, description in _candidates(job, device):
+    candidates = _candidates(job, device)
+    if job.spec.peft is None and memory.total > capacity:
+        # A different job (adapters, not every weight, are trained): offered only when
+        # the full fine-tune does not fit.
+        candidates.append(("peft.method=lora", "fine-tune low-rank adapters on the frozen "
+                           "base (LoRA) instead of every weight"))
+    for override, description in candidates:
         changed = job.with_spec(apply_override(job.spec, override))
         after = device_memory(changed, is_gpu=device.is_gpu)
         saved = memory.total - after.total

@@ -345,6 +345,45 @@ class FinalExport(_Section):
     safetensors files with an index, as Hugging Face does above 5 GB."""
 
 
+class Quantization(_Section):
+    """How QLoRA stores the frozen base weights (bitsandbytes 4-bit)."""
+
+    quant_type: Literal["nf4", "fp4"] = "nf4"
+    """4-bit format of the frozen base weights: NormalFloat4 (nf4) or FP4."""
+    double_quant: bool = True
+    """Quantise the per-block scales too (about 0.37 bits per weight saved)."""
+    compute_dtype: Dtype = "bfloat16"
+    """Dtype the 4-bit weights are dequantised to for each matmul."""
+    storage_dtype: Dtype = "bfloat16"
+    """Dtype the packed 4-bit bytes are stored as (bitsandbytes' quant_storage): FSDP
+    flattens and gathers a unit in one dtype, so it must be the unit's other parameters'
+    dtype (fsdp.mixed_precision.param_dtype)."""
+
+
+class Peft(_Section):
+    """A parameter-efficient fine-tune: the base model frozen, low-rank adapters trained."""
+
+    method: Literal["lora", "qlora"] = "lora"
+    """lora: adapters on a base stored in the compute dtype; qlora: on a base quantised to
+    4 bits (`quantization`)."""
+    r: PositiveInt = 8
+    """Rank of each adapter (A: r × in, B: out × r)."""
+    alpha: FiniteFloat = Field(default=16.0, gt=0)
+    """Scaling numerator: the adapter's output is multiplied by alpha / r."""
+    dropout: FiniteFloat = Field(default=0.0, ge=0, lt=1)
+    """Dropout on each adapter's input."""
+    target_modules: list[Annotated[str, Field(min_length=1)]] = []
+    """Module names (the last part of a module's path, e.g. q_proj) that get adapters;
+    empty = the family's attention and MLP projections."""
+    modules_to_save: list[Annotated[str, Field(min_length=1)]] = []
+    """Modules trained in full beside the adapters and saved with them (e.g. lm_head)."""
+    quantization: Quantization = Quantization()
+    """qlora: how the frozen base weights are quantised."""
+    merged: bool = False
+    """Also write the merged model (base + adapter, in checkpoint.final.dtype) to final/,
+    beside final/adapter/."""
+
+
 class Checkpoint(_Section):
     dir: str = Field(default="runs/{name}", min_length=1)
     """Run directory; {name} is replaced by metadata.name. Relative to the working dir."""
@@ -470,6 +509,8 @@ class JobSpec(_Section):
     """Optimizer and learning-rate schedule."""
     train: Train = Train()
     """Steps, seed, compile and fault policy."""
+    peft: Peft | None = None
+    """A LoRA or QLoRA fine-tune of the model (null = every parameter is trained)."""
     checkpoint: Checkpoint = Checkpoint()
     """Run directory, checkpoints, resume and final export."""
     logging: Logging = Logging()

@@ -65,6 +65,12 @@ class TrainState:
     scheduler: Any
     batches: Any
     step: int = 0
+    # A LoRA run saves its trainable parameters only: the frozen base is read from
+    # model.weights (or the seeded initialisation) again on resume.
+    trainable_only: bool = False
+
+    def options(self, **kw: Any) -> StateDictOptions:
+        return StateDictOptions(ignore_frozen_params=self.trainable_only, **kw)
 
 
 def checkpoint_root(run_dir: Path) -> Path:
@@ -173,7 +179,7 @@ def _restore_rng(rng: dict[str, torch.Tensor]) -> None:
 
 
 def _sharded_state(state: TrainState, runtime: Runtime) -> dict[str, Any]:
-    model_sd, optim_sd = get_state_dict(state.model, state.optimizer)
+    model_sd, optim_sd = get_state_dict(state.model, state.optimizer, options=state.options())
     return {
         "model": model_sd,
         "optim": optim_sd,
@@ -190,7 +196,7 @@ def _save_full(state: TrainState, directory: Path, runtime: Runtime) -> None:
     is gathered on every rank: FSDP1 cannot offload from the CPU to the CPU (it
     crashes), and the memory is host memory either way."""
     on_gpu = runtime.device.type == "cuda"
-    options = StateDictOptions(full_state_dict=True, cpu_offload=on_gpu)
+    options = state.options(full_state_dict=True, cpu_offload=on_gpu)
     model_sd, optim_sd = get_state_dict(state.model, state.optimizer, options=options)
     rngs: list[Any] | None = [None] * runtime.world_size if runtime.is_main else None
     dist.gather_object(_rng_state(), rngs, dst=0)
@@ -284,7 +290,7 @@ def _load_sharded(state: TrainState, path: Path, runtime: Runtime) -> None:
     if not any(k.startswith(rng_key + ".") or k == rng_key for k in saved_keys):
         loaded.pop(rng_key)  # saved by fewer ranks: this rank keeps its seeded generator
     dcp.load(loaded, checkpoint_id=str(path))
-    _set_model_and_optimizer(state, loaded["model"], loaded["optim"], StateDictOptions())
+    _set_model_and_optimizer(state, loaded["model"], loaded["optim"], state.options())
     _restore_extras(state, loaded)
     if rng_key in loaded:
         _restore_rng(loaded[rng_key])
@@ -310,7 +316,7 @@ def _load_full(state: TrainState, path: Path, runtime: Runtime) -> None:
     except Exception as exc:  # a truncated or foreign file: say which
         raise EngineError(f"cannot read {path / FULL_FILE}: {first_line(exc)}") from None
     _set_model_and_optimizer(state, payload["model"], payload["optim"],
-                             StateDictOptions(full_state_dict=True))
+                             state.options(full_state_dict=True))
     _restore_extras(state, payload)
     rngs = payload["rng"]
     if runtime.rank < len(rngs):  # saved by fewer ranks: keep this rank's seeded generator

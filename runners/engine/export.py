@@ -50,22 +50,19 @@ class CheckpointUnverified(EngineError):
 def export_checkpoint(checkpoint: Path, job: Job, target: Path, *,
                       replace: bool = True) -> Path:
     """Write ``target`` (built under a temp name beside it, renamed into place; removed
-    on any failure) from a DCP checkpoint of a run of ``job``. An existing ``target``
-    is replaced only with ``replace``."""
-    spec = job.spec
-    # The model's config, key order and tied keys, with no storage; eager attention, so
-    # converting needs no attention kernel installed.
-    module = build_model(job, on_meta=True, attention="eager")
-    final = spec.checkpoint.final
+    on any failure) from a DCP checkpoint of a run of ``job``: a Hugging Face model, or
+    for a LoRA its adapter (and, with ``peft.merged``, the merged model). An existing
+    ``target`` is replaced only with ``replace``."""
     try:
         with building_dir(target, replace=replace) as tmp:
-            units = _units(_saved_keys(checkpoint), module)
-            _write_weights(checkpoint, units, DTYPES[final.dtype], final.max_shard_mb * 10**6,
-                           tmp)
-            tokenizer = _save_tokenizer(spec.data.tokenizer, tmp)
-            _save_configs(module, DTYPES[final.dtype], tokenizer, tmp)
-            for file in tmp.iterdir():
-                file.chmod(0o644)  # readable by whoever serves the model, as save_pretrained
+            if job.spec.peft is not None:
+                _write_lora(checkpoint, job, tmp)
+            else:
+                # The model's config, key order and tied keys, with no storage; eager
+                # attention, so converting needs no attention kernel installed.
+                module = build_model(job, on_meta=True, attention="eager")
+                write_model_dir(checkpoint, units_of(saved_keys(checkpoint), module), module,
+                                job, tmp)
     except EngineError:
         raise
     except OSError as exc:
@@ -74,6 +71,34 @@ def export_checkpoint(checkpoint: Path, job: Job, target: Path, *,
         raise EngineError(f"{checkpoint} cannot be converted: {first_line(exc)}; nothing "
                           "was written") from None
     return target
+
+
+def _write_lora(checkpoint: Path, job: Job, directory: Path) -> None:
+    """``directory/adapter/`` from a LoRA checkpoint's trainable tensors; with
+    ``peft.merged`` also the merged model in ``directory``."""
+    from fsdpspec_runners.engine.lora_export import ADAPTER_DIR, merged_model, write_adapter
+
+    peft = job.spec.peft
+    assert peft is not None
+    trainable = read_unit(checkpoint, saved_keys(checkpoint))
+    write_adapter(trainable, job, directory / ADAPTER_DIR)
+    if peft.merged:
+        module = merged_model(trainable, job)
+        write_model_dir(checkpoint, units_of(module.state_dict(), module), module, job,
+                        directory)
+
+
+def write_model_dir(checkpoint: Path, units: list[dict[str, Any]], module: nn.Module,
+                    job: Job, directory: Path) -> None:
+    """Weights (``units``: the checkpoint's tensors, or tensors in memory), configs and
+    tokenizer of a Hugging Face model directory; ``module`` gives the config."""
+    final = job.spec.checkpoint.final
+    _write_weights(checkpoint, units, DTYPES[final.dtype], job.export_shard_bytes, directory)
+    tokenizer = _save_tokenizer(job.spec.data.tokenizer, directory)
+    _save_configs(module, DTYPES[final.dtype], tokenizer, directory)
+    for file in directory.iterdir():
+        if file.is_file():  # readable by whoever serves the model, as save_pretrained leaves it
+            file.chmod(0o644)
 
 
 def export_run(run_dir: Path, step: int | None, target: Path, *, replace: bool = False) -> Path:
@@ -105,7 +130,7 @@ def export_run(run_dir: Path, step: int | None, target: Path, *, replace: bool =
     return export_checkpoint(found[-1], engine_job(spec), target, replace=replace)
 
 
-def _saved_keys(checkpoint: Path) -> dict[str, Any]:
+def saved_keys(checkpoint: Path) -> dict[str, Any]:
     """The model tensors a checkpoint holds, by parameter name: DCP's metadata (each unit
     is read when its turn comes), or a FULL_STATE_DICT file's tensors, memory-mapped (a
     tensor is read from disk when it is used)."""
@@ -127,7 +152,7 @@ def _saved_keys(checkpoint: Path) -> dict[str, Any]:
     }
 
 
-def _units(saved: dict[str, Any], module: nn.Module) -> list[dict[str, Any]]:
+def units_of(saved: dict[str, Any], module: nn.Module) -> list[dict[str, Any]]:
     """The checkpoint's tensors grouped by unit, in the model's order (tied aliases out)."""
     tied = tied_weight_keys(module)
     order = [k for k in module.state_dict() if k in saved and k not in tied]
@@ -139,7 +164,7 @@ def _units(saved: dict[str, Any], module: nn.Module) -> list[dict[str, Any]]:
     return list(units.values())
 
 
-def _read_unit(checkpoint: Path, unit: dict[str, Any]) -> dict[str, Any]:
+def read_unit(checkpoint: Path, unit: dict[str, Any]) -> dict[str, Any]:
     """One unit's full tensors, read from every rank's shards (a full state dict's are
     its mapped tensors already)."""
     if all(isinstance(value, torch.Tensor) for value in unit.values()):
@@ -162,7 +187,7 @@ def _shards(
     shard: dict[str, torch.Tensor] = {}
     size = 0
     for unit in units:
-        tensors = {k: v.to(dtype).contiguous() for k, v in _read_unit(checkpoint, unit).items()}
+        tensors = {k: v.to(dtype).contiguous() for k, v in read_unit(checkpoint, unit).items()}
         unit_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
         if shard and size + unit_bytes > max_bytes:
             yield shard

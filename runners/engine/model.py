@@ -35,15 +35,20 @@ def engine_job(spec: JobSpec, world_size: int | None = None, run_dir: Path | Non
 
 
 def build_model(job: Job, *, on_meta: bool, attention: str | None = None) -> nn.Module:
-    """A fresh model: on the meta device (no storage yet; see ``materialise``), or
-    materialised whole on the CPU and initialised from the spec's seed; ``attention``
-    instead of the spec's implementation."""
+    """A fresh model, with the job's LoRA adapters when it has a `peft` section: on the
+    meta device (no storage yet; see ``materialise``), or materialised whole on the CPU
+    and initialised from the spec's seed; ``attention`` instead of the spec's
+    implementation."""
     spec = job.spec
     with torch.device("meta"):
         if spec.model.factory is not None:
             model = _call_factory(spec.model.factory)
         else:
             model = _build_transformers_model(job, attention or spec.model.attention)
+    if spec.peft is not None:
+        from fsdpspec_runners.engine.lora import add_adapters
+
+        model = add_adapters(model, job)
     if not on_meta:
         materialise(model, torch.device("cpu"), spec.train.seed)
     return model
@@ -98,12 +103,15 @@ def materialise(model: nn.Module, device: torch.device, seed: int) -> None:
     the number of ranks, the sharding or the FSDP version, which makes 1-process and
     N-process runs agree.
     """
+    from fsdpspec_runners.engine.lora import adapter_inits
+
     model.to_empty(device=device)
     init_module = getattr(model, "_init_weights", None)
+    adapters = adapter_inits(model)  # empty without LoRA
     torch.manual_seed(seed)
     with torch.no_grad():
         for module in model.modules():
-            _initialise_module(module, init_module)
+            _initialise_module(module, adapters.get(id(module), init_module))
 
 
 def _initialise_module(module: nn.Module, init_module: Any) -> None:
@@ -139,7 +147,10 @@ def _full_empty(tensor: torch.Tensor | None, *, parameter: bool = False) -> torc
     """An uninitialised CPU tensor of the unsharded shape (None stays None)."""
     if tensor is None:
         return None
-    full = torch.empty(tensor.shape, dtype=tensor.dtype)
+    # Parameters are initialised in fp32 whatever dtype stores them (a LoRA's frozen base
+    # is kept in the compute dtype): the same draws as any other run of the same seed.
+    dtype = torch.float32 if parameter and tensor.is_floating_point() else tensor.dtype
+    full = torch.empty(tensor.shape, dtype=dtype)
     return nn.Parameter(full, requires_grad=False) if parameter else full
 
 
@@ -208,6 +219,10 @@ def load_weights(model: nn.Module, spec: JobSpec, runtime: Runtime, *, sharded: 
     full = _read_agreed(spec.model.weights, runtime, reads=reads)
     if on_meta:
         return
+    if spec.peft is not None:
+        from fsdpspec_runners.engine.lora import base_state_dict, is_adapter_key
+
+        full = base_state_dict(model, full) if full else full
     if sharded:
         options = StateDictOptions(
             full_state_dict=True, broadcast_from_rank0=from_rank0, strict=False
@@ -215,7 +230,10 @@ def load_weights(model: nn.Module, spec: JobSpec, runtime: Runtime, *, sharded: 
         result = set_model_state_dict(model, full, options=options)
     else:
         result = model.load_state_dict(full, strict=False)
-    check_loaded_keys(result.missing_keys, result.unexpected_keys, tied_weight_keys(model))
+    tied = tied_weight_keys(model)
+    if spec.peft is not None:  # the adapters are not in the base weights
+        tied |= {k for k in result.missing_keys if is_adapter_key(k)}
+    check_loaded_keys(result.missing_keys, result.unexpected_keys, tied)
 
 
 def _read_agreed(weights_dir: str, runtime: Runtime, *, reads: bool) -> dict[str, torch.Tensor]:

@@ -55,6 +55,9 @@ def check_traceable(spec: JobSpec, config: dict[str, Any]) -> None:
                          "are; drop fsdp.activation_offload to trace")
     if spec.model.factory is not None:
         raise TraceError("--trace builds transformers models only (preset or hf_config)")
+    if spec.peft is not None and spec.peft.method == "qlora":
+        raise TraceError("--trace runs what the engine builds, and the engine does not build "
+                         "QLoRA's 4-bit base (FS312); trace peft.method: lora")
     found = family(config.get("model_type"))
     if found is not None and found.eager_only and spec.model.attention != "eager":
         raise TraceError(f"transformers builds {found.model_type} with eager attention only; "
@@ -124,7 +127,8 @@ def shard_job(job: Job, model: Any, mesh: Any, device: Any) -> Any:
     uncompiled = spec.model_copy(update={"train": spec.train.model_copy(update={"compile": False})})
     parallelize(model, job.with_spec(uncompiled), mesh, device)
     model.to_empty(device=device)
-    optimizer = build_optimizer(model.parameters(), spec.optimizer)
+    optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad],
+                                spec.optimizer)
     # On a GPU the optimizers default to the multi-tensor (foreach) kernels; the CPU
     # default is the per-tensor loop, whose temporaries are smaller. Trace the GPU's.
     for group in optimizer.param_groups:

@@ -107,11 +107,14 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
     job = engine_job(spec, runtime.world_size, run_dir)
     model = build_fsdp_model(job, runtime)
     torch.manual_seed(spec.train.seed)
-    optimizer = build_optimizer(model.parameters(), spec.optimizer)
+    # Frozen parameters (the base of a LoRA) have no gradient and take no optimizer state.
+    optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad],
+                                spec.optimizer)
     vocab_size = job.config["vocab_size"] if job.config else None
     source, eval_sequences = _data_sources(spec, vocab_size, run_dir, runtime)
     batches = Batches(source, job.layout, spec.data.global_batch_size, runtime.rank)
-    state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches)
+    state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches,
+                       trainable_only=spec.peft is not None)
     resume_from = choose_resume_checkpoint(spec.checkpoint.resume, run_dir, runtime)
     if resume_from is not None:
         load_checkpoint(state, resume_from, runtime)

@@ -38,14 +38,17 @@ def chat_tokenizer(directory: Path) -> Path:
     return directory
 
 
-def tiny_llama(directory: Path, vocab_size: int) -> Path:
-    """A randomly initialised 4-layer Llama saved as a Hugging Face directory."""
+def tiny_llama(directory: Path, vocab_size: int, *, hidden_size: int = 128,
+               num_hidden_layers: int = 4) -> Path:
+    """A randomly initialised Llama (4 layers of 128 by default) saved as a Hugging Face
+    directory."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_hidden_layers,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
         tie_word_embeddings=False, bos_token_id=None, eos_token_id=2, pad_token_id=1,
     )

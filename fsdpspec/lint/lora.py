@@ -1,0 +1,344 @@
+"""FS14x, FS31x, FS54x: LoRA and QLoRA (the `peft` section)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from fsdpspec.catalog.families import Family, family
+from fsdpspec.lint.registry import LintContext, diagnostic, rule
+from fsdpspec.semantics import fsdp1_option
+from fsdpspec.spec.diagnostics import Diagnostic, Severity
+
+# Modules outside the decoder layers that `modules_to_save` may name.
+_ROOT_MODULES = ("lm_head", "embed_tokens", "norm")
+_EMBEDDINGS = ("lm_head", "embed_tokens")
+
+
+def _family(ctx: LintContext) -> Family | None:
+    return family((ctx.model_config or {}).get("model_type"))
+
+
+@rule("FS140", "lora-target-unknown", Severity.ERROR,
+      "a peft.target_modules entry is not a projection of the model",
+      "use the family's projection names (the default targets all of them)")
+def lora_target_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
+    """Each entry of `peft.target_modules` must name a projection the model builds (the
+    last part of its module path), or `lm_head`; peft stops at injection time on a
+    name that matches nothing ("Target modules {...} not found in the base model"),
+    and a name that matches only some layers adapts less than meant. The names are
+    transformers' own: GPT-NeoX calls its projections query_key_value, dense,
+    dense_h_to_4h and dense_4h_to_h; a Mixture of Experts keeps its experts in stacked
+    tensors, so only its attention projections can be targets.
+
+    FAIL:
+
+        model: {preset: llama3-8b}
+        peft: {target_modules: [q_proj, query_key_value]}
+
+    PASS:
+
+        model: {preset: llama3-8b}
+        peft: {target_modules: [q_proj, v_proj]}
+    """
+    peft, found = ctx.spec.peft, _family(ctx)
+    if peft is None or found is None:
+        return
+    known = (*found.lora_targets, "lm_head")
+    for index, name in enumerate(peft.target_modules):
+        if name not in known:
+            yield diagnostic("FS140", f"peft.target_modules {name!r} is not a projection of "
+                             f"{found.prefix} models (they have {', '.join(known)})",
+                             f"/peft/target_modules/{index}")
+
+
+@rule("FS141", "lora-targets-unknown", Severity.ERROR,
+      "peft.target_modules is empty and the model has no default targets",
+      "list the modules to adapt in peft.target_modules")
+def lora_targets_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
+    """With `peft.target_modules` empty, the adapters go on the family's attention and
+    MLP projections. A `factory` model, or a `model_type` outside the registry, has no
+    such list: the modules must be named.
+
+    FAIL:
+
+        model: {factory: "mypkg.models:build"}
+        fsdp: {transformer_layer_cls: [Block]}
+        peft: {method: lora}
+
+    PASS:
+
+        model: {factory: "mypkg.models:build"}
+        fsdp: {transformer_layer_cls: [Block]}
+        peft: {method: lora, target_modules: [proj]}
+    """
+    peft = ctx.spec.peft
+    if peft is not None and not ctx.job.lora_targets:
+        yield diagnostic("FS141", "peft.target_modules is empty and the model's family has "
+                         "no default targets", "/peft")
+
+
+@rule("FS142", "lora-flat-params", Severity.ERROR,
+      "FSDP1 with use_orig_params: false cannot shard a LoRA's frozen base",
+      "set fsdp.use_orig_params: true (or leave it null), or use fsdp.version: 2")
+def lora_flat_params(ctx: LintContext) -> Iterator[Diagnostic]:
+    """FSDP1 flattens each unit into one FlatParameter; without `use_orig_params` a
+    FlatParameter needs every parameter in it to agree on requires_grad, and a LoRA
+    unit holds frozen base weights beside trainable adapters: "FlatParameter requires
+    uniform requires_grad". FSDP2 shards each parameter on its own and has no such limit.
+
+    FAIL:
+
+        fsdp: {version: 1, use_orig_params: false}
+        peft: {method: lora}
+
+    PASS:
+
+        fsdp: {version: 1, use_orig_params: true}
+        peft: {method: lora}
+    """
+    fsdp = ctx.spec.fsdp
+    if ctx.spec.peft is not None and fsdp.version == 1 and not fsdp1_option(fsdp,
+                                                                           "use_orig_params"):
+        yield diagnostic("FS142", "peft with fsdp.version 1 needs use_orig_params: true "
+                         "(FlatParameter requires uniform requires_grad)",
+                         "/fsdp/use_orig_params")
+
+
+@rule("FS143", "modules-to-save-tied", Severity.ERROR,
+      "peft.modules_to_save names a tied embedding",
+      "leave the embeddings frozen, or use a model with untied embeddings")
+def modules_to_save_tied(ctx: LintContext) -> Iterator[Diagnostic]:
+    """With tied embeddings, `lm_head` and `embed_tokens` are one parameter. A module in
+    `modules_to_save` is trained as a separate copy, so training one of them unties the
+    pair: the saved adapter then holds a head the base model's tie overwrites when it is
+    loaded, and FSDP must keep both holders of the shared weight in one unit.
+
+    FAIL:
+
+        model: {preset: gemma2-9b}
+        peft: {modules_to_save: [lm_head]}
+
+    PASS:
+
+        model: {preset: llama3-8b}
+        peft: {modules_to_save: [lm_head]}
+    """
+    peft, config = ctx.spec.peft, ctx.model_config or {}
+    found = _family(ctx)
+    tied = config.get("tie_word_embeddings", found.defaults.get("tie_word_embeddings")
+                      if found else False)
+    if peft is None or not tied:
+        return
+    for index, name in enumerate(peft.modules_to_save):
+        if name in _EMBEDDINGS:
+            yield diagnostic("FS143", f"peft.modules_to_save {name!r} is a tied embedding of "
+                             "this model", f"/peft/modules_to_save/{index}")
+
+
+@rule("FS144", "modules-to-save-unknown", Severity.ERROR,
+      "a peft.modules_to_save entry is not a module of the model",
+      "name a module the model builds: lm_head, embed_tokens, norm or a projection")
+def modules_to_save_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
+    """`modules_to_save` names modules trained in full beside the adapters (by the last
+    part of their path). A name the model does not build matches nothing, and nothing
+    would be trained or saved for it.
+
+    FAIL:
+
+        model: {preset: llama3-8b}
+        peft: {modules_to_save: [score]}
+
+    PASS:
+
+        model: {preset: llama3-8b}
+        peft: {modules_to_save: [lm_head]}
+    """
+    peft, found = ctx.spec.peft, _family(ctx)
+    if peft is None or found is None:
+        return
+    known = (*_ROOT_MODULES, *found.lora_targets)
+    for index, name in enumerate(peft.modules_to_save):
+        if name not in known:
+            yield diagnostic("FS144", f"peft.modules_to_save {name!r} is not a module of "
+                             f"{found.prefix} models", f"/peft/modules_to_save/{index}")
+
+
+@rule("FS145", "lora-target-also-saved", Severity.ERROR,
+      "a module is both a LoRA target and in peft.modules_to_save",
+      "adapt it (target_modules) or train it in full (modules_to_save), not both")
+def lora_target_also_saved(ctx: LintContext) -> Iterator[Diagnostic]:
+    """A module in `modules_to_save` is replaced by a trainable copy, so it is no longer
+    the module a target names: peft then finds nothing to adapt for that name ("No
+    modules were targeted for adaptation") when it is the only target, and drops the
+    adapter silently when it is not.
+
+    FAIL:
+
+        peft: {target_modules: [lm_head], modules_to_save: [lm_head]}
+
+    PASS:
+
+        peft: {target_modules: [q_proj, v_proj], modules_to_save: [lm_head]}
+    """
+    peft = ctx.spec.peft
+    if peft is None:
+        return
+    targets = set(ctx.job.lora_targets)
+    for index, name in enumerate(peft.modules_to_save):
+        if name in targets:
+            yield diagnostic("FS145", f"peft.modules_to_save {name!r} is also a LoRA target",
+                             f"/peft/modules_to_save/{index}")
+
+
+@rule("FS310", "qlora-storage-dtype", Severity.ERROR,
+      "QLoRA's 4-bit storage dtype differs from the unit's other parameters",
+      "set peft.quantization.storage_dtype to fsdp.mixed_precision.param_dtype")
+def qlora_storage_dtype(ctx: LintContext) -> Iterator[Diagnostic]:
+    """FSDP gathers a unit as one buffer of one dtype. bitsandbytes packs 4-bit weights
+    into bytes of `storage_dtype` (its quant_storage); when that is not the dtype of the
+    unit's other parameters (norms, adapters cast to the compute dtype), FSDP1 stops
+    with "Must flatten tensors with uniform dtype" and FSDP2 gathers the unit in pieces.
+
+    FAIL:
+
+        fsdp: {mixed_precision: bf16}
+        peft: {method: qlora, quantization: {storage_dtype: float32}}
+
+    PASS:
+
+        fsdp: {mixed_precision: bf16}
+        peft: {method: qlora, quantization: {storage_dtype: bfloat16}}
+        lint: {ignore: [FS312]}  # planned only
+    """
+    peft = ctx.spec.peft
+    param_dtype = ctx.spec.fsdp.mixed_precision.param_dtype
+    if peft is not None and peft.method == "qlora" and (
+            peft.quantization.storage_dtype != param_dtype):
+        yield diagnostic("FS310", f"peft.quantization.storage_dtype "
+                         f"{peft.quantization.storage_dtype} is not the units' dtype "
+                         f"{param_dtype}", ctx.first_set("/peft/quantization/storage_dtype",
+                                                         "/peft/quantization", "/peft/method"))
+
+
+@rule("FS311", "qlora-compute-dtype", Severity.ERROR,
+      "QLoRA computes in bfloat16 on a device without bfloat16",
+      "set peft.quantization.compute_dtype: float16")
+def qlora_compute_dtype(ctx: LintContext) -> Iterator[Diagnostic]:
+    """The 4-bit weights are dequantised to `compute_dtype` for every matmul; a GPU
+    without bfloat16 arithmetic (V100, T4) cannot run the default.
+
+    FAIL:
+
+        resources: {accelerator: V100}
+        peft: {method: qlora, quantization: {compute_dtype: bfloat16}}
+
+    PASS:
+
+        resources: {accelerator: V100}
+        fsdp: {mixed_precision: fp16}
+        peft: {method: qlora, quantization: {compute_dtype: float16, storage_dtype: float16}}
+        lint: {ignore: [FS312]}  # planned only
+    """
+    peft = ctx.spec.peft
+    if (peft is not None and peft.method == "qlora"
+            and peft.quantization.compute_dtype == "bfloat16"
+            and not ctx.spec.device().supports_bf16):
+        yield diagnostic("FS311", f"{ctx.spec.device().name} has no bfloat16 for QLoRA's "
+                         "compute dtype", ctx.first_set("/peft/quantization/compute_dtype",
+                                                        "/peft/method"))
+
+
+@rule("FS312", "qlora-not-trained", Severity.ERROR,
+      "the engine plans QLoRA but does not train it",
+      "use peft.method: lora (the base in the compute dtype), or plan only")
+def qlora_not_trained(ctx: LintContext) -> Iterator[Diagnostic]:
+    """`fsdpspec plan` sizes a QLoRA job (4-bit base weights with their quantisation
+    state), but the engine does not yet shard bitsandbytes' 4-bit parameters under FSDP,
+    so a QLoRA spec would validate and then fail: it is refused before launch, on every
+    device (bitsandbytes 0.50 runs 4-bit matmuls on the CPU too; what is missing is the
+    sharding). `plan` still reports the memory of such a job.
+
+    FAIL:
+
+        fsdp: {mixed_precision: bf16}
+        peft: {method: qlora}
+
+    PASS:
+
+        fsdp: {mixed_precision: bf16}
+        peft: {method: lora}
+    """
+    if ctx.spec.peft is not None and ctx.spec.peft.method == "qlora":
+        yield diagnostic("FS312", "peft.method qlora is planned but not trained by this "
+                         "engine", "/peft/method")
+
+
+@rule("FS313", "quantization-without-qlora", Severity.WARNING,
+      "peft.quantization is set but peft.method is lora",
+      "set peft.method: qlora, or remove peft.quantization")
+def quantization_without_qlora(ctx: LintContext) -> Iterator[Diagnostic]:
+    """`peft.quantization` describes QLoRA's 4-bit base; under `method: lora` the base is
+    kept in the compute dtype and the block is ignored.
+
+    FAIL:
+
+        peft: {method: lora, quantization: {quant_type: fp4}}
+
+    PASS:
+
+        peft: {method: lora}
+    """
+    peft = ctx.spec.peft
+    if peft is not None and peft.method == "lora" and ctx.is_set("/peft/quantization"):
+        yield diagnostic("FS313", "peft.quantization is ignored under method lora",
+                         "/peft/quantization")
+
+
+@rule("FS540", "lora-rank-too-large", Severity.ERROR,
+      "peft.r is not below a target projection's width",
+      "lower peft.r (8–64 is usual)")
+def lora_rank_too_large(ctx: LintContext) -> Iterator[Diagnostic]:
+    """An adapter of rank r adds r·(in + out) parameters to a projection of in·out; at
+    r ≥ min(in, out) it is no longer low-rank: it trains more than the projection
+    itself and merges into a full-rank update.
+
+    FAIL:
+
+        model: {preset: tiny-llama}
+        peft: {r: 4096}
+
+    PASS:
+
+        model: {preset: tiny-llama}
+        peft: {r: 8}
+    """
+    peft, geometry, adapters = ctx.spec.peft, ctx.geometry(), ctx.job.adapters
+    if peft is None or adapters is None or geometry is None or geometry.introspected:
+        return
+    narrowest = min((min(shape) for _, shape in adapters.linears), default=None)
+    if narrowest is not None and peft.r >= narrowest:
+        yield diagnostic("FS540", f"peft.r {peft.r} is not below the narrowest target's "
+                         f"width {narrowest}", "/peft/r")
+
+
+@rule("FS541", "lora-scale", Severity.WARNING,
+      "peft.alpha / peft.r is far from 1–2",
+      "set alpha to r or 2r")
+def lora_scale(ctx: LintContext) -> Iterator[Diagnostic]:
+    """The adapter's output is scaled by alpha / r. The usual recipes use 1 or 2; a scale
+    above 16 or below 1/16 multiplies or divides the effective learning rate of the
+    adapters by that much, which usually diverges or does not train.
+
+    FAIL:
+
+        peft: {r: 8, alpha: 512}
+
+    PASS:
+
+        peft: {r: 8, alpha: 16}
+    """
+    peft = ctx.spec.peft
+    if peft is not None and not 1 / 16 <= peft.alpha / peft.r <= 16:
+        yield diagnostic("FS541", f"peft.alpha / peft.r = {peft.alpha / peft.r:g} scales the "
+                         "adapters' updates far from the usual 1–2",
+                         ctx.first_set("/peft/alpha", "/peft/r"))

@@ -1,0 +1,102 @@
+"""LoRA adapters, added with the ``peft`` library before FSDP sees the model.
+
+The model is built on the meta device, the adapters are injected there
+(``peft.inject_adapter_in_model``: only adapters and ``modules_to_save`` stay trainable),
+and then the engine checkpoints, shards and materialises it as any model. Under FSDP2 the
+frozen base is stored in the compute dtype: it has no gradient and no optimizer state, so
+an fp32 master copy would only cost memory (FSDP1 flattens a unit into one tensor of one
+dtype, so there the base stays fp32 beside the adapters).
+
+The engine's model keeps transformers' own class at the root; peft's state-dict names
+(``q_proj.base_layer.weight``, ``q_proj.lora_A.default.weight``,
+``lm_head.modules_to_save.default.weight``) are mapped to the base model's names when
+weights are loaded, and to peft's file format when an adapter is exported.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from fsdpspec.job.job import Job
+from fsdpspec_runners.engine.errors import EngineError, first_line
+
+ADAPTER = "default"  # peft's adapter name; the engine trains one adapter
+# Parts of peft's parameter names that the base model's names do not have.
+_WRAPPERS = re.compile(rf"\.(base_layer|original_module|modules_to_save\.{ADAPTER})(?=\.)")
+
+
+def lora_config(job: Job) -> Any:
+    """The ``peft.LoraConfig`` of the job's `peft` section."""
+    from peft import LoraConfig
+
+    spec, targets = job.spec, job.lora_targets
+    assert spec.peft is not None
+    if not targets:
+        raise EngineError("peft.target_modules: the model's family has no default targets; "
+                          "list the modules to adapt")
+    return LoraConfig(
+        r=spec.peft.r, lora_alpha=spec.peft.alpha, lora_dropout=spec.peft.dropout,
+        target_modules=list(targets), modules_to_save=spec.peft.modules_to_save or None,
+        task_type="CAUSAL_LM",
+    )
+
+
+def add_adapters(model: nn.Module, job: Job) -> nn.Module:
+    """Inject the adapters into a meta model (in place) and freeze everything else; under
+    FSDP2 the frozen parameters take the compute dtype."""
+    from peft import inject_adapter_in_model
+
+    spec = job.spec
+    try:
+        inject_adapter_in_model(lora_config(job), model)
+    except ValueError as exc:  # e.g. a target module the model does not have
+        raise EngineError(f"peft: {first_line(exc)}") from None
+    dtype = getattr(torch, spec.fsdp.mixed_precision.param_dtype)
+    if job.layout.fsdp_version == 2 and dtype != torch.float32:
+        for param in model.parameters():  # each tied parameter once: ties survive
+            if not param.requires_grad:
+                param.data = param.data.to(dtype)
+    return model
+
+
+def adapter_inits(model: nn.Module) -> dict[int, Callable[[nn.Module], None]]:
+    """peft's initialisation of each adapter module (by id): A as nn.Linear's default
+    (Kaiming uniform), B zero, so the adapted model starts as the base model."""
+    inits: dict[int, Callable[[nn.Module], None]] = {}
+    for name, module in model.named_modules():
+        if name.endswith(f".lora_A.{ADAPTER}"):
+            inits[id(module)] = lambda m: nn.init.kaiming_uniform_(m.weight, a=math.sqrt(5))
+        elif name.endswith(f".lora_B.{ADAPTER}"):
+            inits[id(module)] = lambda m: nn.init.zeros_(m.weight)
+    return inits
+
+
+def base_key(key: str) -> str:
+    """The base model's name of a parameter of the adapted model (an adapter's own
+    parameter keeps its name: the base weights do not have it)."""
+    return _WRAPPERS.sub("", key)
+
+
+def is_adapter_key(key: str) -> bool:
+    return ".lora_A." in key or ".lora_B." in key
+
+
+def base_state_dict(model: nn.Module, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``weights`` (the base model's files) under the adapted model's names; a module
+    in `modules_to_save` starts as a copy of the base module, as peft makes it."""
+    names = [k for k in model.state_dict() if not is_adapter_key(k)]
+    renamed = {k: weights[base_key(k)] for k in names if base_key(k) in weights}
+    foreign = set(weights) - {base_key(k) for k in names}
+    return renamed | {k: weights[k] for k in foreign}  # unexpected keys stay reported
+
+
+def peft_file_key(key: str) -> str:
+    """A trainable parameter's name in peft's ``adapter_model.safetensors``."""
+    key = key.replace(f".{ADAPTER}.", ".").replace(".modules_to_save.", ".")
+    return f"base_model.model.{key}"

@@ -1,0 +1,195 @@
+"""LoRA fine-tunes end to end on 2 CPU processes: a tiny Llama saved with save_pretrained,
+its chat tokenizer and a parquet chat dataset, under FSDP2 (bf16, the frozen base stored
+in bf16, sharded checkpoints) and FSDP1 (fp32, use_orig_params, dropout, a full state
+dict). Per FSDP version one straight run answers the eval, checkpoint, adapter, merge and
+export questions, and one run stopped at step 4 and resumed answers the resume question:
+four training processes pairs in all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+pytest.importorskip("datasets")
+
+from chat_assets import chat_parquet, chat_tokenizer, conversation  # noqa: E402
+from chat_assets import tiny_llama as save_tiny_llama  # noqa: E402
+from engine_jobs import metrics, ok, torchrun, write_spec  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+STEPS, MIDDLE = 8, 4
+VERSIONS = {
+    2: {"fsdp": {"version": 2, "mixed_precision": "bf16"},
+        "peft": {"r": 4, "alpha": 8, "merged": True}},
+    1: {"fsdp": {"version": 1, "use_orig_params": True, "state_dict_type": "FULL_STATE_DICT"},
+        "peft": {"r": 4, "alpha": 8, "dropout": 0.1, "merged": True,
+                 "target_modules": ["q_proj", "v_proj", "down_proj"]}},
+}
+
+
+def _job(inputs: Path, version: int) -> dict[str, Any]:
+    return {
+        "model": {"preset": None, "hf_config": str(inputs / "model"),
+                  "weights": str(inputs / "model")},
+        "data": {"source": "dataset", "path": str(inputs / "chats"), "format": "chat",
+                 "tokenizer": str(inputs / "tokenizer"), "eval": {"split": "test"},
+                 "seq_len": 64, "global_batch_size": 4},
+        "optimizer": {"lr": 1e-2},
+        "train": {"max_steps": STEPS, "eval_interval_steps": MIDDLE},
+        "checkpoint": {"interval_steps": MIDDLE, "keep_last": 0,
+                       "final": {"dtype": "float32"}},
+        **VERSIONS[version],
+    }
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("lora-inputs")
+    tokenizer = chat_tokenizer(root / "tokenizer")
+    from transformers import AutoTokenizer
+
+    save_tiny_llama(root / "model", len(AutoTokenizer.from_pretrained(tokenizer)),
+                    hidden_size=64, num_hidden_layers=2)
+    chat_parquet(root / "chats", train=32, test=8)
+    return root
+
+
+def _env(root: Path, **extra: str) -> dict[str, str]:
+    return {"HF_HOME": str(root / "hf-home"), **extra}  # datasets' cache stays in the test
+
+
+@pytest.fixture(scope="module", params=[2, 1], ids=["fsdp2", "fsdp1"])
+def runs(request: pytest.FixtureRequest, inputs: Path,
+         tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, Path]:
+    """(FSDP version, a straight run, a run stopped at step MIDDLE and resumed)."""
+    version = request.param
+    straight = tmp_path_factory.mktemp(f"lora{version}-straight")
+    ok(torchrun(write_spec(straight, _job(inputs, version)), env=_env(inputs)))
+    resumed = tmp_path_factory.mktemp(f"lora{version}-resumed")
+    spec = write_spec(resumed, _job(inputs, version))
+    stopped = ok(torchrun(spec, env=_env(inputs, FSDPSPEC_TEST_SIGNAL_AT_STEP=str(MIDDLE))))
+    assert f"stopped by SIGTERM at step {MIDDLE}" in stopped.stdout
+    again = ok(torchrun(spec, env=_env(inputs)))
+    assert f"(step {MIDDLE})" in again.stdout
+    return version, straight, resumed
+
+
+def _evals(run_dir: Path) -> dict[int, float]:
+    return {m["step"]: m["eval_loss"] for m in metrics(run_dir) if "eval_loss" in m}
+
+
+def _train(run_dir: Path) -> dict[int, float]:
+    return {m["step"]: m["loss"] for m in metrics(run_dir) if "loss" in m}
+
+
+def _base_and_adapted(inputs: Path, adapter: Path) -> tuple[Any, Any]:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(inputs / "model", dtype=torch.float32)
+    reference = AutoModelForCausalLM.from_pretrained(inputs / "model", dtype=torch.float32)
+    return reference, PeftModel.from_pretrained(base, adapter).eval()
+
+
+def _prompt(run_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(run_dir / "final")
+    import random
+
+    return tokenizer.apply_chat_template(conversation(random.Random(7))[:2],
+                                         add_generation_prompt=True, return_tensors="pt",
+                                         return_dict=True)["input_ids"]
+
+
+def test_eval_loss_falls(runs: tuple[int, Path, Path]) -> None:
+    version, straight, _ = runs
+    evals = _evals(straight)
+    print(f"fsdp{version} LoRA eval loss {evals[MIDDLE]:.4f} -> {evals[STEPS]:.4f}")
+    assert sorted(evals) == [MIDDLE, STEPS]
+    assert evals[STEPS] < evals[MIDDLE]
+
+
+def test_checkpoints_hold_the_trainable_state_only(runs: tuple[int, Path, Path]) -> None:
+    """Adapters and their AdamW state, gathered from both ranks; no frozen base weight."""
+    version, straight, _ = runs
+    checkpoint = straight / "checkpoints" / f"step-{STEPS:08d}"
+    if version == 1:
+        payload = torch.load(checkpoint / "full_state_dict.pt", weights_only=True)
+        model_keys = set(payload["model"])
+        shapes = {k: tuple(v.shape) for k, v in payload["model"].items()}
+    else:
+        import torch.distributed.checkpoint as dcp
+
+        saved = dcp.FileSystemReader(str(checkpoint)).read_metadata().state_dict_metadata
+        model_keys = {k[len("model."):] for k in saved if k.startswith("model.")}
+        shapes = {k[len("model."):]: tuple(v.size) for k, v in saved.items()
+                  if k.startswith("model.")}
+    targets = VERSIONS[version]["peft"].get("target_modules",
+                                            ["q_proj", "k_proj", "v_proj", "o_proj",
+                                             "gate_proj", "up_proj", "down_proj"])
+    assert len(model_keys) == 2 * 2 * len(targets)  # A and B, per target, per layer
+    assert all(".lora_A." in k or ".lora_B." in k for k in model_keys)
+    # Full shapes (not one rank's shard): A is r × in.
+    assert shapes["model.layers.1.self_attn.q_proj.lora_A.default.weight"] == (4, 64)
+
+
+def test_resume_is_bit_identical(runs: tuple[int, Path, Path]) -> None:
+    from safetensors.torch import load_file
+
+    _, straight, resumed = runs
+    assert _train(resumed) == _train(straight)
+    assert _evals(resumed)[STEPS] == _evals(straight)[STEPS]  # the stop came before step 4's
+    a = load_file(straight / "final" / "adapter" / "adapter_model.safetensors")
+    b = load_file(resumed / "final" / "adapter" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_adapter_loads_with_peft_and_generates(runs: tuple[int, Path, Path],
+                                               inputs: Path) -> None:
+    _, straight, _ = runs
+    reference, adapted = _base_and_adapted(inputs, straight / "final" / "adapter")
+    ids = _prompt(straight)
+    with torch.no_grad():
+        assert not torch.allclose(adapted(ids).logits, reference(ids).logits)  # trained
+        generated = adapted.generate(ids, max_new_tokens=4, do_sample=False)
+    assert generated.shape == (1, ids.shape[1] + 4)
+
+
+def test_merged_logits_equal_base_plus_adapter(runs: tuple[int, Path, Path],
+                                               inputs: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    _, straight, _ = runs
+    _, adapted = _base_and_adapted(inputs, straight / "final" / "adapter")
+    merged = AutoModelForCausalLM.from_pretrained(straight / "final").eval()
+    assert merged.dtype == torch.float32  # checkpoint.final.dtype
+    ids = _prompt(straight)
+    with torch.no_grad():
+        difference = (merged(ids).logits - adapted(ids).logits).abs().max().item()
+    print(f"merged vs base + adapter: max |logit difference| {difference:.2e}")
+    assert difference <= 1e-5
+
+
+def test_export_hf_writes_a_mid_run_adapter(runs: tuple[int, Path, Path], tmp_path: Path,
+                                            inputs: Path) -> None:
+    from safetensors.torch import load_file
+
+    _, straight, _ = runs
+    out = tmp_path / "step-4"
+    result = run_cli("export", "hf", str(straight), "--step", str(MIDDLE), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert {p.name for p in (out / "adapter").iterdir()} == {
+        "adapter_config.json", "adapter_model.safetensors"}
+    _base_and_adapted(inputs, out / "adapter")  # peft loads it
+    middle = load_file(out / "adapter" / "adapter_model.safetensors")
+    final = load_file(straight / "final" / "adapter" / "adapter_model.safetensors")
+    assert any(not torch.equal(middle[k], final[k]) for k in final)
+    assert (out / "model.safetensors").is_file()  # merged, as peft.merged asks
