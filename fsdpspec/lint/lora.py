@@ -115,7 +115,7 @@ def modules_to_save_tied(ctx: LintContext) -> Iterator[Diagnostic]:
 
     FAIL:
 
-        model: {preset: gemma2-9b}
+        model: {preset: gemma2-9b, attention: eager}
         peft: {modules_to_save: [lm_head]}
 
     PASS:

@@ -49,7 +49,9 @@ def test_text_table_shows_memory_step_bound_and_set_lines() -> None:
                                "fsdp.activation_checkpointing")
     assert "tokens/s/GPU" in lines[2] and "memory GiB" in lines[2]
     assert "(the spec as written)" in lines[3] and "compute" in lines[3]
-    assert "--set fsdp.activation_checkpointing=selective" in lines[4]
+    # Op-level checkpointing recomputes least of the modes that save memory.
+    assert "--set fsdp.activation_checkpointing=op" in lines[4]
+    assert "--set fsdp.activation_checkpointing=selective" in lines[5]
 
 
 def test_the_spec_decides_what_it_writes_unless_vary_names_it() -> None:
@@ -66,7 +68,9 @@ def test_what_if_64_a100_ranks_checkpointing_by_its_recompute() -> None:
                   "--vary", "fsdp.activation_checkpointing", "--format", "json")
     assert result.exit_code == 0, result.output
     order = [c["overrides"] for c in json.loads(result.output)["candidates"]]
-    assert order == [[], ["fsdp.activation_checkpointing=selective"],
+    # torchtitan on 64 A100s: selective-op 2,973 tokens/s/GPU over selective-layer 2,904.
+    assert order == [[], ["fsdp.activation_checkpointing=op"],
+                     ["fsdp.activation_checkpointing=selective"],
                      ["fsdp.activation_checkpointing=full"]]
 
 
