@@ -62,10 +62,10 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def _descendants(pid: int) -> list[int]:
-    from fsdpspec_runners.local.supervise import _children
+    from fsdpspec_runners.local.supervise import children
 
     found = []
-    for child in _children(pid):
+    for child in children(pid):
         found += [child, *_descendants(child)]
     return found
 

@@ -66,15 +66,21 @@ def test_a_run_resumed_on_another_process_count_continues_exactly(
 def test_each_step_takes_the_same_sequences_on_any_layout() -> None:
     """Data order: step s is global sequences [s·G, (s+1)·G), however they are split
     over processes and micro-batches; so a resumed layout neither repeats nor skips."""
-    from fsdpspec.spec.v1 import Data
+    from fsdpspec.job.layout import layout
+    from fsdpspec.spec.v1 import JobSpec
     from fsdpspec_runners.engine.data import Batches, SequenceSource
 
     def step_rows(world: int, micro: int, position: int) -> list[tuple[int, ...]]:
-        data = Data(source="synthetic", seq_len=8, micro_batch_size=micro, global_batch_size=6)
-        source = SequenceSource(data, vocab_size=320, seed=3)
+        spec = JobSpec.model_validate({
+            "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "order"},
+            "resources": {"gpus_per_node": world, "accelerator": "cpu"},
+            "model": {"preset": "tiny-llama"},
+            "data": {"source": "synthetic", "seq_len": 8, "micro_batch_size": micro,
+                     "global_batch_size": 6}})
+        source = SequenceSource(spec.data, vocab_size=320, seed=3)
         rows = []
         for rank in range(world):
-            batches = Batches(source, data, rank, world)
+            batches = Batches(source, layout(spec, world), 6, rank)
             batches.load_state_dict({"position": position})
             rows += [tuple(r.tolist()) for b in batches.next_step() for r in b["input_ids"]]
         return sorted(rows)
