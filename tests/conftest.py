@@ -29,6 +29,15 @@ def cli():
     return run_cli
 
 
+@pytest.fixture(autouse=True)
+def model_cache(tmp_path_factory, monkeypatch) -> Path:
+    """Each test's own (empty) cache of introspected model geometries, never the user's;
+    subprocesses inherit it."""
+    cache = tmp_path_factory.mktemp("xdg-cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    return cache / "fsdpspec" / "models"
+
+
 def stub_slurm_bin(tmp_path: Path, srun_body: str = "") -> Path:
     """`srun` and `scontrol` that append their argv (NUL-separated, one call a line) to
     tmp_path/<name>.argv; scontrol prints four host names, srun then runs ``srun_body``."""
