@@ -29,6 +29,55 @@ def cli():
     return run_cli
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`.ci/run` runs the suite on two pytest-xdist workers (`--dist loadgroup`). A fixture
+    of ours wider than a test (a trained run, a Slurm cluster) must be built once, so the
+    tests that share one, directly or through another test's fixtures, form one group and
+    run on one worker; every other test goes wherever a worker is free."""
+    parent: dict[str, str] = {}
+
+    def root(name: str) -> str:
+        while parent.setdefault(name, name) != name:
+            name = parent[name]
+        return name
+
+    shared = {item: _shared_fixtures(item) for item in items}
+    for names in shared.values():
+        for name in names[1:]:
+            parent[root(name)] = root(names[0])
+    for item, names in shared.items():
+        if names:
+            item.add_marker(pytest.mark.xdist_group(root(names[0])))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Never silently ungrouped: if xdist stops honouring the groups above (as under
+    pytest 9.2, pytest-xdist#1386), every shared fixture would be built on each worker."""
+    if not getattr(session.config.option, "loadgroup", False):  # set on xdist's workers
+        return
+    lost = [item.nodeid for item in session.items
+            if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        message = (f"--dist loadgroup is not grouping {lost[0]} (and {len(lost) - 1} more): "
+                   "install the pytest that pyproject.toml names")
+        print(message, file=sys.__stderr__)  # xdist shows a worker's UsageError as a bare assert
+        raise pytest.UsageError(message)
+
+
+def _shared_fixtures(item: pytest.Item) -> list[str]:
+    """The fixtures defined under tests/ that ``item`` uses and that outlive one test."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return sorted(
+        f"{Path(defs[-1].func.__code__.co_filename).relative_to(ROOT)}::{name}"
+        for name, defs in info.name2fixturedefs.items()
+        if defs and defs[-1].scope != "function"
+        and Path(defs[-1].func.__code__.co_filename).is_relative_to(ROOT / "tests")
+    )
+
+
 @pytest.fixture(autouse=True)
 def model_cache(tmp_path_factory, monkeypatch) -> Path:
     """Each test's own (empty) cache of introspected model geometries, never the user's;
