@@ -198,15 +198,3 @@ def test_a_script_with_two_launches_or_none_is_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "no torchrun, accelerate launch or python command" in (
         result.output)
 
-
-# ---- axolotl ---------------------------------------------------------------------------
-
-def test_axolotl_lora_is_refused_by_name_with_its_keys(tmp_path: Path) -> None:
-    source, out, result = _import(tmp_path, "axolotl", "lora.yaml",
-                                  "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_r: 16\n"
-                                  "lora_alpha: 32\nfsdp_version: 2\nfsdp_config:\n"
-                                  "  reshard_after_forward: true\n")
-    assert result.exit_code == 1 and not out.exists()
-    assert result.output.strip() == (
-        f"{source}:2: FS051 adapter lora (a low-rank adapter over a frozen base model with "
-        "lora_alpha, lora_r): the spec cannot say this yet; nothing imported")
