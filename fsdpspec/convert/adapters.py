@@ -134,11 +134,7 @@ def _number(draft: Draft, entries: dict[str, Entry], key: str, target: str,
 
 def _scale(draft: Draft, entries: dict[str, Entry], rank: int) -> None:
     """lora_alpha, and rsLoRA's alpha/√r scale as the spec's alpha/r."""
-    alpha = entries.get("lora_alpha")
     value = _number(draft, entries, "lora_alpha", "peft.alpha", hftrain.as_float)
-    if value is None and alpha is None:
-        value = 8.0  # peft's LoraConfig default
-        draft.put("peft.alpha", value, "not in the source: peft's default lora_alpha")
     rslora = entries.get("peft_use_rslora")
     if value is not None and truthy(rslora):
         draft.put("peft.alpha", value * math.sqrt(rank),
@@ -198,13 +194,15 @@ def apply_adapter(entries: dict[str, Entry], draft: Draft) -> Targets | None:
         return None
     draft.carry("peft.method", adapter.value, adapter)
     _refusals(entries, draft)
+    for key in ("lora_r", "lora_alpha"):
+        if entries.get(key) is None or entries[key].value is None:
+            # axolotl hands peft None, and peft stops on it (a TypeError).
+            draft.refusals.append(Note(adapter.line, f"FS052 adapter {adapter.value} without "
+                                       f"{key} (peft stops on it)"))
     rank = _number(draft, entries, "lora_r", "peft.r", hftrain.as_int)
-    if rank is None:
-        rank = 8  # peft's LoraConfig default
-        draft.put("peft.r", rank, "not in the source: peft's default lora_r")
-    if rank < 1:
+    if rank is not None and rank < 1:
         draft.refusals.append(Note(entries["lora_r"].line, f"FS052 lora_r {rank} is not a rank"))
-        rank = 1
+    rank = rank if rank is not None and rank > 0 else 1  # refused above
     _scale(draft, entries, rank)
     _number(draft, entries, "lora_dropout", "peft.dropout", hftrain.as_float)
     saved = entries.get("lora_modules_to_save")

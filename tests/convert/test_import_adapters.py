@@ -55,49 +55,56 @@ def test_rslora_is_its_scale_as_alpha_over_r(tmp_path: Path) -> None:
 
 
 def test_target_linear_is_the_family_projections_plus_named_extras(tmp_path: Path) -> None:
-    _, out, result = _import(tmp_path, "adapter: lora\nlora_target_linear: true\n"
-                             "lora_target_modules:\n  - lm_head\n")
+    _, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_alpha: 16\n"
+                             "lora_target_linear: true\nlora_target_modules:\n  - lm_head\n")
     assert result.exit_code == 0, result.output
     assert check_file(out).spec.peft.target_modules == [*FAMILIES["mistral"].lora_targets,
                                                         "lm_head"]
 
 
 @pytest.mark.parametrize(("text", "line", "feature"), [
-    ("peft_use_dora: true\n", 10, "peft_use_dora True (DoRA, weight-decomposed adapters)"),
-    ("lora_fan_in_fan_out: true\n", 10, "lora_fan_in_fan_out True (adapters on transposed"),
-    ("peft_layers_to_transform: [0, 1]\n", 10, "peft_layers_to_transform … (adapters on some"),
-    ("lora_model_dir: ./old-adapter\n", 10, "lora_model_dir ./old-adapter (training on from"),
-    ("peft_init_lora_weights: pissa\n", 10, "peft_init_lora_weights pissa (an adapter init"),
-    ("loraplus_lr_ratio: 16\n", 10, "loraplus_lr_ratio 16 (LoRA+"),
+    ("peft_use_dora: true\n", 11, "peft_use_dora True (DoRA, weight-decomposed adapters)"),
+    ("lora_fan_in_fan_out: true\n", 11, "lora_fan_in_fan_out True (adapters on transposed"),
+    ("peft_layers_to_transform: [0, 1]\n", 11, "peft_layers_to_transform … (adapters on some"),
+    ("lora_model_dir: ./old-adapter\n", 11, "lora_model_dir ./old-adapter (training on from"),
+    ("peft_init_lora_weights: pissa\n", 11, "peft_init_lora_weights pissa (an adapter init"),
+    ("loraplus_lr_ratio: 16\n", 11, "loraplus_lr_ratio 16 (LoRA+"),
 ])
 def test_an_adapter_the_section_cannot_say_is_refused_at_its_line(
         tmp_path: Path, text: str, line: int, feature: str) -> None:
-    source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_target_linear: "
-                                  "true\n" + text)
+    source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_alpha: 16\n"
+                                  "lora_target_linear: true\n" + text)
     assert result.exit_code == 1 and not out.exists()
     assert result.output.strip().startswith(f"{source}:{line}: FS051 {feature}"), result.output
     assert result.output.strip().endswith("the spec cannot say this yet; nothing imported")
 
 
 def test_a_string_target_is_a_regular_expression_and_refused(tmp_path: Path) -> None:
-    source, out, result = _import(tmp_path, "adapter: lora\nlora_target_modules: q_proj\n")
+    source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_alpha: 16\n"
+                                  "lora_target_modules: q_proj\n")
     assert result.exit_code == 1 and not out.exists()
-    assert result.output.startswith(f"{source}:8: FS051 lora_target_modules 'q_proj' (a "
+    assert result.output.startswith(f"{source}:10: FS051 lora_target_modules 'q_proj' (a "
                                     "regular expression over module paths)")
 
 
-def test_no_target_at_all_is_one_line(tmp_path: Path) -> None:
-    source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\n")
+def test_no_target_or_no_alpha_is_one_line_each(tmp_path: Path) -> None:
+    source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_alpha: 16\n")
     assert result.exit_code == 1 and not out.exists()
     assert result.output.startswith(f"{source}:7: FS052 adapter lora with neither "
                                     "lora_target_modules nor lora_target_linear")
+    source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 0\n"
+                                  "lora_target_linear: true\n")
+    assert result.exit_code == 1 and not out.exists()
+    assert result.output.splitlines() == [
+        f"{source}:7: FS052 adapter lora without lora_alpha (peft stops on it); nothing "
+        "imported", f"{source}:8: FS052 lora_r 0 is not a rank; nothing imported"]
 
 
 def test_target_linear_on_a_model_with_a_linear_router_is_refused(tmp_path: Path) -> None:
-    source, out, result = _import(tmp_path, "adapter: lora\nlora_target_linear: true\n",
-                                  "--preset", "tiny-phimoe")
+    source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_alpha: 16\n"
+                                  "lora_target_linear: true\n", "--preset", "tiny-phimoe")
     assert result.exit_code == 1 and not out.exists()
-    assert result.output.startswith(f"{source}:8: FS051 lora_target_linear on a model "
+    assert result.output.startswith(f"{source}:10: FS051 lora_target_linear on a model "
                                     "phimoe, whose router is a linear layer")
 
 
@@ -109,11 +116,12 @@ def test_lora_keys_without_an_adapter_are_notes(tmp_path: Path) -> None:
 
 
 def test_qlora_is_peft_qlora_which_validate_refuses_at_its_line(tmp_path: Path) -> None:
-    source, out, result = _import(tmp_path, "adapter: qlora\nload_in_4bit: true\n"
-                                  "lora_target_linear: true\nbnb_config_kwargs:\n"
+    source, out, result = _import(tmp_path, "adapter: qlora\nlora_r: 8\nlora_alpha: 16\n"
+                                  "load_in_4bit: true\nlora_target_linear: true\n"
+                                  "bnb_config_kwargs:\n"
                                   "  bnb_4bit_quant_type: fp4\n  llm_int8_threshold: 6.0\n")
     assert result.exit_code == 0, result.output
-    assert f"{source}:8: adapter qlora: imported as peft.method qlora" in result.output
+    assert f"{source}:10: adapter qlora: imported as peft.method qlora" in result.output
     report = check_file(out)
     quantization = report.spec.peft.quantization
     assert (report.spec.peft.method, quantization.quant_type, quantization.double_quant,
