@@ -35,7 +35,6 @@ _REFUSED = {
     "peft": "LoftQ initialisation",
     "relora": "ReLoRA, adapters merged and restarted",
     "relora_steps": "ReLoRA, adapters merged and restarted",
-    "gptq": "a GPTQ-quantized base model",
 }
 # axolotl hands QLoRA's base to bitsandbytes as NF4 with double quantization, computing
 # in its torch_dtype and storing the 4-bit bytes as bfloat16.
@@ -183,7 +182,7 @@ def apply_adapter(entries: dict[str, Entry], draft: Draft) -> Targets | None:
     model is known (None without an adapter). Call after the precision is carried."""
     adapter = entries.get("adapter")
     if not truthy(adapter):
-        for key in sorted(KEYS - {"adapter", "peft", "gptq"}):
+        for key in sorted(KEYS - {"adapter", "peft"}):
             if truthy(entries.get(key)):
                 draft.note(entries[key], f"{key}: no adapter is set, so axolotl trains none; "
                            "not imported")

@@ -44,6 +44,7 @@ _REFUSED_SWITCHES = {
     "fp8": "float8 training",
     "load_in_8bit": "an 8-bit quantized base model",
     "load_in_4bit": "a 4-bit quantized base model",  # but under QLoRA (adapters)
+    "gptq": "a GPTQ-quantized base model",
 }
 _ATTENTION = {"sdpa": "sdpa", "eager": "eager", "flash_attention_2": "flash_attention_2"}
 # axolotl's older boolean attention flags, in its priority order, and the

@@ -122,7 +122,7 @@ EXPECTED: dict[str, dict] = {
     "axolotl/llama-3-lora-8b.yml": refused("load_in_8bit True (an 8-bit quantized base"),
     "axolotl/glm47-flash-lora-fsdp.yaml": refused("load_in_8bit True"),
     "axolotl/modal-llama-3.1-lora.yml": refused("load_in_8bit True"),
-    "axolotl/llama-2-gptq-lora.yml": refused("FS051 gptq True (a GPTQ-quantized base model)"),
+    "axolotl/llama-2-gptq-lora.yml": refused("FS050 gptq True (a GPTQ-quantized base model)"),
     "axolotl/llama-3_1-8b-hsdp-tp.yaml": refused("tensor_parallel_size 2 (tensor parallelism"),
     "axolotl/qwen3-8b-fsdp-tp-cp.yaml": refused("tensor_parallel_size 2",
                                                 "context_parallel_size 2"),
@@ -242,7 +242,8 @@ def test_import_then_validate_then_dry_run_is_clean(name: str, tmp_path: Path) -
 
 
 @pytest.mark.parametrize("name", ["accelerate/trl-fsdp2.yaml", "trainer/qwerty-finetune.sh",
-                                  "axolotl/phi3-ft-fsdp.yml", "torchtitan/2026-qwen3_32b.toml"])
+                                  "axolotl/mistral-lora-mps.yml",
+                                  "torchtitan/2026-llama3_8b.toml"])
 def test_each_kind_as_a_user_types_it(name: str, tmp_path: Path) -> None:
     """The real `fsdpspec` process, once per kind."""
     kind = name.split("/")[0]
@@ -255,10 +256,11 @@ def test_each_kind_as_a_user_types_it(name: str, tmp_path: Path) -> None:
 
 def test_docs_name_every_key_each_importer_reads_or_refuses() -> None:
     """docs/import.md's tables against the importers' own tables."""
-    from fsdpspec.convert import accelerate, axolotl, hftrain, torchtitan, trainer
+    from fsdpspec.convert import accelerate, adapters, axolotl, hftrain, torchtitan, trainer
 
     text = (ROOT / "docs" / "import.md").read_text()
     keys = [*hftrain._SIMPLE, *hftrain._SPECIAL, *trainer._FSDP_WORDS, *trainer._SEQ_LEN,
             *accelerate._REFUSED_SIZES, *axolotl._RENAMED, *axolotl._REFUSED_SIZES,
-            *axolotl._REFUSED_SWITCHES, *torchtitan._REFUSED_DEGREES]
+            *axolotl._REFUSED_SWITCHES, *axolotl._ATTENTION_FLAGS, *adapters.KEYS,
+            *adapters._BNB_KEYS, *hftrain._STATE_DTYPES, *torchtitan._REFUSED_DEGREES]
     assert [k for k in keys if f"`{k}" not in text and f" {k}" not in text] == []
