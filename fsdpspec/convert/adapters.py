@@ -47,7 +47,7 @@ _PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
 # Families whose router is an nn.Linear: axolotl's lora_target_linear adapts it, and the
 # spec's targets cannot name it (FS140). Measured on transformers 5.24's meta models: for
 # every other registered family, the Linear modules but lm_head are its projections
-# (tests/convert/test_adapters.py checks both).
+# (tests/convert/test_import_adapters.py checks both).
 LINEAR_ROUTERS = frozenset({"phimoe"})
 
 KEYS = frozenset({"adapter", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
