@@ -5,7 +5,8 @@ here for hftrain) and its FSDP settings to accelerate, in two generations: FSDP1
 `fsdp: [full_shard, auto_wrap]` with `fsdp_`-prefixed `fsdp_config` keys, FSDP2 as
 `fsdp_version: 2` with unprefixed keys. Its parallelism sizes follow accelerate's
 parallelism_config: a pure data-parallel layout is hybrid sharding, anything else (and
-LoRA/QLoRA adapters, float8, activation offloading) is refused by name.
+float8, activation offloading) is refused by name. LoRA and QLoRA adapters are the
+`peft` section (`adapters`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.convert import hftrain
+from fsdpspec.convert import adapters, hftrain
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
 from fsdpspec.convert.fsdpkeys import NotCarried, apply_fsdp, read_keys, take_layers
 from fsdpspec.convert.importer import Imported, finish
@@ -42,9 +43,15 @@ _REFUSED_SWITCHES = {
     "activation_offloading": "activation offloading to the CPU",
     "fp8": "float8 training",
     "load_in_8bit": "an 8-bit quantized base model",
-    "load_in_4bit": "a 4-bit quantized base model",
+    "load_in_4bit": "a 4-bit quantized base model",  # but under QLoRA (adapters)
+    "gptq": "a GPTQ-quantized base model",
 }
 _ATTENTION = {"sdpa": "sdpa", "eager": "eager", "flash_attention_2": "flash_attention_2"}
+# axolotl's older boolean attention flags, in its priority order, and the
+# attn_implementation each stands for (axolotl's LEGACY_ATTN_FLAG_TO_IMPL).
+_ATTENTION_FLAGS = {"xformers_attention": "xformers", "sage_attention": "sage",
+                    "flex_attention": "flex_attention", "flash_attention": "flash_attention_2",
+                    "sdp_attention": "sdpa", "eager_attention": "eager"}
 # axolotl dataset types that are one of the spec's data formats.
 _DATASET_FORMATS = {"chat_template": "chat", "completion": "text"}
 # Keys that change nothing the spec holds (logging destinations, prepared-data caches).
@@ -54,8 +61,10 @@ _NO_BEARING = frozenset({
     "trackio_run_name", "trackio_space_id", "resume_from_checkpoint",
 })
 _HANDLED = frozenset({"base_model", "fsdp", "fsdp_config", "fsdp_version", "sequence_len",
-                      "dp_shard_size", "dp_replicate_size", "adapter", "datasets",
-                      "attn_implementation", *_REFUSED_SIZES, *_REFUSED_SWITCHES})
+                      "dp_shard_size", "dp_replicate_size", "datasets",
+                      "attn_implementation", *_ATTENTION_FLAGS, *_REFUSED_SIZES,
+                      *_REFUSED_SWITCHES,
+                      *adapters.KEYS})
 
 
 def _entries(document: Document) -> dict[str, Entry]:
@@ -64,12 +73,6 @@ def _entries(document: Document) -> dict[str, Entry]:
 
 
 def _refusals(entries: dict[str, Entry], draft: Draft) -> None:
-    adapter = entries.get("adapter")
-    if adapter is not None and adapter.value:
-        lora = sorted(k for k in entries if k.startswith("lora_") and entries[k].value)
-        keys = f" with {', '.join(lora)}" if lora else ""
-        draft.refuse(adapter.line, f"adapter {adapter.value} (a low-rank adapter over a "
-                     f"frozen base model{keys})", code="FS051")
     for key, feature in _REFUSED_SIZES.items():
         entry = entries.get(key)
         if entry is None or entry.value is None:
@@ -78,8 +81,11 @@ def _refusals(entries: dict[str, Entry], draft: Draft) -> None:
             draft.refusals.append(Note(entry.line, f"FS052 {key} {entry.value!r} is not a size"))
         elif entry.value > 1:
             draft.refuse(entry.line, f"{key} {entry.value} ({feature}, {entry.value}-way)")
+    qlora = adapters.truthy(entries.get("adapter")) and entries["adapter"].value == "qlora"
     for key, feature in _REFUSED_SWITCHES.items():
         entry = entries.get(key)
+        if key == "load_in_4bit" and qlora:
+            continue  # QLoRA's base: peft.quantization
         if entry is not None and entry.value not in (None, False):
             draft.refuse(entry.line, f"{key} {entry.value} ({feature})")
 
@@ -168,17 +174,21 @@ def _model_keys(entries: dict[str, Entry], draft: Draft) -> None:
         except NotCarried as exc:
             draft.note(length, f"sequence_len: {exc}; not imported")
     attention = entries.get("attn_implementation")
+    flag = next((entries[k] for k in _ATTENTION_FLAGS if adapters.truthy(entries.get(k))),
+                None)
+    if (attention is None or attention.value is None) and flag is not None:
+        attention = Entry(_ATTENTION_FLAGS[flag.written], flag.line, flag.written)
     if attention is not None and isinstance(attention.value, str) and (
             attention.value in _ATTENTION):
         draft.carry("model.attention", _ATTENTION[attention.value], attention)
     elif attention is not None and attention.value is not None:
-        draft.note(attention, f"attn_implementation {attention.value}: the spec has sdpa, "
+        draft.note(attention, f"{attention.written} ({attention.value}): the spec has sdpa, "
                    "eager and flash_attention_2; not imported")
 
 
 def _rest(entries: dict[str, Entry], draft: Draft) -> None:
     for key, entry in entries.items():
-        known = key in _HANDLED or key in _NO_BEARING or key.startswith("lora_")
+        known = key in _HANDLED or key in _NO_BEARING
         if entry.value is None or known or _RENAMED.get(key, key) in hftrain.READ:
             continue
         draft.note(entry, f"{key}: no v1 field; not imported")
@@ -201,11 +211,12 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     _layout(entries, reading, draft, assumed)
     world = draft.value("resources.gpus_per_node")
     hftrain.apply_training(draft, args, world)
+    targets = adapters.apply_adapter(entries, draft)
     _model_keys(entries, draft)
     _datasets(entries, draft, base_dir)
     _rest(entries, draft)
     layers = take_layers(reading, draft)
     return finish(draft, tool="axolotl", kind="axolotl", source=str(path), name=name,
                   model=entries.get("base_model"), layers=layers, assumed=assumed,
-                  base_dir=base_dir)
+                  base_dir=base_dir, with_model=targets.resolve if targets else None)
 

@@ -49,6 +49,10 @@ _ADAMW = {"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw", "adamw_apex_f
           "adamw_torch_xla", "ademamix"}
 _SGD = {"sgd"}
 _EXACT_ADAMW = {"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw", "adamw_apex_fused"}
+# AdamW whose moments the spec stores the same way: transformers builds
+# torchao.optim.AdamW8bit (block size 256, no stochastic rounding: torchao's defaults,
+# which the engine's optimizer.state_dtype int8 uses).
+_STATE_DTYPES = {"adamw_torch_8bit": "int8"}
 
 # Keys of TrainingArguments that change nothing a spec holds (where logs go, hub
 # uploads, evaluation reporting, dataloader tuning).
@@ -79,6 +83,10 @@ def _optimizer(draft: Draft, entry: Entry) -> None:
     name = str(entry.value).lower()
     if name in _SGD:
         draft.carry("optimizer.name", "sgd", entry)
+    elif name in _STATE_DTYPES:
+        draft.carry("optimizer.name", "adamw", entry)
+        draft.carry("optimizer.state_dtype", _STATE_DTYPES[name], entry,
+                    f": {name} is torchao's AdamW8bit")
     elif name in _ADAMW:
         extra = "" if name in _EXACT_ADAMW else (
             f": {name} keeps AdamW's states in another form; planned as fp32 states")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,25 +100,37 @@ def _resources(draft: Draft, tool: str, assumed: Assumptions) -> None:
             "set launch.rdzv_endpoint (the first node's host:port) before `fsdpspec run`")))
 
 
-def _checkpointable_flat_params(draft: Draft) -> None:
-    """accelerate and the Trainer run FSDP1 with use_orig_params false under activation
-    checkpointing; fsdpspec's engine cannot checkpoint it (FS903). torch can: measured on
-    2 gloo ranks, FSDP.optim_state_dict saves and loads it whichever way the layers are
-    wrapped, and torch.distributed.checkpoint's get_state_dict does when the checkpoint
-    wrapper goes inside each FSDP unit after wrapping (accelerate's order), but not when
-    the layers are wrapped before FSDP (the engine's order, torchtitan's). Until the
-    engine does one of those, the import writes use_orig_params: true, which trains the
-    same model with the same parameter memory and checkpoints, and says so."""
-    if (draft.value("fsdp.version") == 1 and draft.value("fsdp.use_orig_params") is False
-            and draft.value("fsdp.activation_checkpointing", "none") != "none"):
-        line = draft.where.get("fsdp.use_orig_params")
-        draft.put("fsdp.use_orig_params", True,
-                  f"{draft.fields['fsdp.use_orig_params'][1]}: false, with activation "
-                  "checkpointing, could not be checkpointed (FS903)")
-        draft.notes.append(Note(line, (
-            "use_orig_params false with activation checkpointing: fsdpspec's engine could "
-            "not load this run's checkpoints (FS903); wrote fsdp.use_orig_params: true, "
-            "which trains the same model with the same memory")))
+def _original_params(draft: Draft) -> None:
+    """FSDP1 with use_orig_params false, which accelerate and the Trainer run and
+    fsdpspec's engine cannot: the import writes use_orig_params: true, which trains the
+    same model, and says so.
+
+    Under activation checkpointing the engine could not checkpoint it (FS903). torch
+    can: measured on 2 gloo ranks, FSDP.optim_state_dict saves and loads it whichever
+    way the layers are wrapped, and torch.distributed.checkpoint's get_state_dict does
+    when the checkpoint wrapper goes inside each FSDP unit after wrapping (accelerate's
+    order), but not when the layers are wrapped before FSDP (the engine's order,
+    torchtitan's); the parameter memory is the same. Under LoRA, peft gives accelerate a
+    wrap policy that puts the adapters in units of their own; the engine wraps layers,
+    which then hold frozen and trained weights together, and a flat parameter needs one
+    requires_grad (FS142); the plan counts the memory of the engine's layout."""
+    if draft.value("fsdp.version") != 1 or draft.value("fsdp.use_orig_params") is not False:
+        return
+    if draft.has("peft.method"):
+        why, effect, same = "LoRA adapters", ("frozen and trained weights in one FSDP unit "
+                                              "need it (FS142)"), "the same model"
+    elif draft.value("fsdp.activation_checkpointing", "none") != "none":
+        why, effect, same = "activation checkpointing", (
+            "fsdpspec's engine could not load this run's checkpoints (FS903)"), \
+            "the same model with the same memory"
+    else:
+        return
+    line = draft.where.get("fsdp.use_orig_params")
+    draft.put("fsdp.use_orig_params", True,
+              f"{draft.fields['fsdp.use_orig_params'][1]}: false, with {why}: {effect}")
+    draft.notes.append(Note(line, (
+        f"use_orig_params false with {why}: {effect}; wrote fsdp.use_orig_params: true, "
+        f"which trains {same}")))
 
 
 def _fit_assumptions(document: CommentedMap, draft: Draft, base_dir: Path) -> list[Note]:
@@ -163,17 +176,24 @@ def _supported_attention(draft: Draft, config: dict[str, Any] | None) -> None:
 
 def finish(draft: Draft, *, tool: str, kind: str, source: str, name: str,
            model: Entry | None, layers: Entry | None, assumed: Assumptions,
-           base_dir: Path) -> Imported:
+           base_dir: Path,
+           with_model: Callable[[Draft, dict[str, Any] | None], None] | None = None,
+           ) -> Imported:
     """The commented v1 spec of a draft, or ImportRefused when the source asks for a
     feature the spec lacks. ``model`` is the model the source names, ``layers`` the
-    wrapping classes it names (both checked here)."""
+    wrapping classes it names (both checked here); ``with_model`` writes the fields
+    that depend on the model's config, once it is known."""
     if draft.refusals:
         raise ImportRefused(sorted(draft.refusals, key=note_order))
     draft.put("metadata.name", name, "")
-    _checkpointable_flat_params(draft)
+    _original_params(draft)
     _resources(draft, tool, assumed)
     config = apply_model(draft, model, layers, assumed, base_dir)
     apply_layers(draft, layers, config)
+    if with_model is not None:
+        with_model(draft, config)
+        if draft.refusals:
+            raise ImportRefused(sorted(draft.refusals, key=note_order))
     _supported_attention(draft, config)
     document = _header(tool, kind, source, name)
     document.update(_nest(draft.fields))

@@ -4,8 +4,8 @@ before its 2026 Python configs) as a v1 spec.
 Both of its layouts are read: parallel degrees under `[training]` and `[experimental]`
 (2024), or under `[parallelism]` (2025 on). torchtitan always shards with FSDP2; a
 replicate degree above one is hybrid sharding over the shard degree, and −1 means "the
-GPUs left". Tensor, context, pipeline and expert parallelism, float8 and op-level
-selective checkpointing are refused by name: the spec cannot say them yet.
+GPUs left". Tensor, context, pipeline and expert parallelism and float8 are refused
+by name: the spec cannot say them yet.
 """
 
 from __future__ import annotations
@@ -111,19 +111,33 @@ def _checkpointing(toml: _Toml, draft: Draft) -> None:
         draft.carry("fsdp.activation_checkpointing", mode.value, mode)
         toml.get("activation_checkpoint", "selective_ac_option")  # read only when selective
         return
+    if mode.value == "memory_budget":
+        draft.refuse(mode.line, f"{mode.written} memory_budget (recomputation chosen by the "
+                     "compiler for a memory budget)")
+        return
     if mode.value != "selective":
         draft.note(mode, f"{mode.written} {mode.value!r}: not none, selective or full; "
                    "not imported")
         return
     option = toml.get("activation_checkpoint", "selective_ac_option")
     value = str(option.value) if option is not None else "2"
-    if value.isdigit() and int(value) > 0:
+    if value.isdigit() and value.isascii() and len(value) < 10:
+        # torchtitan checkpoints every layer for "0" (`not ac_freq`), as ac_every 1 does.
         draft.carry("fsdp.activation_checkpointing", "selective", mode)
-        draft.carry("fsdp.ac_every", int(value), option or mode)
-    else:
-        draft.refuse(option.line if option else mode.line,
-                     f"[activation_checkpoint] selective_ac_option {value} (op-level "
-                     "selective activation checkpointing)")
+        draft.carry("fsdp.ac_every", int(value) or 1, option or mode)
+    elif value == "op":
+        # The engine's op mode is torchtitan's policy (docs/import.md says where the
+        # save lists differ); forced recomputes other than its MoE-router default are not.
+        draft.carry("fsdp.activation_checkpointing", "op", option,
+                    ": op-level selective checkpointing, torchtitan's policy")
+        forced = toml.get("activation_checkpoint",
+                          "per_op_sac_force_recompute_mm_shapes_by_fqns")
+        if forced is not None and forced.value not in ([], ["moe.router.gate"]):
+            draft.refuse(forced.line, f"{forced.written} {forced.value} (matrix multiplies "
+                         "forced to be recomputed under op-level checkpointing)")
+    else:  # torchtitan stops on it (ValueError)
+        draft.refusals.append(Note(option.line, f"FS052 {option.written} {value!r} is not "
+                                   "'op' or a number of layers"))
 
 
 def _layout(toml: _Toml, draft: Draft, assumed: Assumptions) -> None:

@@ -111,10 +111,13 @@ LOAD_CODES = _codes(
      "a quantized base model, or an optimizer other than AdamW and SGD. One line per "
      "feature names it, its size and its line. Importing without it would train another "
      "job than the one configured."),
-    ("FS051", "import-adapter", "an imported config trains an adapter (LoRA, QLoRA)",
-     "axolotl's `adapter: lora|qlora` with its `lora_*` keys trains low-rank adapters over "
-     "a frozen (for QLoRA, 4-bit) base model; until the spec holds adapters, `fsdpspec "
-     "import` refuses it by name rather than importing a full fine-tune."),
+    ("FS051", "import-adapter", "an imported config's adapter is one the peft section cannot say",
+     "axolotl's `adapter: lora|qlora` with its `lora_*` keys is imported as the `peft` "
+     "section; an adapter beyond it (DoRA, fan_in_fan_out, adapters on some layers or "
+     "on parameters, per-module ranks, LoRA+, another initialisation, a saved adapter to "
+     "train on, a regular expression or every linear layer of a model whose targets "
+     "fsdpspec cannot list, another adapter type) stops the import, one line per key, "
+     "rather than importing a different adapter."),
     ("FS052", "import-malformed-value", "an imported config holds a value its tool never writes",
      "A list, a mapping, an out-of-range integer or non-ASCII digits where the source "
      "tool writes a scalar: the tool itself would fail on it, so the import stops with "

@@ -89,7 +89,40 @@ EXPECTED: dict[str, dict] = {
     "axolotl/qwen2-adamw-pretrain-fsdp2.yaml": job(2, FULL, False, "none", BF16, FSD, 8,
                                                    preset="qwen2.5-0.5b"),
     "axolotl/gpt-oss-20b-fft-fsdp2.yaml": refused("activation_offloading True"),
-    "axolotl/llama-2-qlora-fsdp.yml": refused("adapter qlora", "load_in_4bit True"),
+    # LoRA / QLoRA: peft (method, r, alpha, dropout, target_modules; [] = the family's
+    # projections, which lora_target_linear is). The engine does not train QLoRA (FS312).
+    # use_orig_params false with adapters is written true (FS142).
+    "axolotl/llama-2-qlora-fsdp.yml": job(1, FULL, True, "full", BF16, FSD, 8,
+                                          preset="llama2-7b", use_orig_params=True,
+                                          errors=("FS312",), peft=("qlora", 32, 16, 0.05, [])),
+    "axolotl/qwen2-qlora-fsdp.yaml": job(1, FULL, True, "full", BF16, FSD, 8,
+                                         use_orig_params=True, errors=("FS312",),
+                                         peft=("qlora", 32, 64, 0.05, [])),
+    "axolotl/qwen3-qlora-fsdp.yaml": job(1, FULL, True, "full", BF16, FSD, 8,
+                                         use_orig_params=True, errors=("FS312",),
+                                         peft=("qlora", 32, 64, 0.05, [])),
+    "axolotl/llama-3-qlora-fsdp-70b.yaml": job(1, FULL, True, "full", BF16, FSD, 8,
+                                               use_orig_params=True, errors=("FS312",),
+                                               peft=("qlora", 8, 16, 0.05, [])),
+    "axolotl/mixtral-qlora-fsdp.yml": job(1, FULL, True, "full", BF16, FSD, 8,
+                                          preset="mixtral-8x7b", use_orig_params=True,
+                                          errors=("FS201", "FS312"),
+                                          peft=("qlora", 32, 16, 0.05, [])),
+    "axolotl/dstack-axolotl-qlora-fsdp.yaml": job(1, FULL, True, "full", BF16, FSD, 8,
+                                                  preset="llama3-8b", use_orig_params=True,
+                                                  errors=("FS312",),
+                                                  peft=("qlora", 8, 16, 0.05, [])),
+    # No fsdp key: axolotl would run DDP; imported as an FSDP job (said on stderr).
+    "axolotl/llama-3-lora-1b.yml": job(1, FULL, False, "full", BF16, FSD, 8,
+                                       preset="llama3.2-1b", peft=("lora", 16, 32, 0.05, [
+                                           "gate_proj", "down_proj", "up_proj", "q_proj",
+                                           "v_proj", "k_proj", "o_proj"])),
+    "axolotl/mistral-lora-mps.yml": job(1, FULL, False, "full", BF16, FSD, 8,
+                                        preset="mistral-7b", peft=("lora", 32, 16, 0.05, [])),
+    "axolotl/llama-3-lora-8b.yml": refused("load_in_8bit True (an 8-bit quantized base"),
+    "axolotl/glm47-flash-lora-fsdp.yaml": refused("load_in_8bit True"),
+    "axolotl/modal-llama-3.1-lora.yml": refused("load_in_8bit True"),
+    "axolotl/llama-2-gptq-lora.yml": refused("FS050 gptq True (a GPTQ-quantized base model)"),
     "axolotl/llama-3_1-8b-hsdp-tp.yaml": refused("tensor_parallel_size 2 (tensor parallelism"),
     "axolotl/qwen3-8b-fsdp-tp-cp.yaml": refused("tensor_parallel_size 2",
                                                 "context_parallel_size 2"),
@@ -101,16 +134,19 @@ EXPECTED: dict[str, dict] = {
     "torchtitan/2024-debug_model.toml": job(2, FULL, False, "selective", BF16, SSD, 8,
                                             ac_every=2),
     "torchtitan/2026-qwen3_32b.toml": job(2, FULL, False, "full", BF16, SSD, 8),
-    "torchtitan/2024-llama3_8b.toml": refused("selective_ac_option op"),
-    "torchtitan/2024-llama2_7b.toml": refused("selective_ac_option op"),
+    # selective_ac_option "op": the engine's op-level policy (torchtitan's).
+    "torchtitan/2024-llama3_8b.toml": job(2, FULL, False, "op", BF16, SSD, 8,
+                                          preset="llama3-8b"),
+    "torchtitan/2024-llama2_7b.toml": job(2, FULL, False, "op", BF16, SSD, 8,
+                                          preset="llama2-7b"),
     "torchtitan/2024-llama3_70b.toml": refused("[training] tensor_parallel_degree 8"),
-    "torchtitan/2026-llama3_8b.toml": refused("selective_ac_option op"),
+    "torchtitan/2026-llama3_8b.toml": job(2, FULL, False, "op", BF16, SSD, 8,
+                                          preset="llama3-8b"),
     "torchtitan/2026-llama3_70b.toml": refused("[parallelism] tensor_parallel_degree 8"),
     "torchtitan/2026-llama3_405b.toml": refused("converters float8",
                                                 "[parallelism] tensor_parallel_degree 8"),
-    "torchtitan/2026-qwen3_0.6b.toml": refused("selective_ac_option op"),
-    "torchtitan/2026-deepseek_v3_16b.toml": refused("expert_parallel_degree 8",
-                                                    "selective_ac_option op"),
+    "torchtitan/2026-qwen3_0.6b.toml": job(2, FULL, False, "op", BF16, SSD, 8),
+    "torchtitan/2026-deepseek_v3_16b.toml": refused("expert_parallel_degree 8"),
     "torchtitan/2026-llama4_17bx16e.toml": refused("tensor_parallel_degree 8",
                                                    "expert_tensor_parallel_degree 8"),
 }
@@ -149,6 +185,7 @@ def test_corpus_imports_as_its_tool_runs_it(name: str, tmp_path: Path) -> None:
             line = next((x for x in lines if feature in x), None)
             assert line is not None, (feature, result.output)
             assert line.startswith(f"{CONFIGS / name}:") and " FS05" in line, line
+        assert len(lines) == len(expected["refused"]), result.output
         return
     assert result.exit_code == 0, result.output
     report = check_file(out)
@@ -165,10 +202,15 @@ def test_corpus_imports_as_its_tool_runs_it(name: str, tmp_path: Path) -> None:
                        ("use_orig_params", fsdp.use_orig_params)):
         if key in expected:
             assert field == expected[key], key
-    errors = tuple(d.code for d in report.diagnostics if d.is_error)
-    assert errors == expected["errors"] + _missing_here(spec)
-    if expected["errors"]:  # the import said which assumption fails, and what to set
+    peft = spec.peft
+    assert (peft and (peft.method, peft.r, peft.alpha, peft.dropout, peft.target_modules)) == \
+        expected.get("peft")
+    errors = sorted(d.code for d in report.diagnostics if d.is_error)
+    assert errors == sorted(expected["errors"] + _missing_here(spec))
+    if "FS201" in expected["errors"]:  # the import said which assumption fails, and what to set
         assert "does not fit" in result.output and "--preset or --hf-config" in result.output
+    if "FS312" in expected["errors"]:  # and that the engine does not train QLoRA
+        assert "(`fsdpspec validate` says FS312)" in result.output
 
 
 CLEAN = [n for n, e in sorted(EXPECTED.items()) if "refused" not in e and not e["errors"]]
@@ -200,7 +242,8 @@ def test_import_then_validate_then_dry_run_is_clean(name: str, tmp_path: Path) -
 
 
 @pytest.mark.parametrize("name", ["accelerate/trl-fsdp2.yaml", "trainer/qwerty-finetune.sh",
-                                  "axolotl/phi3-ft-fsdp.yml", "torchtitan/2026-qwen3_32b.toml"])
+                                  "axolotl/mistral-lora-mps.yml",
+                                  "torchtitan/2026-llama3_8b.toml"])
 def test_each_kind_as_a_user_types_it(name: str, tmp_path: Path) -> None:
     """The real `fsdpspec` process, once per kind."""
     kind = name.split("/")[0]
@@ -213,10 +256,11 @@ def test_each_kind_as_a_user_types_it(name: str, tmp_path: Path) -> None:
 
 def test_docs_name_every_key_each_importer_reads_or_refuses() -> None:
     """docs/import.md's tables against the importers' own tables."""
-    from fsdpspec.convert import accelerate, axolotl, hftrain, torchtitan, trainer
+    from fsdpspec.convert import accelerate, adapters, axolotl, hftrain, torchtitan, trainer
 
     text = (ROOT / "docs" / "import.md").read_text()
     keys = [*hftrain._SIMPLE, *hftrain._SPECIAL, *trainer._FSDP_WORDS, *trainer._SEQ_LEN,
             *accelerate._REFUSED_SIZES, *axolotl._RENAMED, *axolotl._REFUSED_SIZES,
-            *axolotl._REFUSED_SWITCHES, *torchtitan._REFUSED_DEGREES]
+            *axolotl._REFUSED_SWITCHES, *axolotl._ATTENTION_FLAGS, *adapters.KEYS,
+            *adapters._BNB_KEYS, *hftrain._STATE_DTYPES, *torchtitan._REFUSED_DEGREES]
     assert [k for k in keys if f"`{k}" not in text and f" {k}" not in text] == []

@@ -199,14 +199,40 @@ def test_a_script_with_two_launches_or_none_is_one_line(tmp_path: Path) -> None:
         result.output)
 
 
-# ---- axolotl ---------------------------------------------------------------------------
 
-def test_axolotl_lora_is_refused_by_name_with_its_keys(tmp_path: Path) -> None:
-    source, out, result = _import(tmp_path, "axolotl", "lora.yaml",
-                                  "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_r: 16\n"
-                                  "lora_alpha: 32\nfsdp_version: 2\nfsdp_config:\n"
-                                  "  reshard_after_forward: true\n")
+# ---- torchtitan ------------------------------------------------------------------------
+
+TITAN = '[model]\nname = "llama3"\nflavor = "8B"\n[activation_checkpoint]\n'  # lines 1-4
+
+
+def test_torchtitan_op_checkpointing_is_the_op_mode(tmp_path: Path) -> None:
+    _, out, result = _import(tmp_path, "torchtitan", "a.toml", TITAN + 'mode = "selective"\n'
+                             'selective_ac_option = "op"\n')
+    assert result.exit_code == 0, result.output
+    assert check_file(out).spec.fsdp.activation_checkpointing == "op"
+    assert "# from [activation_checkpoint] selective_ac_option (line 6)" in out.read_text()
+
+
+@pytest.mark.parametrize(("text", "line", "expected"), [
+    ('mode = "selective"\nselective_ac_option = "op"\n'
+     'per_op_sac_force_recompute_mm_shapes_by_fqns = ["attention.wq"]\n', 7,
+     "FS050 [activation_checkpoint] per_op_sac_force_recompute_mm_shapes_by_fqns "
+     "['attention.wq'] (matrix multiplies forced to be recomputed"),
+    ('mode = "memory_budget"\nmemory_budget = 0.5\n', 5,
+     "FS050 [activation_checkpoint] mode memory_budget (recomputation chosen by the compiler"),
+    ('mode = "selective"\nselective_ac_option = "ops"\n', 6,
+     "FS052 [activation_checkpoint] selective_ac_option 'ops' is not 'op' or a number"),
+])
+def test_torchtitan_checkpointing_the_spec_cannot_say_is_refused(
+        tmp_path: Path, text: str, line: int, expected: str) -> None:
+    source, out, result = _import(tmp_path, "torchtitan", "a.toml", TITAN + text)
     assert result.exit_code == 1 and not out.exists()
-    assert result.output.strip() == (
-        f"{source}:2: FS051 adapter lora (a low-rank adapter over a frozen base model with "
-        "lora_alpha, lora_r): the spec cannot say this yet; nothing imported")
+    assert result.output.startswith(f"{source}:{line}: {expected}"), result.output
+
+
+def test_torchtitan_selective_zero_checkpoints_every_layer(tmp_path: Path) -> None:
+    _, out, result = _import(tmp_path, "torchtitan", "a.toml", TITAN + 'mode = "selective"\n'
+                             'selective_ac_option = "0"\n')
+    assert result.exit_code == 0, result.output
+    fsdp = check_file(out).spec.fsdp
+    assert (fsdp.activation_checkpointing, fsdp.ac_every) == ("selective", 1)

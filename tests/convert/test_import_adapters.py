@@ -1,0 +1,180 @@
+"""`fsdpspec import axolotl` of LoRA and QLoRA configs: what peft is handed becomes the
+`peft` section; an adapter the section cannot say is refused at its key's line (FS051);
+and `lora_target_linear` is the family's projections, checked on the models transformers
+builds."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fsdpspec.catalog.families import FAMILIES
+from fsdpspec.catalog.presets import preset_config
+from fsdpspec.cli.main import cli
+from fsdpspec.convert.adapters import LINEAR_ROUTERS
+from fsdpspec.validate import check_file
+
+HEAD = "base_model: mistralai/Mistral-7B-v0.1\nfsdp_version: 2\nfsdp_config:\n" \
+       "  reshard_after_forward: true\nbf16: true\nmicro_batch_size: 1\n"  # lines 1-6
+
+
+def _import(tmp_path: Path, text: str, *extra: str):
+    source = tmp_path / "axolotl.yaml"
+    source.write_text(HEAD + text)
+    out = tmp_path / "job.yaml"
+    result = CliRunner().invoke(cli, ["import", "axolotl", str(source), "-o", str(out),
+                                      *extra])
+    return source, out, result
+
+
+def test_lora_keys_are_the_peft_section_and_the_job_validates(tmp_path: Path) -> None:
+    _, out, result = _import(tmp_path, (
+        "adapter: lora\nlora_r: 16\nlora_alpha: 32\nlora_dropout: 0.1\n"
+        "lora_target_modules:\n  - q_proj\n  - v_proj\nlora_modules_to_save:\n  - lm_head\n"
+        "lora_fan_in_fan_out:\nlora_model_dir:\n"))
+    assert result.exit_code == 0, result.output
+    report = check_file(out)
+    peft = report.spec.peft
+    assert (peft.method, peft.r, peft.alpha, peft.dropout, peft.target_modules,
+            peft.modules_to_save) == ("lora", 16, 32.0, 0.1, ["q_proj", "v_proj"], ["lm_head"])
+    assert "# from lora_r (line 8)" in out.read_text()
+    assert [d.code for d in report.diagnostics if d.is_error] == []
+
+
+def test_rslora_is_its_scale_as_alpha_over_r(tmp_path: Path) -> None:
+    _, out, result = _import(tmp_path, "adapter: lora\nlora_r: 16\nlora_alpha: 8\n"
+                             "lora_target_linear: true\npeft_use_rslora: true\n")
+    assert result.exit_code == 0, result.output
+    peft = check_file(out).spec.peft
+    # rsLoRA multiplies the adapter by alpha/√r; the spec by alpha/r.
+    assert peft.alpha / peft.r == pytest.approx(8 / math.sqrt(16))
+    assert "rsLoRA scales by alpha/√r" in out.read_text()
+
+
+def test_target_linear_is_the_family_projections_plus_named_extras(tmp_path: Path) -> None:
+    _, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_alpha: 16\n"
+                             "lora_target_linear: true\nlora_target_modules:\n  - lm_head\n")
+    assert result.exit_code == 0, result.output
+    assert check_file(out).spec.peft.target_modules == [*FAMILIES["mistral"].lora_targets,
+                                                        "lm_head"]
+
+
+@pytest.mark.parametrize(("text", "line", "feature"), [
+    ("peft_use_dora: true\n", 11, "peft_use_dora True (DoRA, weight-decomposed adapters)"),
+    ("lora_fan_in_fan_out: true\n", 11, "lora_fan_in_fan_out True (adapters on transposed"),
+    ("peft_layers_to_transform: [0, 1]\n", 11, "peft_layers_to_transform … (adapters on some"),
+    ("lora_model_dir: ./old-adapter\n", 11, "lora_model_dir ./old-adapter (training on from"),
+    ("peft_init_lora_weights: pissa\n", 11, "peft_init_lora_weights pissa (an adapter init"),
+    ("loraplus_lr_ratio: 16\n", 11, "loraplus_lr_ratio 16 (LoRA+"),
+])
+def test_an_adapter_the_section_cannot_say_is_refused_at_its_line(
+        tmp_path: Path, text: str, line: int, feature: str) -> None:
+    source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_alpha: 16\n"
+                                  "lora_target_linear: true\n" + text)
+    assert result.exit_code == 1 and not out.exists()
+    assert result.output.strip().startswith(f"{source}:{line}: FS051 {feature}"), result.output
+    assert result.output.strip().endswith("the spec cannot say this yet; nothing imported")
+
+
+def test_a_string_target_is_a_regular_expression_and_refused(tmp_path: Path) -> None:
+    source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_alpha: 16\n"
+                                  "lora_target_modules: q_proj\n")
+    assert result.exit_code == 1 and not out.exists()
+    assert result.output.startswith(f"{source}:10: FS051 lora_target_modules 'q_proj' (a "
+                                    "regular expression over module paths)")
+
+
+def test_no_target_or_no_alpha_is_one_line_each(tmp_path: Path) -> None:
+    source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_alpha: 16\n")
+    assert result.exit_code == 1 and not out.exists()
+    assert result.output.startswith(f"{source}:7: FS052 adapter lora with neither "
+                                    "lora_target_modules nor lora_target_linear")
+    source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 0\n"
+                                  "lora_target_linear: true\n")
+    assert result.exit_code == 1 and not out.exists()
+    assert result.output.splitlines() == [
+        f"{source}:7: FS052 adapter lora without lora_alpha (peft stops on it); nothing "
+        "imported", f"{source}:8: FS052 lora_r 0 is not a rank; nothing imported"]
+
+
+def test_target_linear_on_a_model_with_a_linear_router_is_refused(tmp_path: Path) -> None:
+    source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_alpha: 16\n"
+                                  "lora_target_linear: true\n", "--preset", "tiny-phimoe")
+    assert result.exit_code == 1 and not out.exists()
+    assert result.output.startswith(f"{source}:10: FS051 lora_target_linear on a model "
+                                    "phimoe, whose router is a linear layer")
+
+
+def test_lora_keys_without_an_adapter_are_notes(tmp_path: Path) -> None:
+    source, out, result = _import(tmp_path, "lora_r: 8\nlora_target_linear: true\n")
+    assert result.exit_code == 0 and check_file(out).spec.peft is None
+    assert f"{source}:7: lora_r: no adapter is set, so axolotl trains none" in result.output
+    assert f"{source}:8: lora_target_linear: no adapter is set" in result.output
+
+
+def test_qlora_is_peft_qlora_which_validate_refuses_at_its_line(tmp_path: Path) -> None:
+    source, out, result = _import(tmp_path, "adapter: qlora\nlora_r: 8\nlora_alpha: 16\n"
+                                  "load_in_4bit: true\nlora_target_linear: true\n"
+                                  "bnb_config_kwargs:\n"
+                                  "  bnb_4bit_quant_type: fp4\n  llm_int8_threshold: 6.0\n")
+    assert result.exit_code == 0, result.output
+    assert f"{source}:10: adapter qlora: imported as peft.method qlora" in result.output
+    report = check_file(out)
+    quantization = report.spec.peft.quantization
+    assert (report.spec.peft.method, quantization.quant_type, quantization.double_quant,
+            quantization.compute_dtype, quantization.storage_dtype) == (
+        "qlora", "fp4", True, "bfloat16", "bfloat16")
+    errors = [d for d in report.diagnostics if d.is_error]
+    method_line = next(n for n, line in enumerate(out.read_text().splitlines(), 1)
+                       if line.startswith("  method: qlora"))
+    assert [(d.code, d.position.line) for d in errors] == [("FS312", method_line)]
+
+
+def test_4bit_without_qlora_and_qlora_without_4bit_are_refused(tmp_path: Path) -> None:
+    source, _, result = _import(tmp_path, "adapter: lora\nload_in_4bit: true\n"
+                                "lora_target_linear: true\n")
+    assert result.exit_code == 1
+    assert f"{source}:8: FS050 load_in_4bit True (a 4-bit quantized base model)" in (
+        result.output)
+    source, _, result = _import(tmp_path, "adapter: qlora\nlora_target_linear: true\n")
+    assert result.exit_code == 1
+    assert f"{source}:7: FS052 adapter qlora without load_in_4bit: true" in result.output
+
+
+def test_trainer_adamw_torch_8bit_is_int8_states(tmp_path: Path) -> None:
+    source = tmp_path / "args.json"
+    source.write_text('{"fsdp": "full_shard auto_wrap", "optim": "adamw_torch_8bit",\n'
+                      ' "model_name_or_path": "meta-llama/Llama-3.2-1B", "max_steps": 5}\n')
+    out = tmp_path / "job.yaml"
+    result = CliRunner().invoke(cli, ["import", "trainer", str(source), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    optimizer = check_file(out).spec.optimizer
+    assert (optimizer.name, optimizer.state_dtype) == ("adamw", "int8")
+
+
+def test_target_linear_is_what_transformers_builds() -> None:
+    """axolotl's lora_target_linear adapts every nn.Linear (and '*Linear*' class) but
+    lm_head; on each registered family's model, built on the meta device, that is the
+    family's projections, except where the router is a Linear (LINEAR_ROUTERS)."""
+    import torch
+    import transformers
+
+    checked = set()
+    for found in FAMILIES.values():
+        if not found.presets:
+            continue
+        # One layer is enough to name a layer's modules (and builds in milliseconds).
+        values = {k: v for k, v in preset_config(found.presets[-1]).items()
+                  if k != "layer_types"}
+        config = transformers.AutoConfig.for_model(**{**values, "num_hidden_layers": 1})
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config)
+        linear = {name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                  if isinstance(module, torch.nn.Linear) or "Linear" in type(module).__name__}
+        same = linear - {"lm_head"} == set(found.lora_targets)
+        assert same == (found.model_type not in LINEAR_ROUTERS), (found.model_type, linear)
+        checked.add(found.model_type)
+    assert LINEAR_ROUTERS <= checked and len(checked) >= 10
