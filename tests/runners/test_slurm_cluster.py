@@ -7,7 +7,8 @@ tests/runners/conftest.py; its two nodes take one such job each):
 3. the same job with another learning rate, submitted into the same run directory, fails
    with the one-line refusal `fsdpspec run` gives, and the first run's files stay as
    they were;
-4. a job that reaches its time limit is warned first (SIGUSR1), checkpoints and requeues.
+4. a job that reaches its time limit is warned first (SIGUSR1), checkpoints and requeues
+   (submitted first: it waits on one node while the others run on the other).
 """
 
 from __future__ import annotations
@@ -42,6 +43,17 @@ def export(root: Path, *overrides: str) -> Path:
 def log_of(root: Path, job_id: str) -> str:
     """The job's log, in the submit directory."""
     return (root / f"quickstart-{job_id}.out").read_text()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def time_limited_job(slurm: Cluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """Item 4's job, submitted before the others: it spends most of its life waiting for
+    Slurm's once-a-minute time check, on one node, while the other tests use the other."""
+    root = tmp_path_factory.mktemp("time-limit")
+    script = export(root, "train.max_steps=1000000", "checkpoint.interval_steps=0",
+                    "logging.interval_steps=100", "launch.slurm.time=00:02:30")
+    assert "#SBATCH --signal=B:USR1@60" in script.read_text()
+    return root, slurm.submit(["sbatch", str(script)], cwd=root)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +103,7 @@ def test_a_different_lr_is_refused_and_the_first_run_is_untouched(
 def test_requeue_checkpoints_resumes_and_matches_an_uninterrupted_run(
         slurm: Cluster, tmp_path: Path) -> None:
     """Item 2: `scontrol requeue` while it trains."""
-    job = ("train.max_steps=120", "checkpoint.interval_steps=1000", "logging.interval_steps=1")
+    job = ("train.max_steps=60", "checkpoint.interval_steps=1000", "logging.interval_steps=1")
     root = tmp_path / "slurm"
     root.mkdir()
     job_id = slurm.submit(["sbatch", str(export(root, *job))], cwd=root)
@@ -110,7 +122,7 @@ def test_requeue_checkpoints_resumes_and_matches_an_uninterrupted_run(
     # Both halves, in order, in one log.
     first, second = text.split("resuming quickstart", 1)
     assert "starting quickstart" in first and stopped.group(0) in first
-    assert f"(step {stopped.group(1)})" in second and "step 120/120" in second
+    assert f"(step {stopped.group(1)})" in second and "step 60/60" in second
 
     reference = tmp_path / "reference"
     reference.mkdir()
@@ -124,15 +136,12 @@ def test_requeue_checkpoints_resumes_and_matches_an_uninterrupted_run(
 
 
 def test_the_time_limit_is_warned_and_checkpointed_before_the_kill(
-        slurm: Cluster, tmp_path: Path) -> None:
+        slurm: Cluster, time_limited_job: tuple[Path, str]) -> None:
     """Item 4: 150 s (export needs more than twice the 60 s warning), warned at least
     60 s ahead (--signal=B:USR1@60; Slurm checks about once a minute, so 30–90 s into
     the job): the job stops with a checkpoint of the step it reached, and requeues
     itself."""
-    script = export(tmp_path, "train.max_steps=1000000", "checkpoint.interval_steps=0",
-                    "logging.interval_steps=100", "launch.slurm.time=00:02:30")
-    assert "#SBATCH --signal=B:USR1@60" in script.read_text()
-    job_id = slurm.submit(["sbatch", str(script)], cwd=tmp_path)
+    root, job_id = time_limited_job
     deadline = time.monotonic() + 420
     requeued = slurm.job(job_id)
     while requeued.get("Restarts") == "0" and requeued["JobState"] in ("PENDING", "RUNNING"):
@@ -142,11 +151,11 @@ def test_the_time_limit_is_warned_and_checkpointed_before_the_kill(
     # The requeue passes through COMPLETING (the step's processes end) to PENDING.
     requeued = slurm.wait_for(job_id, {"PENDING", "TIMEOUT", "FAILED", "COMPLETED"}, 120)
     slurm.run("scancel", job_id)
-    text = log_of(tmp_path, job_id)
+    text = log_of(root, job_id)
     assert requeued["JobState"] == "PENDING" and requeued["Restarts"] == "1", text
     stopped = re.search(r"stopped by SIG\w+ at step (\d+); checkpoint saved", text)
     assert stopped, text
-    checkpoints = tmp_path / "runs" / "quickstart" / "checkpoints"
+    checkpoints = root / "runs" / "quickstart" / "checkpoints"
     assert (checkpoints / f"step-{int(stopped.group(1)):08d}").is_dir()
     assert "stopped ahead of the time limit; requeueing" in text
     assert "CANCELLED" not in text.split("requeueing")[0]  # it ended before any kill
