@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -46,14 +47,37 @@ def log_of(root: Path, job_id: str) -> str:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def time_limited_job(slurm: Cluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def time_limited_job(slurm: Cluster, tmp_path_factory: pytest.TempPathFactory):
     """Item 4's job, submitted before the others: it spends most of its life waiting for
-    Slurm's once-a-minute time check, on one node, while the other tests use the other."""
+    Slurm's once-a-minute time check, on one node, while the other tests use the other.
+    A watcher cancels it at its first requeue (a requeued job would train again) and
+    keeps what it saw: (run root, job id, a thread to join, the job once requeued)."""
     root = tmp_path_factory.mktemp("time-limit")
     script = export(root, "train.max_steps=1000000", "checkpoint.interval_steps=0",
                     "logging.interval_steps=100", "launch.slurm.time=00:02:30")
     assert "#SBATCH --signal=B:USR1@60" in script.read_text()
-    return root, slurm.submit(["sbatch", str(script)], cwd=root)
+    job_id = slurm.submit(["sbatch", str(script)], cwd=root)
+    seen: dict[str, str] = {}
+
+    def watch() -> None:
+        deadline = time.monotonic() + 420
+        job = slurm.job(job_id)
+        while job.get("Restarts") == "0" and job["JobState"] in ("PENDING", "RUNNING"):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(1)
+            job = slurm.job(job_id)
+        # The requeue passes through COMPLETING (the step's processes end) to PENDING.
+        if job.get("Restarts") != "0":
+            job = slurm.wait_for(job_id, {"PENDING", "TIMEOUT", "FAILED", "COMPLETED"}, 120)
+        slurm.run("scancel", job_id)
+        seen.update(job)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    yield root, job_id, watcher, seen
+    watcher.join(timeout=600)
+    slurm.run("scancel", job_id)
 
 
 @pytest.fixture(scope="module")
@@ -136,21 +160,13 @@ def test_requeue_checkpoints_resumes_and_matches_an_uninterrupted_run(
 
 
 def test_the_time_limit_is_warned_and_checkpointed_before_the_kill(
-        slurm: Cluster, time_limited_job: tuple[Path, str]) -> None:
+        time_limited_job: tuple) -> None:
     """Item 4: 150 s (export needs more than twice the 60 s warning), warned at least
     60 s ahead (--signal=B:USR1@60; Slurm checks about once a minute, so 30–90 s into
     the job): the job stops with a checkpoint of the step it reached, and requeues
     itself."""
-    root, job_id = time_limited_job
-    deadline = time.monotonic() + 420
-    requeued = slurm.job(job_id)
-    while requeued.get("Restarts") == "0" and requeued["JobState"] in ("PENDING", "RUNNING"):
-        assert time.monotonic() < deadline, requeued
-        time.sleep(1)
-        requeued = slurm.job(job_id)
-    # The requeue passes through COMPLETING (the step's processes end) to PENDING.
-    requeued = slurm.wait_for(job_id, {"PENDING", "TIMEOUT", "FAILED", "COMPLETED"}, 120)
-    slurm.run("scancel", job_id)
+    root, job_id, watcher, requeued = time_limited_job
+    watcher.join(timeout=600)
     text = log_of(root, job_id)
     assert requeued["JobState"] == "PENDING" and requeued["Restarts"] == "1", text
     stopped = re.search(r"stopped by SIG\w+ at step (\d+); checkpoint saved", text)

@@ -129,10 +129,10 @@ def test_a_signal_to_one_node_stops_every_node_and_requeues(
 
 def test_a_lost_node_requeues_and_the_job_resumes_to_completion(
         slurm: Cluster, tmp_path: Path) -> None:
-    export(tmp_path, "train.max_steps=60", "checkpoint.interval_steps=25",
+    export(tmp_path, "train.max_steps=150", "checkpoint.interval_steps=50",
            "logging.interval_steps=10")
     job_id = slurm.submit(["sbatch", "job.sbatch"], cwd=tmp_path)
-    wait_for_line(slurm, tmp_path, job_id, "\nstep 30/")
+    wait_for_line(slurm, tmp_path, job_id, "\nstep 70/")
     slurm.lose("n2")
     try:
         requeued = slurm.wait_for(job_id, {"PENDING"}, 120)
@@ -149,6 +149,6 @@ def test_a_lost_node_requeues_and_the_job_resumes_to_completion(
     assert job["JobState"] == "COMPLETED", log[-3000:]
     assert "DUE TO NODE FAILURE" in log
     first, second = log.split("resuming quickstart", 1)
-    assert "step 30/60" in first
-    assert "resumed from" in second and "(step 25)" in second and "step 60/60" in second
+    assert "step 70/150" in first
+    assert "resumed from" in second and "(step 50)" in second and "step 150/150" in second
     assert (tmp_path / "runs" / "quickstart" / "final" / "model.safetensors").is_file()
