@@ -28,7 +28,6 @@ from fsdpspec.job.lora import NF4_BLOCK, NF4_SCALER_BLOCK, quantised_projections
 from fsdpspec_runners.engine.errors import EngineError, first_line
 
 ADAPTER = "default"  # peft's adapter name; the engine trains one adapter
-
 # Parts of peft's parameter names that the base model's names do not have.
 _WRAPPERS = re.compile(rf"\.(base_layer|original_module|modules_to_save\.{ADAPTER})(?=\.)")
 

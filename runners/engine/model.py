@@ -8,6 +8,7 @@ downloaded: configs and weights are local.
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.lora import is_quantised, quantised_shard
 
 _ROOT = Path("/")  # input paths in a resolved spec are already absolute
+# Module names that activation checkpointing and torch.compile insert into parameter names.
+_WRAPPER_PARTS = r"(_checkpoint_wrapped_module|_orig_mod)\."
 
 
 def engine_job(spec: JobSpec, world_size: int | None = None, run_dir: Path | None = None) -> Job:
@@ -249,13 +252,15 @@ def _load_quantised(model: nn.Module, full: dict[str, torch.Tensor], runtime: Ru
     import torch.distributed as dist
 
     modules = dict(model.named_modules())
-    quantised = [(n, p) for n, p in model.named_parameters() if is_quantised(p)]
-    missing = [n for n, _ in quantised if n not in full] if reads else []
+    # ``full`` has the state dict's names, without the wrappers' (checkpointing, compile).
+    quantised = [(n, re.sub(_WRAPPER_PARTS, "", n), p) for n, p in model.named_parameters()
+                 if is_quantised(p)]
+    missing = [key for _, key, _ in quantised if key not in full] if reads else []
     fail_together(EngineError(f"model.weights do not match the model: missing {missing[:3]}")
                   if missing else None, runtime, "model.weights: rank 0 found weights missing")
-    for name, param in quantised:
-        value = full.pop(name).to(param.dtype) if reads else torch.empty(param.shape,
-                                                                         dtype=param.dtype)
+    for name, key, param in quantised:
+        value = full.pop(key).to(param.dtype) if reads else torch.empty(param.shape,
+                                                                        dtype=param.dtype)
         if from_rank0:
             value = value.to(runtime.device)
             dist.broadcast(value, src=0)
