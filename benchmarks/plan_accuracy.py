@@ -278,6 +278,10 @@ def main() -> int:
         jobs = [(r[0], resolve(row_spec(r), Path.cwd()))
                 for r in (lever_rows() if args.levers else ROWS + LORA_ROWS)[: args.rows]
                 if args.match in r[0]]
+    if lora := {job.geometry.family for name, job in jobs if name.startswith("lora-")}:
+        missing = sorted(set(FAMILIES) - lora)
+        print(f"LoRA rows cover {len(lora)} of {len(FAMILIES)} registered families"
+              + (f" (not: {', '.join(missing)})" if missing else ""))
     print(f"{'row':<34}{'shard':>6}{'analytic GiB':>14}{'traced GiB':>12}{'error':>8}{'s':>6}")
     errors: list[tuple[float, str]] = []
     for name, job in jobs:

@@ -236,7 +236,8 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 
 def _peft(index: int, seed: int) -> dict[str, Any] | None:
     """Half the samples fine-tune with LoRA (sometimes asking for QLoRA, which validate
-    refuses). Drawn from a stream of their own, so the other options of a sample are
+    refuses on the tiny presets: their projections are narrower than NF4's sharded
+    blocks, FS315). Drawn from a stream of their own, so the other options of a sample are
     those it had before the peft options were sampled."""
     rng = random.Random(f"peft-{seed}-{index}")
     if rng.random() < 0.5:

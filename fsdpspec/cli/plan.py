@@ -20,11 +20,12 @@ from fsdpspec.validate import check_file
 
 def _load(file: str, overrides: tuple[str, ...]):
     # The memory verdicts (FS201-FS203) are what the plan itself reports, so they do not
-    # stop it; FS204 (a model that cannot be counted) does. Nor does FS312 (QLoRA is
-    # planned, not trained): the plan says so in its first lines.
+    # stop it; FS204 (a model that cannot be counted) does. Nor do the QLoRA specs the
+    # engine does not train (FS312 FSDP1, FS314 a bitsandbytes-only format, FS315 blocks
+    # that do not shard): their memory is planned all the same.
     try:
         report = check_file(Path(file), overrides,
-                            ignore=("FS201", "FS202", "FS203", "FS312"))
+                            ignore=("FS201", "FS202", "FS203", "FS312", "FS314", "FS315"))
     except OverrideError as exc:
         raise click.UsageError(str(exc)) from None
     exit_on_errors(report)

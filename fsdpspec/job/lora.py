@@ -11,6 +11,10 @@ from fsdpspec.catalog.modelconfig import lora_targets
 from fsdpspec.job.geometry import Geometry, Shape
 from fsdpspec.spec.v1 import JobSpec
 
+# QLoRA's NF4 (the QLoRA paper's, bitsandbytes' and torchao's layout): one absmax per 64
+# weights; double quantisation stores the absmaxes in 8 bits with one scale per 256.
+NF4_BLOCK, NF4_SCALER_BLOCK = 64, 256
+
 # The planner's names of the projections an adapter can go on.
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "gate_proj", "up_proj",
                 "gate_up_proj", "down_proj")
@@ -33,6 +37,20 @@ def adapted_linears(g: Geometry, targets: tuple[str, ...]) -> list[tuple[str, Sh
         real = fam.projection_name(planned) if fam else planned
         if planned in _PROJECTIONS and real in targets:
             out.append((planned, shape))
+    return out
+
+
+def quantised_projections(g: Geometry) -> list[tuple[str, Shape]]:
+    """The weights of one decoder layer that QLoRA stores in 4 bits, as (transformers'
+    module name, (out, in)): every Linear projection, adapted or not (the planner's
+    ``*_proj`` names; not the router, nor a Mixture of Experts' stacked experts, which
+    are not Linear modules, nor lm_head, which is outside the layers)."""
+    fam = FAMILIES.get(g.family)
+    out = []
+    for name, shape in g.layer_tensors():
+        planned = _planned_name(name) if name.endswith(".weight") else ""
+        if planned in _PROJECTIONS and len(shape) == 2 and ".experts." not in name:
+            out.append((fam.projection_name(planned) if fam else planned, shape))
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from fsdpspec.catalog.families import Family, family
+from fsdpspec.job.lora import NF4_BLOCK, NF4_SCALER_BLOCK, quantised_projections
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
 from fsdpspec.semantics import fsdp1_option
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
@@ -201,14 +202,15 @@ def qlora_storage_dtype(ctx: LintContext) -> Iterator[Diagnostic]:
 
     FAIL:
 
+        model: {preset: llama3-8b}
         fsdp: {mixed_precision: bf16}
         peft: {method: qlora, quantization: {storage_dtype: float32}}
 
     PASS:
 
+        model: {preset: llama3-8b}
         fsdp: {mixed_precision: bf16}
         peft: {method: qlora, quantization: {storage_dtype: bfloat16}}
-        lint: {ignore: [FS312]}  # planned only
     """
     peft = ctx.spec.peft
     param_dtype = ctx.spec.fsdp.mixed_precision.param_dtype
@@ -234,10 +236,10 @@ def qlora_compute_dtype(ctx: LintContext) -> Iterator[Diagnostic]:
 
     PASS:
 
+        model: {preset: llama3-8b}
         resources: {accelerator: V100}
         fsdp: {mixed_precision: fp16}
         peft: {method: qlora, quantization: {compute_dtype: float16, storage_dtype: float16}}
-        lint: {ignore: [FS312]}  # planned only
     """
     peft = ctx.spec.peft
     if (peft is not None and peft.method == "qlora"
@@ -249,28 +251,111 @@ def qlora_compute_dtype(ctx: LintContext) -> Iterator[Diagnostic]:
 
 
 @rule("FS312", "qlora-not-trained", Severity.ERROR,
-      "the engine plans QLoRA but does not train it",
-      "use peft.method: lora (the base in the compute dtype), or plan only")
+      "QLoRA under FSDP1, which cannot shard 4-bit weights",
+      "use fsdp.version: 2 (QLoRA's NF4 weights shard under fully_shard), or plan only")
 def qlora_not_trained(ctx: LintContext) -> Iterator[Diagnostic]:
-    """`fsdpspec plan` sizes a QLoRA job (4-bit base weights with their quantisation
-    state), but the engine does not yet shard bitsandbytes' 4-bit parameters under FSDP,
-    so a QLoRA spec would validate and then fail: it is refused before launch, on every
-    device (bitsandbytes 0.50 runs 4-bit matmuls on the CPU too; what is missing is the
-    sharding). `plan` still reports the memory of such a job.
+    """The engine trains QLoRA under FSDP2 only: each frozen base projection becomes a
+    torchao NF4 tensor, which shards and all-gathers its packed bytes through FSDP2's
+    ``fsdp_pre_all_gather`` / ``fsdp_post_all_gather`` hooks (as torchtune's QLoRA
+    recipes do). FSDP1 flattens a unit into one FlatParameter of one dtype and has no such
+    hooks, so a QLoRA spec under `fsdp.version: 1` would validate and then fail: it is
+    refused before launch. `fsdpspec plan` still sizes it.
 
     FAIL:
 
+        fsdp: {version: 1, use_orig_params: true}
+        peft: {method: qlora}
+
+    PASS:
+
+        model: {preset: llama3-8b}
+        fsdp: {version: 2, mixed_precision: bf16}
+        peft: {method: qlora}
+    """
+    if (ctx.spec.peft is not None and ctx.spec.peft.method == "qlora"
+            and ctx.spec.fsdp.version == 1):
+        yield diagnostic("FS312", "peft.method qlora is not trained under fsdp.version 1 "
+                         "(FSDP1 cannot shard 4-bit weights)",
+                         ctx.first_set("/fsdp/version", "/peft/method"))
+
+
+@rule("FS314", "qlora-nf4-only", Severity.ERROR,
+      "peft.quantization asks for a 4-bit format the engine does not build",
+      "set quant_type: nf4, double_quant: true and compute_dtype to "
+      "fsdp.mixed_precision.param_dtype (the defaults under bf16)")
+def qlora_nf4_only(ctx: LintContext) -> Iterator[Diagnostic]:
+    """The engine quantises QLoRA's base with torchao's NF4Tensor, the 4-bit type that
+    shards under FSDP2. It is NF4 only (no FP4), always double-quantised (8-bit block
+    absmaxes, one scale per 256 blocks: bitsandbytes' `bnb_4bit_use_double_quant`), and
+    dequantised for each matmul to the dtype of its input, which FSDP2 casts to
+    `fsdp.mixed_precision.param_dtype`. bitsandbytes' other options would be dropped
+    silently, so each is refused at its line.
+
+    FAIL:
+
+        fsdp: {mixed_precision: bf16}
+        peft: {method: qlora, quantization: {quant_type: fp4, double_quant: false}}
+
+    PASS:
+
+        model: {preset: llama3-8b}
+        fsdp: {mixed_precision: bf16}
+        peft: {method: qlora, quantization: {quant_type: nf4, compute_dtype: bfloat16}}
+    """
+    peft = ctx.spec.peft
+    if peft is None or peft.method != "qlora":
+        return
+    q, param_dtype = peft.quantization, ctx.spec.fsdp.mixed_precision.param_dtype
+    if q.quant_type != "nf4":
+        yield diagnostic("FS314", f"peft.quantization.quant_type {q.quant_type} is not built "
+                         "by the engine (torchao NF4 only)", "/peft/quantization/quant_type")
+    if not q.double_quant:
+        yield diagnostic("FS314", "peft.quantization.double_quant false is not built by the "
+                         "engine (torchao's NF4 always quantises its scales)",
+                         "/peft/quantization/double_quant")
+    if q.compute_dtype != param_dtype:
+        yield diagnostic("FS314", f"peft.quantization.compute_dtype {q.compute_dtype} is not "
+                         f"the dtype NF4 dequantises to here ({param_dtype}, "
+                         "fsdp.mixed_precision.param_dtype)",
+                         ctx.first_set("/peft/quantization/compute_dtype", "/peft/method"))
+
+
+@rule("FS315", "qlora-shard-blocks", Severity.ERROR,
+      "a 4-bit weight does not split into whole quantisation blocks per rank",
+      "use a shard group that divides the projections' rows and blocks, or peft.method: lora")
+def qlora_shard_blocks(ctx: LintContext) -> Iterator[Diagnostic]:
+    """FSDP2 shards an NF4 weight by rows, and each rank's rows must hold whole scale
+    blocks: NF4 keeps one 8-bit absmax per 64 weights and one scale per 256 absmaxes,
+    so a projection of out × in splits over s ranks only when s divides out and
+    out · in / 16384. Real models pass (4096 × 4096 is 1024 such blocks); small
+    models and odd shard groups do not, and torchao stops at `fully_shard`
+    ("quantization_factor.numel() not divisible by 2").
+
+    FAIL:
+
+        model: {preset: tiny-llama}
+        resources: {gpus_per_node: 2}
         fsdp: {mixed_precision: bf16}
         peft: {method: qlora}
 
     PASS:
 
+        model: {preset: llama3-8b}
+        resources: {gpus_per_node: 2}
         fsdp: {mixed_precision: bf16}
-        peft: {method: lora}
+        peft: {method: qlora}
     """
-    if ctx.spec.peft is not None and ctx.spec.peft.method == "qlora":
-        yield diagnostic("FS312", "peft.method qlora is planned but not trained by this "
-                         "engine", "/peft/method")
+    peft, geometry = ctx.spec.peft, ctx.geometry()
+    if peft is None or peft.method != "qlora" or geometry is None:
+        return
+    shards = ctx.job.layout.shard_size
+    per_scale = NF4_BLOCK * NF4_SCALER_BLOCK
+    for name, (out, into) in quantised_projections(geometry):
+        if out % shards or (out * into) % (per_scale * shards):
+            yield diagnostic("FS315", f"{name} ({out} × {into}) does not split into whole "
+                             f"blocks of {per_scale} weights over {shards} shard(s)",
+                             "/peft/method")
+            return
 
 
 @rule("FS313", "quantization-without-qlora", Severity.WARNING,

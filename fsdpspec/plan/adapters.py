@@ -19,17 +19,17 @@ from typing import Any
 
 from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job
-from fsdpspec.job.lora import Adapters
+from fsdpspec.job.lora import NF4_BLOCK, NF4_SCALER_BLOCK, Adapters, quantised_projections
 from fsdpspec.job.units import Unit
 from fsdpspec.plan import activations as act
 from fsdpspec.plan.units import Sharding
 from fsdpspec.semantics import MASTER_BYTES, syncs_gradients
 
-# QLoRA: 4 bits per weight; bitsandbytes keeps one absmax per block of 64 weights, in fp32,
-# or (double quantisation) in 8 bits with one fp32 scale per 256 blocks.
+# QLoRA: 4 bits per weight plus one absmax per block of NF4_BLOCK weights, in fp32, or
+# (double quantisation) in 8 bits with one fp32 scale per NF4_SCALER_BLOCK blocks.
 QLORA_WEIGHT_BYTES = 0.5
-QLORA_BLOCK = 64
-QLORA_STATE_BYTES = {False: 4 / QLORA_BLOCK, True: 1 / QLORA_BLOCK + 4 / (QLORA_BLOCK * 256)}
+QLORA_STATE_BYTES = {False: 4 / NF4_BLOCK,
+                     True: 1 / NF4_BLOCK + 4 / (NF4_BLOCK * NF4_SCALER_BLOCK)}
 
 
 def adapter_sharding(job: Job, sh: Sharding) -> Sharding:
@@ -48,10 +48,8 @@ def adapter_sharding(job: Job, sh: Sharding) -> Sharding:
 
 
 def _quantised_numel(g: Geometry) -> int:
-    """Weights of one layer that QLoRA stores in 4 bits: its Linear projections (a
-    Mixture of Experts' stacked experts are not Linear modules and stay as they are)."""
-    return sum(math.prod(s) for n, s in g.layer_tensors()
-               if n.endswith("_proj.weight") and len(s) == 2 and ".experts." not in n)
+    """Weights of one layer that QLoRA stores in 4 bits (`quantised_projections`)."""
+    return sum(math.prod(s) for _, s in quantised_projections(g))
 
 
 def base_bytes_per_element(job: Job) -> float:

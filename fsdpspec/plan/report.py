@@ -228,8 +228,8 @@ def _adapter_lines(plan: Plan) -> list[str]:
             f"{trainable / 1e6:,.1f}M trainable ({100 * trainable / plan.parameters:.2f}%), "
             f"fp32 with gradients and optimizer state; frozen base stored at {stored}")
     lines = [line]
-    if a.method == "qlora":
-        lines.append("note: the engine plans QLoRA but does not train it (FS312)")
+    if a.method == "qlora" and plan.job.layout.fsdp_version == 1:
+        lines.append("note: the engine trains QLoRA under FSDP2 only (FS312)")
     return lines
 
 

@@ -346,14 +346,18 @@ class FinalExport(_Section):
 
 
 class Quantization(_Section):
-    """How QLoRA stores the frozen base weights (bitsandbytes 4-bit)."""
+    """How QLoRA stores the frozen base weights in 4 bits (the engine: torchao's NF4Tensor,
+    sharded by FSDP2; the fields follow bitsandbytes' names)."""
 
     quant_type: Literal["nf4", "fp4"] = "nf4"
-    """4-bit format of the frozen base weights: NormalFloat4 (nf4) or FP4."""
+    """4-bit format of the frozen base weights: NormalFloat4 (nf4) or FP4 (planned only:
+    the engine builds nf4, FS314)."""
     double_quant: bool = True
-    """Quantise the per-block scales too (about 0.37 bits per weight saved)."""
+    """Quantise the per-block scales too (about 0.37 bits per weight saved; the engine's
+    NF4 always does, FS314)."""
     compute_dtype: Dtype = "bfloat16"
-    """Dtype the 4-bit weights are dequantised to for each matmul."""
+    """Dtype the 4-bit weights are dequantised to for each matmul (the engine: the
+    matmul input's, fsdp.mixed_precision.param_dtype, FS314)."""
     storage_dtype: Dtype = "bfloat16"
     """Dtype the packed 4-bit bytes are stored as (bitsandbytes' quant_storage): FSDP
     flattens and gathers a unit in one dtype, so it must be the unit's other parameters'

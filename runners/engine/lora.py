@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from fsdpspec.job.job import Job
+from fsdpspec.job.lora import NF4_BLOCK, NF4_SCALER_BLOCK, quantised_projections
 from fsdpspec_runners.engine.errors import EngineError, first_line
 
 ADAPTER = "default"  # peft's adapter name; the engine trains one adapter
@@ -62,7 +63,50 @@ def add_adapters(model: nn.Module, job: Job) -> nn.Module:
         for param in model.parameters():  # each tied parameter once: ties survive
             if not param.requires_grad:
                 param.data = param.data.to(dtype)
+    if spec.peft is not None and spec.peft.method == "qlora":
+        _quantise_base(model, job)
     return model
+
+
+def _quantise_base(model: nn.Module, job: Job) -> None:
+    """QLoRA: each decoder layer's frozen Linear weights (`quantised_projections`) become
+    torchao NF4 tensors, still on the meta device, so that ``fully_shard`` shards their
+    packed bytes and all-gathers them through NF4Tensor's ``fsdp_pre_all_gather`` (FSDP1
+    cannot, FS312). The values are set later by `quantised_shard`."""
+    from torchao.quantization import to_nf4
+
+    names = {name for name, _ in quantised_projections(job.geometry)}
+    for path, module in model.named_modules():
+        # peft's adapted projection holds the Linear as ``<name>.base_layer``.
+        name = base_key(f"{path}.weight").rsplit(".", 2)[-2]
+        if (isinstance(module, nn.Linear) and ".layers." in f".{path}" and name in names
+                and not module.weight.requires_grad):
+            module.weight = nn.Parameter(to_nf4(module.weight, NF4_BLOCK, NF4_SCALER_BLOCK),
+                                         requires_grad=False)
+
+
+def is_quantised(tensor: torch.Tensor) -> bool:
+    """A parameter sharded into NF4 (without importing torchao for every model)."""
+    return type(getattr(tensor, "_local_tensor", tensor)).__name__ == "NF4Tensor"
+
+
+def quantised_shard(target: torch.Tensor, full: torch.Tensor) -> nn.Parameter:
+    """This rank's parameter for the NF4 ``target`` with the values ``full``: quantised
+    whole, then cut into this rank's rows. Whole, because NF4 keeps one scaler mean per
+    tensor and each rank dequantises the all-gathered blocks with its own copy; the
+    parameter is replaced (NF4Tensor cannot be filled in place from a dense shard) and
+    FSDP2 picks the new one up at its lazy initialisation."""
+    from torch.distributed.tensor import DTensor
+    from torchao.quantization import to_nf4
+
+    assert isinstance(target, DTensor)
+    mesh, local = target.device_mesh, target._local_tensor
+    whole = to_nf4(full.to(device=local.device, dtype=target.dtype), NF4_BLOCK,
+                   NF4_SCALER_BLOCK)
+    rows = torch.chunk(whole, mesh.size(), dim=0)[mesh.get_local_rank()]
+    shard = DTensor.from_local(rows, mesh, target.placements, run_check=False,
+                               shape=target.shape, stride=target.stride())
+    return nn.Parameter(shard, requires_grad=False)
 
 
 def adapter_inits(model: nn.Module) -> dict[int, Callable[[nn.Module], None]]:

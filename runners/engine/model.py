@@ -8,6 +8,7 @@ downloaded: configs and weights are local.
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,11 @@ from fsdpspec.job.job import Job, resolve
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.dist import Runtime, fail_together
 from fsdpspec_runners.engine.errors import EngineError, first_line
+from fsdpspec_runners.engine.lora import is_quantised, quantised_shard
 
 _ROOT = Path("/")  # input paths in a resolved spec are already absolute
+# Module names that activation checkpointing and torch.compile insert into parameter names.
+_WRAPPER_PARTS = r"(_checkpoint_wrapped_module|_orig_mod)\."
 
 
 def engine_job(spec: JobSpec, world_size: int | None = None, run_dir: Path | None = None) -> Job:
@@ -128,7 +132,9 @@ def _initialise_module(module: nn.Module, init_module: Any) -> None:
     elif hasattr(twin, "reset_parameters"):
         twin.reset_parameters()
     for name, tensor in own.items():
-        if tensor is not None:
+        if tensor is not None and is_quantised(tensor):  # QLoRA's 4-bit base weights
+            module._parameters[name] = quantised_shard(tensor, getattr(twin, name))
+        elif tensor is not None:
             _copy_full_into(tensor, getattr(twin, name))
 
 
@@ -223,6 +229,8 @@ def load_weights(model: nn.Module, spec: JobSpec, runtime: Runtime, *, sharded: 
         from fsdpspec_runners.engine.lora import base_state_dict, is_adapter_key
 
         full = base_state_dict(model, full) if full else full
+    if sharded and spec.peft is not None and spec.peft.method == "qlora":
+        _load_quantised(model, full, runtime, reads=reads, from_rank0=from_rank0)
     if sharded:
         options = StateDictOptions(
             full_state_dict=True, broadcast_from_rank0=from_rank0, strict=False
@@ -234,6 +242,30 @@ def load_weights(model: nn.Module, spec: JobSpec, runtime: Runtime, *, sharded: 
     if spec.peft is not None:  # the adapters are not in the base weights
         tied |= {k for k in result.missing_keys if is_adapter_key(k)}
     check_loaded_keys(result.missing_keys, result.unexpected_keys, tied)
+
+
+def _load_quantised(model: nn.Module, full: dict[str, torch.Tensor], runtime: Runtime, *,
+                    reads: bool, from_rank0: bool) -> None:
+    """QLoRA: ``set_model_state_dict`` cannot write NF4 parameters, so each 4-bit weight
+    is taken out of ``full`` (broadcast from rank 0 when only it reads) and quantised
+    into this rank's shard by `quantised_shard`; the rest loads as for any model."""
+    import torch.distributed as dist
+
+    modules = dict(model.named_modules())
+    # ``full`` has the state dict's names, without the wrappers' (checkpointing, compile).
+    quantised = [(n, re.sub(_WRAPPER_PARTS, "", n), p) for n, p in model.named_parameters()
+                 if is_quantised(p)]
+    missing = [key for _, key, _ in quantised if key not in full] if reads else []
+    fail_together(EngineError(f"model.weights do not match the model: missing {missing[:3]}")
+                  if missing else None, runtime, "model.weights: rank 0 found weights missing")
+    for name, key, param in quantised:
+        value = full.pop(key).to(param.dtype) if reads else torch.empty(param.shape,
+                                                                        dtype=param.dtype)
+        if from_rank0:
+            value = value.to(runtime.device)
+            dist.broadcast(value, src=0)
+        owner, _, attr = name.rpartition(".")
+        modules[owner]._parameters[attr] = quantised_shard(param, value)
 
 
 def _read_agreed(weights_dir: str, runtime: Runtime, *, reads: bool) -> dict[str, torch.Tensor]:

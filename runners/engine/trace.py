@@ -56,8 +56,8 @@ def check_traceable(spec: JobSpec, config: dict[str, Any]) -> None:
     if spec.model.factory is not None:
         raise TraceError("--trace builds transformers models only (preset or hf_config)")
     if spec.peft is not None and spec.peft.method == "qlora":
-        raise TraceError("--trace runs what the engine builds, and the engine does not build "
-                         "QLoRA's 4-bit base (FS312); trace peft.method: lora")
+        raise TraceError("--trace cannot quantise QLoRA's 4-bit base on fake tensors (NF4 "
+                         "reads the weights' values); trace peft.method: lora")
     found = family(config.get("model_type"))
     if found is not None and found.eager_only and spec.model.attention != "eager":
         raise TraceError(f"transformers builds {found.model_type} with eager attention only; "

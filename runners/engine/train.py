@@ -37,6 +37,7 @@ from fsdpspec_runners.engine.dist import (
 )
 from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.loop import Trainer, export_final, train
+from fsdpspec_runners.engine.lora import is_quantised
 from fsdpspec_runners.engine.metrics import (
     MetricsSink,
     flops_per_token,
@@ -58,7 +59,7 @@ def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
     if spec.fsdp.version == 2:
         model, num_units = parallelize(build_model(job, on_meta=True), job, mesh,
                                        runtime.device)
-        _describe(spec, runtime, num_units)
+        _describe(spec, runtime, num_units, sum(map(is_quantised, model.parameters())))
         materialise(model, runtime.device, spec.train.seed)
         if spec.model.weights:
             load_weights(model, spec, runtime, sharded=True)
@@ -78,7 +79,7 @@ def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
     return model
 
 
-def _describe(spec: JobSpec, runtime: Runtime, num_units: int) -> None:
+def _describe(spec: JobSpec, runtime: Runtime, num_units: int, quantised: int = 0) -> None:
     fsdp = spec.fsdp
     console(
         runtime,
@@ -86,7 +87,8 @@ def _describe(spec: JobSpec, runtime: Runtime, num_units: int) -> None:
         f"({fsdp.auto_wrap_policy} policy), "
         f"activation checkpointing {fsdp.activation_checkpointing}, "
         f"params {fsdp.mixed_precision.param_dtype}, {runtime.world_size} processes on "
-        f"{runtime.device.type}",
+        f"{runtime.device.type}" + (f", QLoRA: {quantised} base weights in 4-bit NF4"
+                                    if quantised else ""),
     )
 
 

@@ -3,7 +3,8 @@ its chat tokenizer and a parquet chat dataset, under FSDP2 (bf16, the frozen bas
 in bf16, sharded checkpoints) and FSDP1 (fp32, use_orig_params, dropout, a full state
 dict). Per FSDP version one straight run answers the eval, checkpoint, adapter, merge and
 export questions, and one run stopped at step 4 and resumed answers the resume question:
-four training processes pairs in all."""
+four training processes pairs in all. QLoRA (FSDP2, torchao NF4 base weights) adds two
+more: a straight run and one resumed from its step-4 checkpoint."""
 
 from __future__ import annotations
 
@@ -81,6 +82,66 @@ def runs(request: pytest.FixtureRequest, inputs: Path,
     return version, straight, resumed
 
 
+@pytest.fixture(scope="module")
+def qlora_runs(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """QLoRA under FSDP2 on a Llama wide enough for NF4's blocks to shard over 2 ranks
+    (FS315): a straight run, and a second run resumed from its step-MIDDLE checkpoint
+    (the stop-and-resume path is the LoRA runs'; this one costs one process pair less).
+    Returns (straight, resumed, the straight run's stdout)."""
+    from transformers import AutoTokenizer
+
+    model = save_tiny_llama(inputs / "model-256", len(AutoTokenizer.from_pretrained(
+        inputs / "tokenizer")), hidden_size=256, num_hidden_layers=2)
+    job = _job(inputs, 2)
+    job["model"] = {"preset": None, "hf_config": str(model), "weights": str(model)}
+    job["peft"] = {"method": "qlora", "r": 4, "alpha": 8}
+    straight = tmp_path_factory.mktemp("qlora-straight")
+    first = ok(torchrun(write_spec(straight, job), env=_env(inputs)))
+    resumed = tmp_path_factory.mktemp("qlora-resumed")
+    checkpoint = straight / "checkpoints" / f"step-{MIDDLE:08d}"
+    job["checkpoint"] = {**job["checkpoint"], "resume": str(checkpoint)}
+    again = ok(torchrun(write_spec(resumed, job), env=_env(inputs)))
+    assert f"(step {MIDDLE})" in again.stdout
+    return straight, resumed, first.stdout
+
+
+def test_qlora_trains_a_4bit_base_and_resumes_bit_identically(
+        qlora_runs: tuple[Path, Path, str]) -> None:
+    from safetensors.torch import load_file
+
+    straight, resumed, stdout = qlora_runs
+    assert "QLoRA: 14 base weights in 4-bit NF4" in stdout  # 7 projections × 2 layers
+    evals = _evals(straight)
+    print(f"fsdp2 QLoRA eval loss {evals[MIDDLE]:.4f} -> {evals[STEPS]:.4f}")
+    assert evals[STEPS] < evals[MIDDLE]
+    after = {s: v for s, v in _train(straight).items() if s > MIDDLE}
+    assert _train(resumed) == after and _evals(resumed)[STEPS] == evals[STEPS]
+    a = load_file(straight / "final" / "adapter" / "adapter_model.safetensors")
+    b = load_file(resumed / "final" / "adapter" / "adapter_model.safetensors")
+    assert len(a) == 2 * 7 * 2 and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_qlora_exports_an_adapter_for_the_original_base(qlora_runs: tuple[Path, Path, str],
+                                                        inputs: Path) -> None:
+    """final/ holds the adapter only; peft loads it on the original (unquantised) base."""
+    import json
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    straight, _, _ = qlora_runs
+    adapter = straight / "final" / "adapter"
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(inputs / "model-256")
+    assert not (straight / "final" / "model.safetensors").exists()  # not merged
+    base = AutoModelForCausalLM.from_pretrained(inputs / "model-256", dtype=torch.float32)
+    adapted = PeftModel.from_pretrained(base, adapter).eval()
+    ids = _prompt(inputs / "tokenizer")
+    with torch.no_grad():
+        generated = adapted.generate(ids, max_new_tokens=4, do_sample=False)
+    assert generated.shape == (1, ids.shape[1] + 4)
+
+
 def _evals(run_dir: Path) -> dict[int, float]:
     return {m["step"]: m["eval_loss"] for m in metrics(run_dir) if "eval_loss" in m}
 
@@ -98,10 +159,10 @@ def _base_and_adapted(inputs: Path, adapter: Path) -> tuple[Any, Any]:
     return reference, PeftModel.from_pretrained(base, adapter).eval()
 
 
-def _prompt(run_dir: Path) -> Any:
+def _prompt(tokenizer_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(run_dir / "final")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     import random
 
     return tokenizer.apply_chat_template(conversation(random.Random(7))[:2],
@@ -156,7 +217,7 @@ def test_adapter_loads_with_peft_and_generates(runs: tuple[int, Path, Path],
                                                inputs: Path) -> None:
     _, straight, _ = runs
     reference, adapted = _base_and_adapted(inputs, straight / "final" / "adapter")
-    ids = _prompt(straight)
+    ids = _prompt(straight / "final")
     with torch.no_grad():
         assert not torch.allclose(adapted(ids).logits, reference(ids).logits)  # trained
         generated = adapted.generate(ids, max_new_tokens=4, do_sample=False)
@@ -171,7 +232,7 @@ def test_merged_logits_equal_base_plus_adapter(runs: tuple[int, Path, Path],
     _, adapted = _base_and_adapted(inputs, straight / "final" / "adapter")
     merged = AutoModelForCausalLM.from_pretrained(straight / "final").eval()
     assert merged.dtype == torch.float32  # checkpoint.final.dtype
-    ids = _prompt(straight)
+    ids = _prompt(straight / "final")
     with torch.no_grad():
         difference = (merged(ids).logits - adapted(ids).logits).abs().max().item()
     print(f"merged vs base + adapter: max |logit difference| {difference:.2e}")

@@ -119,7 +119,7 @@ def test_readme_qlora_70b_fits_two_80gb_gpus_with_its_terms() -> None:
     out = result.stdout
     assert "70.55B parameters, 2 × H100-80GB" in out and "device: fits" in out
     assert "qlora r=16" in out and "4 bits + block scales" in out
-    assert "note: the engine plans QLoRA but does not train it (FS312)" in out
+    assert "FS312" not in out  # trained under FSDP2: no note
     for term in ("sharded parameters", "optimizer states", "gathered parameters",
                  "activations", "logits and loss"):
         assert term in out
@@ -129,12 +129,14 @@ def test_readme_qlora_70b_fits_two_80gb_gpus_with_its_terms() -> None:
     print(f"QLoRA 70B on 2 × H100-80GB: {_gib(out, 'device: fits')} GiB per GPU")
 
 
-def test_validate_refuses_qlora_at_the_flag_that_asked_for_it() -> None:
+def test_validate_accepts_qlora_under_fsdp2_and_refuses_fsdp1_at_its_flag() -> None:
     result = run_cli("validate", EXAMPLE, "--format", "concise", *QLORA_70B, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    fsdp1 = ("--set", "fsdp.version=1", "--set", "fsdp.use_orig_params=true")
+    result = run_cli("validate", EXAMPLE, "--format", "concise", *QLORA_70B, *fsdp1, cwd=ROOT)
     assert result.returncode == 1
-    assert result.stdout.splitlines() == [
-        "--set peft.method=qlora: FS312 error peft.method qlora is planned but not "
-        "trained by this engine"]
+    assert ("--set fsdp.version=1: FS312 error peft.method qlora is not trained under "
+            "fsdp.version 1 (FSDP1 cannot shard 4-bit weights)") in result.stdout.splitlines()
 
 
 def test_trace_refuses_qlora_in_one_line() -> None:
