@@ -173,8 +173,8 @@ def _quantization(draft: Draft, entries: dict[str, Entry], load: Entry | None) -
     for name, value in base.items():
         draft.put(f"peft.quantization.{name}", value, comments[name])
     draft.notes.append(Note(load.line, (
-        "adapter qlora: imported as peft.method qlora, which fsdpspec plans but its engine "
-        "does not train yet (`fsdpspec validate` says FS312)")))
+        "adapter qlora: imported as peft.method qlora, which fsdpspec's engine trains "
+        "under FSDP2 only (under FSDP1 `fsdpspec validate` says FS312)")))
 
 
 def apply_adapter(entries: dict[str, Entry], draft: Draft) -> Targets | None:

@@ -90,7 +90,8 @@ EXPECTED: dict[str, dict] = {
                                                    preset="qwen2.5-0.5b"),
     "axolotl/gpt-oss-20b-fft-fsdp2.yaml": refused("activation_offloading True"),
     # LoRA / QLoRA: peft (method, r, alpha, dropout, target_modules; [] = the family's
-    # projections, which lora_target_linear is). The engine does not train QLoRA (FS312).
+    # projections, which lora_target_linear is). axolotl's QLoRA configs are FSDP1, under
+    # which the engine does not train QLoRA (FS312).
     # use_orig_params false with adapters is written true (FS142).
     "axolotl/llama-2-qlora-fsdp.yml": job(1, FULL, True, "full", BF16, FSD, 8,
                                           preset="llama2-7b", use_orig_params=True,
@@ -209,8 +210,8 @@ def test_corpus_imports_as_its_tool_runs_it(name: str, tmp_path: Path) -> None:
     assert errors == sorted(expected["errors"] + _missing_here(spec))
     if "FS201" in expected["errors"]:  # the import said which assumption fails, and what to set
         assert "does not fit" in result.output and "--preset or --hf-config" in result.output
-    if "FS312" in expected["errors"]:  # and that the engine does not train QLoRA
-        assert "(`fsdpspec validate` says FS312)" in result.output
+    if "FS312" in expected["errors"]:  # and that the engine trains QLoRA under FSDP2 only
+        assert "(under FSDP1 `fsdpspec validate` says FS312)" in result.output
 
 
 CLEAN = [n for n, e in sorted(EXPECTED.items()) if "refused" not in e and not e["errors"]]
