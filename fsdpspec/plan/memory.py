@@ -212,6 +212,38 @@ def _saved_through(job: Job, index: int, full: int) -> int:
     return checkpointed * kept + (index + 1 - checkpointed) * full
 
 
+def _deferred_gather(job: Job) -> bool:
+    """Whether forward keeps each unit's all-gather output until the next unit's copy-out
+    (FSDP2 over a shard group of more than one: it overlaps the copy-out with the next
+    all-gather). The previous output is freed as the next unit's wait begins, but the
+    local that held it lives through that copy-out, so two outputs coexist with the new
+    unit's unsharded parameters; the root's forward frees the last one after lm_head."""
+    return job.layout.fsdp_version == 2 and job.layout.shard_size > 1
+
+
+def _forward_points(job: Job, p: _Parts) -> list[Point]:
+    """Forward's all-gather copy-outs: the root's, the first unit's (the root's output
+    still held) and the last unit's (most activations saved). They peak when the root is
+    large beside the activations (fp32 compute with checkpointing: one root's gathered
+    bytes more than any backward moment)."""
+    if not _deferred_gather(job) or not p.unit:
+        return []
+    b, lay, layers = job.compute_bytes, job.layout, job.geometry.num_layers
+    # The hidden states entering a layer and the rotary cos/sin, alive from the embedding on.
+    entering = b * lay.tokens * (job.geometry.hidden_size + 2 * job.geometry.head_dim)
+    base = p.persistent | {"accumulated_gradients": p.accumulated}
+    points = [Point("forward: root all-gather", base | {"gathered_parameters": 2 * p.root})]
+    for index in sorted({0, layers - 1}):
+        previous = p.root if index == 0 else p.unit  # the all-gather output still held
+        kept = 0 if lay.reshards_after_forward else index * p.unit
+        points.append(Point(f"forward: layer {index} all-gather", base | {
+            "gathered_parameters": p.root + kept + p.unit,
+            "prefetch_buffer": previous + p.unit,
+            "activations": entering + (_saved_through(job, index - 1, p.layer) if index else 0),
+        }))
+    return points
+
+
 def _head_points(job: Job, p: _Parts) -> list[Point]:
     """From the lm_head's forward to its backward: logits and loss, the root gathered
     throughout."""
@@ -221,8 +253,10 @@ def _head_points(job: Job, p: _Parts) -> list[Point]:
     acts = p.saved + act.root_activation_bytes(g, b, batch, seq)
     base = p.persistent | {"accumulated_gradients": p.accumulated, "activations": acts,
                            "gathered_parameters": p.root + p.units_kept}
-    lm_head = base | {"logits_and_loss": logits
-                      + act.router_loss_bytes(g, b, batch, seq)}
+    # The last unit's all-gather output lives until the root's forward ends.
+    last_gather = p.unit if _deferred_gather(job) else 0
+    lm_head = base | {"logits_and_loss": logits + act.router_loss_bytes(g, b, batch, seq),
+                      "prefetch_buffer": last_gather}
     loss_forward = base | {"logits_and_loss": act.logits_forward_bytes(g, b, batch, seq)}
     loss_backward = base | {"logits_and_loss": act.logits_backward_bytes(g, b, batch, seq)}
     # The lm_head's weight gradient is computed from the logits' gradient.
@@ -309,10 +343,18 @@ def _points(job: Job, p: _Parts) -> list[Point]:
         "unsharded_gradients": p.root_grads,
         "reduce_scatter_buffers": p.root_reduce,
     }
+    # The embedding's backward, just before the root's reduction: the root still gathered,
+    # the first unit's reduce-scatter input kept. A tied weight's two gradients are summed
+    # out of place (autograd held lm_head's since backward began): both and their sum.
+    grads = 3 * p.head_grads if job.geometry.tie_word_embeddings else p.root_grads
+    embedding = backward_end | {"gathered_parameters": p.root,
+                                "unsharded_gradients": max(grads, p.root_grads),
+                                "reduce_scatter_buffers": p.unit_reduce}
     optimizer_step = p.persistent | {"sharded_gradients": p.sharded_grads,
                                      "optimizer_temporaries": p.optimizer_temporaries}
     layer_points = _layer_points(job, p) if p.unit else []
-    return [*_head_points(job, p), *layer_points,
+    return [*_forward_points(job, p), *_head_points(job, p), *layer_points,
+            Point("backward: embedding", embedding),
             Point("backward: root gradient reduction", backward_end),
             Point("optimizer step", optimizer_step)]
 
