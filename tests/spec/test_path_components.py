@@ -56,7 +56,7 @@ COMMANDS = {
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_long_output_or_run_name_is_one_line(command: str, tmp_path: Path,
                                                monkeypatch) -> None:
-    from fsdpspec_runners.local.resolved import write_resolved_spec
+    from fsdpspec.runfiles.resolved import write_resolved_spec
 
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "run"
