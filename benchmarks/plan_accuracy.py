@@ -290,6 +290,8 @@ def main() -> int:
     parser.add_argument("--traces", type=Path, default=None, metavar="FILE",
                         help="JSONL of traced peaks: rows found there are not traced again, "
                              "new traces are appended")
+    parser.add_argument("--recorded", action="store_true",
+                        help="only the rows --traces holds (trace nothing; a sweep in progress)")
     args = parser.parse_args()
     known = recorded_traces(args.traces)
     if args.sweep:
@@ -303,9 +305,13 @@ def main() -> int:
         jobs = [(r[0], resolve(row_spec(r), Path.cwd()))
                 for r in (lever_rows() if args.levers else ROWS + LORA_ROWS)[: args.rows]
                 if args.match in r[0]]
+    if args.recorded:
+        jobs = [(name, job) for name, job in jobs if name in known]
     print(f"{'row':<34}{'shard':>6}{'analytic GiB':>14}{'traced GiB':>12}{'error':>8}{'s':>6}")
     errors: list[tuple[float, str]] = []
     for name, job in jobs:
+        # Read again before each row: another process of the sweep may have traced it.
+        known = known | recorded_traces(args.traces)
         shard, analytic, traced, seconds = measure(job, known.get(name))
         if args.traces is not None and name not in known:
             with args.traces.open("a", encoding="utf-8") as out:  # one line per row

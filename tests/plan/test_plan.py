@@ -70,8 +70,18 @@ ROOT_BF16, LAYER_BF16 = 2 * ROOT, 2 * LAYER
 
 def test_full_shard_points() -> None:
     found = points()
-    assert found["forward: lm_head"] == STATES | {
+    # Forward keeps each all-gather output until the next unit's copy-out is done: the
+    # root's beside layer 0's, layer 0's beside layer 1's, layer 1's until lm_head ends.
+    assert found["forward: root all-gather"] == STATES | {"gathered_parameters": 2 * ROOT_BF16}
+    entering = 2 * 8 * (64 + 2 * 16)  # hidden states and rotary cos/sin, bf16
+    assert found["forward: layer 0 all-gather"] == STATES | {
         "gathered_parameters": ROOT_BF16 + LAYER_BF16,
+        "prefetch_buffer": ROOT_BF16 + LAYER_BF16, "activations": entering}
+    assert found["forward: layer 1 all-gather"] == STATES | {
+        "gathered_parameters": ROOT_BF16 + LAYER_BF16, "prefetch_buffer": 2 * LAYER_BF16,
+        "activations": entering + ACTIVATIONS // 2}
+    assert found["forward: lm_head"] == STATES | {
+        "gathered_parameters": ROOT_BF16 + LAYER_BF16, "prefetch_buffer": LAYER_BF16,
         "activations": ACTIVATIONS + ROOT_ACTIVATIONS, "logits_and_loss": LOGITS}
     # The root and the last layer stay gathered from forward into backward: the root is
     # never all-gathered a second time, so nothing is prefetched around the loss.
@@ -82,8 +92,8 @@ def test_full_shard_points() -> None:
     assert found["backward: loss"] == STATES | {
         "gathered_parameters": ROOT_BF16 + LAYER_BF16,
         "activations": ACTIVATIONS + ROOT_ACTIVATIONS, "logits_and_loss": 12 * 8 * 320}
-    assert list(found)[:4] == ["forward: lm_head", "forward: loss", "backward: loss",
-                               "backward: lm_head"]
+    assert list(found)[3:7] == ["forward: lm_head", "forward: loss", "backward: loss",
+                                "backward: lm_head"]
     assert found["backward: lm_head"] == STATES | {
         "gathered_parameters": ROOT_BF16 + LAYER_BF16, "unsharded_gradients": 2 * 320 * 64,
         "activations": ACTIVATIONS + ROOT_ACTIVATIONS, "logits_and_loss": LOGITS}
@@ -102,6 +112,11 @@ def test_layer_and_reduction_points() -> None:
     assert found["backward: layer 0"] == common | {
         "activations": ACTIVATIONS // 2, "sharded_gradients": 4 * LAYER // 4,
         "reduce_scatter_buffers": 4 * LAYER}
+    # The embedding's backward: the root still gathered, layer 0's reduce-scatter input
+    # held, the root's gradients (untied: lm_head's and the embedding's) alive.
+    assert found["backward: embedding"] == STATES | {
+        "sharded_gradients": 4 * 2 * LAYER // 4, "gathered_parameters": ROOT_BF16,
+        "unsharded_gradients": ROOT_BF16, "reduce_scatter_buffers": 4 * LAYER}
     assert found["backward: root gradient reduction"] == STATES | {
         "sharded_gradients": 4 * 2 * LAYER // 4, "unsharded_gradients": ROOT_BF16,
         "reduce_scatter_buffers": 4 * ROOT}
