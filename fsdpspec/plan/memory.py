@@ -325,12 +325,33 @@ def _experts_point(job: Job, p: _Parts, index: int) -> Point:
     })
 
 
+def _reduction_point(job: Job, p: _Parts, index: int) -> Point:
+    """The end of layer ``index``'s backward, as its post-backward hook allocates the
+    reduce-scatter input: the unit already resharded, its activations freed, its whole
+    gradient (compute dtype) and the fp32 input alive at once; the unit below prefetched
+    (or, without resharding, every unit below still gathered)."""
+    lay, layers = job.layout, job.geometry.num_layers
+    below = _saved_through(job, index - 1, p.layer) if index else 0
+    unit_grads = p.unit_reduce * job.compute_bytes // job.reduce_bytes if p.unit_grads else 0
+    return Point(f"backward: layer {index} reduction", {
+        **p.persistent,
+        "accumulated_gradients": p.accumulated,
+        "gathered_parameters": p.root + (0 if lay.reshards_after_forward else index * p.unit),
+        "prefetch_buffer": p.prefetch if index > 0 else 0,
+        "unsharded_gradients": p.head_grads + unit_grads,
+        "sharded_gradients": (layers - 1 - index) * p.sharded_unit_grads,
+        "reduce_scatter_buffers": p.unit_reduce,
+        "activations": 0 if job.spec.fsdp.activation_offload else below,
+    })
+
+
 def _layer_points(job: Job, p: _Parts) -> list[Point]:
     """The layers whose backward can peak: the last two (most activations alive) and the
     first two (most gradients reduced; with checkpointing, as many activations)."""
     last = job.geometry.num_layers - 1
     indices = sorted({i for i in (last, last - 1, 1, 0) if 0 <= i <= last}, reverse=True)
     points = [_layer_point(job, p, i) for i in indices]
+    points += [_reduction_point(job, p, i) for i in indices]
     if job.geometry.experts:
         points += [_experts_point(job, p, i) for i in indices]
     return points
