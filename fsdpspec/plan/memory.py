@@ -1,9 +1,10 @@
 """Device memory of one rank, term by term, at the moments a training step peaks.
 
 A step is walked as FSDP runs it and the live tensors are summed at each candidate
-peak: the cross entropy at the end of forward, the start of backward (loss gradients),
-the backward of the last layer (every activation still alive), the root's gradient
-reduction at the end of backward, and the optimizer step. The largest is the predicted
+peak: forward's all-gather copy-outs, the cross entropy at the end of forward, the start
+of backward (loss gradients), the backward of the last and first layers and their
+gradient reductions, the embedding's backward, the root's gradient reduction at the end
+of backward, and the optimizer step. The largest is the predicted
 ``torch.cuda.max_memory_allocated``; the caching allocator's fragmentation is added for
 ``max_memory_reserved``, and the CUDA context and NCCL buffers, which live outside the
 allocator, are reported beside them.
