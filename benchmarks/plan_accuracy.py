@@ -19,7 +19,7 @@ Two sets of rows:
 Gemma 2 and gpt-oss run with eager attention (transformers refuses SDPA for them).
 
     python benchmarks/plan_accuracy.py             # the curated rows
-    python benchmarks/plan_accuracy.py --sweep     # the registry sweep (~15 min, 2 cores)
+    python benchmarks/plan_accuracy.py --sweep     # the registry sweep (162 traces, 3-30 s each)
     python benchmarks/plan_accuracy.py --match moe # the rows whose name has "moe"
     python benchmarks/plan_accuracy.py --levers    # the memory levers' rows
     python benchmarks/plan_accuracy.py --match lora # the LoRA rows (one per family)
