@@ -27,8 +27,8 @@ WARMUP_STEPS = 5
 
 def write_spec(args: argparse.Namespace, run_dir: Path) -> Path:
     """The engine's resolved spec: synthetic data, constant lr, no checkpoints."""
+    from fsdpspec.runfiles.resolved import write_resolved_spec
     from fsdpspec.spec.v1 import JobSpec
-    from fsdpspec_runners.local.resolved import write_resolved_spec
 
     spec = JobSpec.model_validate(
         {
@@ -58,7 +58,7 @@ def hand_written(spec_path: Path):  # noqa: ANN201 - returns a step closure
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from fsdpspec.catalog.presets import preset_config
-    from fsdpspec_runners.local.resolved import read_resolved_spec
+    from fsdpspec.runfiles.resolved import read_resolved_spec
 
     spec, _, _ = read_resolved_spec(spec_path)
     device = (
@@ -98,10 +98,10 @@ def worker(spec_path: Path, steps: int) -> None:
     """Alternate engine and hand-written steps; rank 0 prints the comparison."""
     import torch
 
+    from fsdpspec.runfiles.resolved import read_resolved_spec
     from fsdpspec_runners.engine.dist import init_runtime, teardown
     from fsdpspec_runners.engine.loop import train_step
     from fsdpspec_runners.engine.train import build_trainer
-    from fsdpspec_runners.local.resolved import read_resolved_spec
 
     spec, run_dir, _ = read_resolved_spec(spec_path)
     runtime = init_runtime(spec)

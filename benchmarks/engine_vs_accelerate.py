@@ -34,8 +34,8 @@ CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_
 
 def write_spec(args: argparse.Namespace, run_dir: Path) -> Path:
     """The engine's resolved spec: NO_SHARD, synthetic data, constant lr, no checkpoints."""
+    from fsdpspec.runfiles.resolved import write_resolved_spec
     from fsdpspec.spec.v1 import JobSpec
-    from fsdpspec_runners.local.resolved import write_resolved_spec
 
     (run_dir / "model").mkdir(parents=True)
     (run_dir / "model" / "config.json").write_text(json.dumps(CONFIG))
@@ -86,10 +86,10 @@ def accelerate_loop(args: argparse.Namespace):  # noqa: ANN201 - returns a step 
 
 def worker(spec_path: Path, args: argparse.Namespace) -> None:
     """Alternate engine and accelerate steps; rank 0 prints the comparison."""
+    from fsdpspec.runfiles.resolved import read_resolved_spec
     from fsdpspec_runners.engine.dist import init_runtime, teardown
     from fsdpspec_runners.engine.loop import train_step
     from fsdpspec_runners.engine.train import build_trainer
-    from fsdpspec_runners.local.resolved import read_resolved_spec
 
     spec, run_dir, _ = read_resolved_spec(spec_path)
     runtime = init_runtime(spec)

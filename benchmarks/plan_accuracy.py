@@ -19,16 +19,23 @@ Two sets of rows:
 Gemma 2 and gpt-oss run with eager attention (transformers refuses SDPA for them).
 
     python benchmarks/plan_accuracy.py             # the curated rows
-    python benchmarks/plan_accuracy.py --sweep     # the registry sweep (~15 min, 2 cores)
+    python benchmarks/plan_accuracy.py --sweep     # the registry sweep (162 traces, 3-30 s each)
     python benchmarks/plan_accuracy.py --match moe # the rows whose name has "moe"
     python benchmarks/plan_accuracy.py --levers    # the memory levers' rows
     python benchmarks/plan_accuracy.py --match lora # the LoRA rows (one per family)
+
+The sweep in two parallel parts, then every row against the plan (no trace re-run):
+
+    nice -n 19 python benchmarks/plan_accuracy.py --sweep --part 0/2 --traces t.jsonl &
+    nice -n 19 python benchmarks/plan_accuracy.py --sweep --part 1/2 --traces t.jsonl
+    python benchmarks/plan_accuracy.py --sweep --traces t.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import statistics
 import sys
 import time
@@ -243,16 +250,30 @@ def sweep_job(row: tuple[Any, ...]) -> Job:
     return resolve(spec, Path.cwd(), config=published_config(model_type))
 
 
-def measure(job: Job) -> tuple[int, int, int, float]:
+def measure(job: Job, known: dict[str, Any] | None = None) -> tuple[int, int, int, float]:
     """(shard-group size, analytic peak allocated, traced peak, seconds the trace took)
-    of one row."""
+    of one row; ``known`` is the row's recorded trace, if any (the plan is recomputed)."""
+    plan = plan_job(job)
+    if known is not None:
+        return (plan.job.layout.shard_size, plan.device.peak_allocated, known["traced"],
+                known["seconds"])
     from fsdpspec_runners.engine.trace import trace_job
 
-    plan = plan_job(job)
     start = time.perf_counter()
     traced = trace_job(job)
     return (plan.job.layout.shard_size, plan.device.peak_allocated, traced.peak_bytes,
             time.perf_counter() - start)
+
+
+def recorded_traces(path: Path | None) -> dict[str, Any]:
+    """Row name → its recorded trace ({"traced": bytes, "seconds": s}) from ``--traces``.
+    A trace depends on torch, transformers and the engine, not on the analytic model, so
+    parts of a sweep can run in parallel processes (or resume) and the plan be rechecked
+    against them in seconds. Delete the file after changing the engine or a package."""
+    if path is None or not path.exists():
+        return {}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return {r["row"]: r for r in map(json.loads, lines) if r}
 
 
 def main() -> int:
@@ -266,7 +287,13 @@ def main() -> int:
                              "optimizer state precision)")
     parser.add_argument("--part", default="0/1", metavar="I/N",
                         help="run every N-th row from the I-th (split a sweep over processes)")
+    parser.add_argument("--traces", type=Path, default=None, metavar="FILE",
+                        help="JSONL of traced peaks: rows found there are not traced again, "
+                             "new traces are appended")
+    parser.add_argument("--recorded", action="store_true",
+                        help="only the rows --traces holds (trace nothing; a sweep in progress)")
     args = parser.parse_args()
+    known = recorded_traces(args.traces)
     if args.sweep:
         rows, skipped = sweep_rows()
         part, parts = (int(x) for x in args.part.split("/"))
@@ -278,6 +305,8 @@ def main() -> int:
         jobs = [(r[0], resolve(row_spec(r), Path.cwd()))
                 for r in (lever_rows() if args.levers else ROWS + LORA_ROWS)[: args.rows]
                 if args.match in r[0]]
+    if args.recorded:
+        jobs = [(name, job) for name, job in jobs if name in known]
     if lora := {job.geometry.family for name, job in jobs if name.startswith("lora-")}:
         missing = sorted(set(FAMILIES) - lora)
         print(f"LoRA rows cover {len(lora)} of {len(FAMILIES)} registered families"
@@ -285,7 +314,12 @@ def main() -> int:
     print(f"{'row':<34}{'shard':>6}{'analytic GiB':>14}{'traced GiB':>12}{'error':>8}{'s':>6}")
     errors: list[tuple[float, str]] = []
     for name, job in jobs:
-        shard, analytic, traced, seconds = measure(job)
+        # Read again before each row: another process of the sweep may have traced it.
+        known = known | recorded_traces(args.traces)
+        shard, analytic, traced, seconds = measure(job, known.get(name))
+        if args.traces is not None and name not in known:
+            with args.traces.open("a", encoding="utf-8") as out:  # one line per row
+                out.write(json.dumps({"row": name, "traced": traced, "seconds": seconds}) + "\n")
         error = (analytic - traced) / traced
         errors.append((error, name))
         print(f"{name:<34}{shard:>6}{analytic / GIB:>14.2f}{traced / GIB:>12.2f}"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.catalog.hub import HubError, offline, snapshot
-from fsdpspec.catalog.modelconfig import HUB_INPUTS, ModelConfigError, hub_input
+from fsdpspec.catalog.modelconfig import ModelConfigError, hub_input
 from fsdpspec.job.introspect import NotIntrospected
 from fsdpspec.job.job import Job, resolve
 from fsdpspec.job.model import user_cache_dir
@@ -29,7 +29,7 @@ from fsdpspec.spec.structure import (
     typed_spec,
 )
 from fsdpspec.spec.suggest import closest
-from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.spec.v1 import MODEL_HUB_INPUTS, JobSpec
 
 
 @dataclass
@@ -122,16 +122,16 @@ def _uncached_hub_inputs(spec: JobSpec, base_dir: Path) -> list[Diagnostic]:
     offline; online a warning, as `fsdpspec run` fetches it (hf_config is FS030: the
     plan needs it now)."""
     found = []
-    for section, key in HUB_INPUTS:
-        value = getattr(getattr(spec, section), key)
-        hub = hub_input(value, base_dir) if value and key != "hf_config" else None
+    for source in MODEL_HUB_INPUTS:
+        value = source.value(spec)
+        hub = hub_input(value, base_dir) if value and source.name != "model.hf_config" else None
         if hub is None:
             continue
         try:
             snapshot(hub)
         except HubError as exc:
             severity = Severity.ERROR if offline() else Severity.WARNING
-            found.append(Diagnostic("FS031", severity, str(exc), f"/{section}/{key}"))
+            found.append(Diagnostic("FS031", severity, str(exc), source.pointer))
     return found
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 
+from fsdpspec.runfiles.resolved import FILENAME
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.local.resolved import FILENAME
 
 ENGINE_MODULE = "fsdpspec_runners.engine"
 TORCHRUN: tuple[str, ...] = ("torchrun",)

@@ -265,8 +265,8 @@ def torchrun_engine(spec_data: dict, run_dir: Path, nproc: int = 2,
                     env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Write ``spec_data`` as the run's resolved spec and train it with the real engine
     under torchrun (``nproc`` CPU processes on gloo), as `fsdpspec run` launches it."""
+    from fsdpspec.runfiles.resolved import write_resolved_spec
     from fsdpspec.spec.v1 import JobSpec
-    from fsdpspec_runners.local.resolved import write_resolved_spec
 
     spec = write_resolved_spec(JobSpec.model_validate(spec_data), run_dir)
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",

@@ -260,8 +260,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": None, "vocab_size": 32064,
         "tie_word_embeddings": False},
-        mlp="gated_fused", fused_qkv=True, window="always", presets=("phi3-mini",),
-        modules_first=("o_proj",)),
+        mlp="gated_fused", fused_qkv=True, window="always", head_major_query=True,
+        presets=("phi3-mini",), modules_first=("o_proj",)),
 )}
 
 # A factory model described by `model.geometry`: counted as a Llama-style decoder. It has

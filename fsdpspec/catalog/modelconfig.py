@@ -21,15 +21,6 @@ class ModelConfigError(ValueError):
     """A model source that cannot be read; the message is one line for the user."""
 
 
-# Inputs that may name a Hub model repository instead of a local path, and the files
-# `fsdpspec run` fetches for each.
-HUB_INPUTS: dict[tuple[str, str], list[str]] = {
-    ("model", "hf_config"): ["*.json"],
-    ("model", "weights"): ["*.json", "*.safetensors"],
-    ("data", "tokenizer"): ["*.json", "*.model", "*.txt", "*.tiktoken"],
-}
-
-
 def resolve_input_path(value: str, base_dir: Path) -> Path:
     """Input paths in a spec are relative to the spec file's directory. A `~user` that
     names nobody stays as written (the file is then missing, and reported so)."""

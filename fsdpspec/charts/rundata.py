@@ -10,9 +10,9 @@ from typing import Any
 
 from fsdpspec.job.rundir import RunDir
 from fsdpspec.jsonfile import JsonFileError
+from fsdpspec.runfiles.events import read_events, read_jsonl
+from fsdpspec.runfiles.resolved import FILENAME, read_resolved_spec
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.local.events import read_events, read_jsonl
-from fsdpspec_runners.local.resolved import FILENAME, read_resolved_spec
 from fsdpspec_runners.local.runlock import is_held
 
 

@@ -14,11 +14,11 @@ from fsdpspec.cli.options import exit_on_errors, load_spec, set_option
 from fsdpspec.cli.output import deliver, force_option, output_option
 from fsdpspec.jsonfile import JsonFileError
 from fsdpspec.plan.checkpoint import stop_grace_seconds
+from fsdpspec.runfiles.resolved import absolute_inputs
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.spec.yamltext import dump_yaml
 from fsdpspec.validate import FileReport
 from fsdpspec_runners.errors import LaunchError
-from fsdpspec_runners.local.resolved import absolute_inputs
 
 
 def _scheduled(report: FileReport) -> tuple[JobSpec, int]:
@@ -89,7 +89,7 @@ def _hf(run_dir: str, step: int | None, output: str | None, force: bool) -> None
     the run directory and the target are known to be usable)."""
     if output is None:
         raise click.UsageError("export hf needs -o DIR, the model directory to write")
-    from fsdpspec_runners.local.resolved import FILENAME, read_resolved_spec
+    from fsdpspec.runfiles.resolved import FILENAME, read_resolved_spec
 
     run = Path(run_dir)
     if not os.path.lexists(run / FILENAME):

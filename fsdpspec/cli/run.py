@@ -13,10 +13,10 @@ import click
 
 from fsdpspec.cli.options import emit, exit_on_errors, load_spec, resolve_format, set_option
 from fsdpspec.job.rundir import RunDir
+from fsdpspec.runfiles.resolved import absolute_inputs, resolved_document
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.validate import FileReport, check_by_hand
 from fsdpspec_runners.local.preflight import PreflightError, check_before_start
-from fsdpspec_runners.local.resolved import absolute_inputs, resolved_document
 from fsdpspec_runners.local.rundir import (
     RunDirError,
     join_run_dir,
@@ -45,20 +45,21 @@ def _fetch_hub_inputs(report: FileReport) -> bool:
     """Download the spec's Hub ids that are not cached (online only; `fsdpspec run` runs
     once per node, before torchrun, so each node fetches once); whether any was."""
     from fsdpspec.catalog.hub import HubError, cached_snapshot, fetch, offline
-    from fsdpspec.catalog.modelconfig import HUB_INPUTS, hub_input
+    from fsdpspec.catalog.modelconfig import hub_input
+    from fsdpspec.spec.v1 import MODEL_HUB_INPUTS
 
     if report.spec is None or offline():
         return False
     fetched = False
-    for (section, key), patterns in HUB_INPUTS.items():
-        value = getattr(getattr(report.spec, section), key)
+    for field in MODEL_HUB_INPUTS:
+        value = field.value(report.spec)
         hub = hub_input(value, report.base_dir) if value else None
         if hub is not None and cached_snapshot(hub) is None:
-            click.echo(f"fetching {hub} from the Hugging Face Hub ({section}.{key})", err=True)
+            click.echo(f"fetching {hub} from the Hugging Face Hub ({field.name})", err=True)
             try:
-                fetch(hub, patterns)
+                fetch(hub, list(field.fetch))
             except HubError as exc:
-                raise click.ClickException(f"{section}.{key}: {exc}") from None
+                raise click.ClickException(f"{field.name}: {exc}") from None
             fetched = True
     return fetched
 
@@ -104,7 +105,7 @@ def _dry_run(argv: list[str], env_added: dict[str, str], spec: JobSpec, run_dir:
 
 def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
            node_rank: int | None) -> int:
-    from fsdpspec_runners.local.events import append_event
+    from fsdpspec.runfiles.events import append_event
     from fsdpspec_runners.local.runlock import RunLockError, run_lock
     from fsdpspec_runners.local.supervise import run_supervised
 

@@ -140,12 +140,14 @@ def logits_backward_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
 
 def backward_temporaries(g: Geometry, b: int, batch: int, seq: int, attention: str) -> int:
     """Gradients of activations alive at once inside one layer's backward: in the MLP,
-    the gradients of the product and of the up/gate branches; in eager attention, the
-    gradient of the probabilities (fp32) and of the scores."""
+    the gradients of the product and of the up/gate branches (a plain MLP has one
+    branch: the activation's gradient alone); in eager attention, the gradient of the
+    probabilities (fp32) and of the scores."""
     t = batch * seq
     rows, width = (t * g.experts.active, g.experts.width) if g.experts else \
         (t, g.intermediate_size)
-    mlp = 2 * b * rows * width + b * rows * g.hidden_size
+    branches = 1 if g.mlp == "plain" and not g.experts else 2
+    mlp = branches * b * rows * width + b * rows * g.hidden_size
     if attention != "eager":
         return mlp
     scores = 4 * batch * g.num_heads * seq * seq

@@ -1,9 +1,10 @@
 """Device memory of one rank, term by term, at the moments a training step peaks.
 
 A step is walked as FSDP runs it and the live tensors are summed at each candidate
-peak: the cross entropy at the end of forward, the start of backward (loss gradients),
-the backward of the last layer (every activation still alive), the root's gradient
-reduction at the end of backward, and the optimizer step. The largest is the predicted
+peak: forward's all-gather copy-outs, the cross entropy at the end of forward, the start
+of backward (loss gradients), the backward of the last and first layers and their
+gradient reductions, the embedding's backward, the root's gradient reduction at the end
+of backward, and the optimizer step. The largest is the predicted
 ``torch.cuda.max_memory_allocated``; the caching allocator's fragmentation is added for
 ``max_memory_reserved``, and the CUDA context and NCCL buffers, which live outside the
 allocator, are reported beside them.
@@ -212,6 +213,38 @@ def _saved_through(job: Job, index: int, full: int) -> int:
     return checkpointed * kept + (index + 1 - checkpointed) * full
 
 
+def _deferred_gather(job: Job) -> bool:
+    """Whether forward keeps each unit's all-gather output until the next unit's copy-out
+    (FSDP2 over a shard group of more than one: it overlaps the copy-out with the next
+    all-gather). The previous output is freed as the next unit's wait begins, but the
+    local that held it lives through that copy-out, so two outputs coexist with the new
+    unit's unsharded parameters; the root's forward frees the last one after lm_head."""
+    return job.layout.fsdp_version == 2 and job.layout.shard_size > 1
+
+
+def _forward_points(job: Job, p: _Parts) -> list[Point]:
+    """Forward's all-gather copy-outs: the root's, the first unit's (the root's output
+    still held) and the last unit's (most activations saved). They peak when the root is
+    large beside the activations (fp32 compute with checkpointing: one root's gathered
+    bytes more than any backward moment)."""
+    if not _deferred_gather(job) or not p.unit:
+        return []
+    b, lay, layers = job.compute_bytes, job.layout, job.geometry.num_layers
+    # The hidden states entering a layer and the rotary cos/sin, alive from the embedding on.
+    entering = b * lay.tokens * (job.geometry.hidden_size + 2 * job.geometry.head_dim)
+    base = p.persistent | {"accumulated_gradients": p.accumulated}
+    points = [Point("forward: root all-gather", base | {"gathered_parameters": 2 * p.root})]
+    for index in sorted({0, layers - 1}):
+        previous = p.root if index == 0 else p.unit  # the all-gather output still held
+        kept = 0 if lay.reshards_after_forward else index * p.unit
+        points.append(Point(f"forward: layer {index} all-gather", base | {
+            "gathered_parameters": p.root + kept + p.unit,
+            "prefetch_buffer": previous + p.unit,
+            "activations": entering + (_saved_through(job, index - 1, p.layer) if index else 0),
+        }))
+    return points
+
+
 def _head_points(job: Job, p: _Parts) -> list[Point]:
     """From the lm_head's forward to its backward: logits and loss, the root gathered
     throughout."""
@@ -221,8 +254,10 @@ def _head_points(job: Job, p: _Parts) -> list[Point]:
     acts = p.saved + act.root_activation_bytes(g, b, batch, seq)
     base = p.persistent | {"accumulated_gradients": p.accumulated, "activations": acts,
                            "gathered_parameters": p.root + p.units_kept}
-    lm_head = base | {"logits_and_loss": logits
-                      + act.router_loss_bytes(g, b, batch, seq)}
+    # The last unit's all-gather output lives until the root's forward ends.
+    last_gather = p.unit if _deferred_gather(job) else 0
+    lm_head = base | {"logits_and_loss": logits + act.router_loss_bytes(g, b, batch, seq),
+                      "prefetch_buffer": last_gather}
     loss_forward = base | {"logits_and_loss": act.logits_forward_bytes(g, b, batch, seq)}
     loss_backward = base | {"logits_and_loss": act.logits_backward_bytes(g, b, batch, seq)}
     # The lm_head's weight gradient is computed from the logits' gradient.
@@ -293,25 +328,24 @@ def _experts_point(job: Job, p: _Parts, index: int) -> Point:
     })
 
 
-def _forward_gather_point(job: Job, p: _Parts) -> list[Point]:
-    """Forward, as the last layer is all-gathered (FSDP2 resharding after forward): FSDP2
-    frees an all-gather's output only when the next all-gather has been issued (its
-    ``AllGatherState``), so the previous layer's output, the last layer's and the
-    parameters copied out of it are alive at once, beside what every earlier layer
-    saved. A backward point is higher unless a unit is large beside its layer's
-    activations and gradients: a LoRA over a Mixture of Experts (frozen experts, no
-    expert gradients; measured: 3 · unit + root on lora-mixtral-8x7b-16's trace)."""
-    layers = job.geometry.num_layers
-    if job.layout.fsdp_version != 2 or not job.layout.reshards_after_forward or layers < 2:
-        return []
-    own = _saved_through(job, layers - 1, p.layer) - _saved_through(job, layers - 2, p.layer)
-    return [Point("forward: last layer gathered", {
+def _reduction_point(job: Job, p: _Parts, index: int) -> Point:
+    """The end of layer ``index``'s backward, as its post-backward hook allocates the
+    reduce-scatter input: the unit already resharded, its activations freed, its whole
+    gradient (compute dtype) and the fp32 input alive at once; the unit below prefetched
+    (or, without resharding, every unit below still gathered)."""
+    lay, layers = job.layout, job.geometry.num_layers
+    below = _saved_through(job, index - 1, p.layer) if index else 0
+    unit_grads = p.unit_reduce * job.compute_bytes // job.reduce_bytes if p.unit_grads else 0
+    return Point(f"backward: layer {index} reduction", {
         **p.persistent,
         "accumulated_gradients": p.accumulated,
-        "gathered_parameters": p.root + p.unit,
-        "prefetch_buffer": 2 * p.unit,  # the previous and the new all-gather output
-        "activations": p.saved - own,
-    })]
+        "gathered_parameters": p.root + (0 if lay.reshards_after_forward else index * p.unit),
+        "prefetch_buffer": p.prefetch if index > 0 else 0,
+        "unsharded_gradients": p.head_grads + unit_grads,
+        "sharded_gradients": (layers - 1 - index) * p.sharded_unit_grads,
+        "reduce_scatter_buffers": p.unit_reduce,
+        "activations": 0 if job.spec.fsdp.activation_offload else below,
+    })
 
 
 def _layer_points(job: Job, p: _Parts) -> list[Point]:
@@ -320,6 +354,7 @@ def _layer_points(job: Job, p: _Parts) -> list[Point]:
     last = job.geometry.num_layers - 1
     indices = sorted({i for i in (last, last - 1, 1, 0) if 0 <= i <= last}, reverse=True)
     points = [_layer_point(job, p, i) for i in indices]
+    points += [_reduction_point(job, p, i) for i in indices]
     if job.geometry.experts:
         points += [_experts_point(job, p, i) for i in indices]
     return points
@@ -332,10 +367,18 @@ def _points(job: Job, p: _Parts) -> list[Point]:
         "unsharded_gradients": p.root_grads,
         "reduce_scatter_buffers": p.root_reduce,
     }
+    # The embedding's backward, just before the root's reduction: the root still gathered,
+    # the first unit's reduce-scatter input kept. A tied weight's two gradients are summed
+    # out of place (autograd held lm_head's since backward began): both and their sum.
+    grads = 3 * p.head_grads if job.geometry.tie_word_embeddings else p.root_grads
+    embedding = backward_end | {"gathered_parameters": p.root,
+                                "unsharded_gradients": max(grads, p.root_grads),
+                                "reduce_scatter_buffers": p.unit_reduce}
     optimizer_step = p.persistent | {"sharded_gradients": p.sharded_grads,
                                      "optimizer_temporaries": p.optimizer_temporaries}
-    layer_points = [*_forward_gather_point(job, p), *_layer_points(job, p)] if p.unit else []
-    return [*_head_points(job, p), *layer_points,
+    layer_points = _layer_points(job, p) if p.unit else []
+    return [*_forward_points(job, p), *_head_points(job, p), *layer_points,
+            Point("backward: embedding", embedding),
             Point("backward: root gradient reduction", backward_end),
             Point("optimizer step", optimizer_step)]
 

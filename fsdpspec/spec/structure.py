@@ -13,13 +13,12 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 from pydantic import ValidationError
 
-from fsdpspec.catalog.modelconfig import HUB_INPUTS
 from fsdpspec.convert.accelerate_vocab import KEY_TO_FIELD, value_alias
 from fsdpspec.semantics import DEFAULT_RDZV_PORT
 from fsdpspec.spec.diagnostics import Diagnostic, error, normalize_prefix
 from fsdpspec.spec.load import join
 from fsdpspec.spec.suggest import closest
-from fsdpspec.spec.v1 import Data, JobSpec
+from fsdpspec.spec.v1 import INPUT_FIELDS, Data, JobSpec, field_value
 
 _JSON_TYPES = {
     bool: "boolean", int: "integer", float: "number", str: "string",
@@ -230,7 +229,8 @@ def typed_spec(data: Any, already: list[Diagnostic]) -> tuple[JobSpec | None, li
         return None, extra
 
 
-_PATH_FIELDS = (("checkpoint", "dir"), ("data", "path"), *HUB_INPUTS)
+# The run directory and every input (one table: INPUT_FIELDS).
+_PATH_FIELDS = (("checkpoint", "dir"), *(f.path for f in INPUT_FIELDS))
 # Linux's limits (NAME_MAX, PATH_MAX - 1): a longer name is ENAMETOOLONG at every stat.
 MAX_COMPONENT_BYTES = 255
 MAX_PATH_BYTES = 4095
@@ -252,25 +252,23 @@ def path_problem(value: str) -> str | None:
 
 
 def _unnameable_paths(spec: JobSpec) -> Iterator[Diagnostic]:
-    fields = [*_PATH_FIELDS, ("checkpoint", "resume")]
-    values = [(f"{section}.{key}", f"/{section}/{key}", getattr(getattr(spec, section), key))
-              for section, key in fields]
-    values.append(("data.eval.path", "/data/eval/path", spec.data.eval.path))
-    for field, pointer, value in values:
+    for path in (*_PATH_FIELDS, ("checkpoint", "resume")):
+        value = field_value(spec, path)
         problem = path_problem(value) if value else None
         if problem:
-            yield error("FS024", f"{field} {problem}", pointer)
+            yield error("FS024", f"{'.'.join(path)} {problem}", "/" + "/".join(path))
+
 
 
 def _unexpandable_paths(spec: JobSpec) -> Iterator[Diagnostic]:
     """A path starting `~user` for a user this machine does not know would become a
     directory literally named `~user`."""
-    for section, key in _PATH_FIELDS:
-        value = getattr(getattr(spec, section), key)
+    for path in _PATH_FIELDS:
+        value = field_value(spec, path)
         if value and value.startswith("~") and os.path.expanduser(value) == value:
             user = value.split("/", 1)[0]
-            yield error("FS024", f"{section}.{key}: {user} names no user on this machine",
-                        f"/{section}/{key}", "write the path out in full")
+            yield error("FS024", f"{'.'.join(path)}: {user} names no user on this machine",
+                        "/" + "/".join(path), "write the path out in full")
 
 
 def invariants(spec: JobSpec) -> Iterator[Diagnostic]:

@@ -6,6 +6,7 @@ Enumerations are spelled as PyTorch spells them (``FULL_SHARD``, ``BACKWARD_PRE`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -492,6 +493,52 @@ class Lint(_Section):
     """Rule codes or code prefixes this file accepts (e.g. FS503, FS2)."""
 
 
+@dataclass(frozen=True)
+class InputField:
+    """One spec field that names an input the job reads: the one table validate, the
+    path checks, pre-flight, `fsdpspec run`'s Hub fetch and the resolved spec read."""
+
+    path: tuple[str, ...]
+    want_dir: bool
+    """The input must be a directory."""
+    hub: str | None
+    """The Hub repo type an id here may name instead of a local path (a data path: only
+    under the dataset source)."""
+    fetch: tuple[str, ...] = ()
+    """The files `fsdpspec run` fetches for a Hub id (none: `datasets` loads a dataset
+    id itself)."""
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.path)
+
+    @property
+    def pointer(self) -> str:
+        return "/" + "/".join(self.path)
+
+    def value(self, spec: JobSpec) -> str | None:
+        return field_value(spec, self.path)
+
+
+def field_value(spec: JobSpec, path: tuple[str, ...]) -> Any:
+    """The value of the field at ``path`` (section, …, key) of the spec."""
+    holder: Any = spec
+    for part in path:
+        holder = getattr(holder, part)
+    return holder
+
+
+INPUT_FIELDS = (
+    InputField(("model", "hf_config"), False, "model", ("*.json",)),
+    InputField(("model", "weights"), True, "model", ("*.json", "*.safetensors")),
+    InputField(("data", "path"), False, "dataset"),
+    InputField(("data", "eval", "path"), False, "dataset"),
+    InputField(("data", "tokenizer"), True, "model", ("*.json", "*.model", "*.txt", "*.tiktoken")),
+)
+# The inputs a model repository on the Hub may supply (fetched by `fsdpspec run`).
+MODEL_HUB_INPUTS = tuple(f for f in INPUT_FIELDS if f.fetch)
+
+
 class JobSpec(_Section):
     """A fsdpspec training job."""
 
@@ -535,21 +582,23 @@ class JobSpec(_Section):
 
     def input_paths(self) -> list[tuple[str, str, bool, str | None]]:
         """(pointer, path as written, must be a directory, the Hub repo type it may name
-        instead) for each input this job reads: model.hf_config (a config.json or its
-        directory), model.weights, data.path and data.eval.path (text / jsonl / dataset)
-        and data.tokenizer (unless the data is synthetic)."""
-        model, data = self.model, self.data
+        instead) for each input this job reads (``INPUT_FIELDS``): model.hf_config (a
+        config.json or its directory), model.weights, data.path and data.eval.path (text
+        / jsonl / dataset) and data.tokenizer (unless the data is synthetic)."""
+        source = self.data.source
         inputs: list[tuple[str, str, bool, str | None]] = []
-        if model.hf_config:
-            inputs.append(("/model/hf_config", model.hf_config, False, "model"))
-        if model.weights:
-            inputs.append(("/model/weights", model.weights, True, "model"))
-        dataset = "dataset" if data.source == "dataset" else None
-        if data.source in ("text", "jsonl", "dataset"):
-            inputs += [(pointer, path, False, dataset) for pointer, path in (
-                ("/data/path", data.path), ("/data/eval/path", data.eval.path)) if path]
-        if data.tokenizer and data.source != "synthetic":
-            inputs.append(("/data/tokenizer", data.tokenizer, True, "model"))
+        for field in INPUT_FIELDS:
+            value = field.value(self)
+            if not value:
+                continue
+            hub = field.hub
+            if field.path[0] == "data" and field.path[-1] == "path":
+                if source not in ("text", "jsonl", "dataset"):
+                    continue
+                hub = hub if source == "dataset" else None
+            elif field.path == ("data", "tokenizer") and source == "synthetic":
+                continue
+            inputs.append((field.pointer, value, field.want_dir, hub))
         return inputs
 
     def run_dir(self) -> str:

@@ -20,12 +20,12 @@ import torch
 
 from fsdpspec.job.layout import Layout
 from fsdpspec.jsonfile import JsonFileError, Limits, parse
+from fsdpspec.runfiles.datafiles import DataFilesError, data_files
 from fsdpspec.semantics import BYTE_EOS, BYTE_VOCAB
 from fsdpspec.spec.v1 import Data
 from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.examples import text_example
 from fsdpspec_runners.engine.packing import Sequences, text_rows, to_tensors
-from fsdpspec_runners.local.datafiles import DataFilesError, data_files
 
 
 class Tokenizer:

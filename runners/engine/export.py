@@ -104,13 +104,13 @@ def write_model_dir(checkpoint: Path, units: list[dict[str, Any]], module: nn.Mo
 def export_run(run_dir: Path, step: int | None, target: Path, *, replace: bool = False) -> Path:
     """``fsdpspec export hf``: a run's checkpoint (the newest complete one, or ``step``),
     verified against its manifest, as a Hugging Face directory at ``target``."""
+    from fsdpspec.runfiles.resolved import FILENAME, read_resolved_spec
     from fsdpspec_runners.engine.checkpoint import (
         ENTRY_FILES,
         complete_checkpoints,
         step_dir_name,
     )
     from fsdpspec_runners.engine.manifest import verification_problem
-    from fsdpspec_runners.local.resolved import FILENAME, read_resolved_spec
 
     try:
         spec, _, _ = read_resolved_spec(run_dir / FILENAME)

@@ -17,12 +17,12 @@ from fsdpspec.atomicio import write_text
 from fsdpspec.job.job import Job
 from fsdpspec.job.rundir import RunDir
 from fsdpspec.jsonfile import JsonFileError, parse, read_regular
+from fsdpspec.runfiles.events import RUN_LIMITS, append_event, open_for_append
+from fsdpspec.runfiles.progress import PROGRESS_ENV, progress_line
 from fsdpspec.semantics import model_flops_per_token
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.errors import EngineError
 from fsdpspec_runners.engine.trackers import Tracker, open_trackers
-from fsdpspec_runners.local.events import RUN_LIMITS, append_event, open_for_append
-from fsdpspec_runners.local.progress import PROGRESS_ENV, progress_line
 
 _GIB = 1 << 30
 

@@ -2,7 +2,7 @@
 
 Anticipated failures (``EngineError``) print one line on rank 0 and exit 1; a clean
 finish, or a stop by SIGTERM / SIGINT after checkpointing, exits 0 (a stop is told to
-`fsdpspec run` through ``local.outcome``).
+`fsdpspec run` through ``fsdpspec.runfiles.outcome``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from fsdpspec.job.job import Job
 from fsdpspec.jsonfile import JsonFileError
+from fsdpspec.runfiles.events import append_event
+from fsdpspec.runfiles.outcome import tell_stopped
+from fsdpspec.runfiles.resolved import read_resolved_spec
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.checkpoint import (
     TrainState,
@@ -47,9 +50,6 @@ from fsdpspec_runners.engine.model import build_model, engine_job, load_weights,
 from fsdpspec_runners.engine.optim import build_grad_scaler, build_optimizer, build_scheduler
 from fsdpspec_runners.engine.signals import StopRequest
 from fsdpspec_runners.engine.wrap import fsdp1_syncs_states, parallelize
-from fsdpspec_runners.local.events import append_event
-from fsdpspec_runners.local.outcome import tell_stopped
-from fsdpspec_runners.local.resolved import read_resolved_spec
 
 
 def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:

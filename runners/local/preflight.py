@@ -17,9 +17,9 @@ from pathlib import Path
 
 from fsdpspec.job.job import Job
 from fsdpspec.lint.environment import missing_packages
+from fsdpspec.runfiles.datafiles import DataFilesError, data_files
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.validate import FileReport
-from fsdpspec_runners.local.datafiles import DataFilesError, data_files
 
 
 class PreflightError(ValueError):
@@ -52,7 +52,8 @@ def _where(report: FileReport, pointer: str) -> str:
 
 def _inputs(spec: JobSpec) -> list[tuple[str, str, bool]]:
     """(pointer, path, must be a directory) for each input the job will read."""
-    # A Hub id stays as written in the resolved spec (see local.resolved): the cache holds it.
+    # A Hub id stays as written in the resolved spec (fsdpspec.runfiles.resolved): the
+    # cache holds it.
     inputs = [(pointer, path, want_dir) for pointer, path, want_dir, hub in spec.input_paths()
               if not hub or Path(path).is_absolute()]
     if spec.checkpoint.resume not in ("auto", "never"):  # relative to where the run starts

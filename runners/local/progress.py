@@ -1,36 +1,15 @@
-"""The live progress bar `fsdpspec run` draws on a terminal, and the line protocol the
-engine feeds it.
+"""The live progress bar `fsdpspec run` draws on a terminal, fed by the engine's
+progress lines (the protocol: `fsdpspec.runfiles.progress`).
 
-With ``FSDPSPEC_PROGRESS=1`` in its environment (set only when `fsdpspec run` is on a
-terminal and reads the engine's output), the engine's rank 0 prints each metrics record
-and checkpoint as one ``fsdpspec-progress {json}`` line instead of its plain step line.
 Everything else the engine prints passes through above the bar. Without a terminal none
 of this happens and the plain log lines go straight to the output.
 """
 
 from __future__ import annotations
 
-import json
 from typing import IO, Any
 
-PROGRESS_ENV = "FSDPSPEC_PROGRESS"
-_PREFIX = "fsdpspec-progress "
-
-
-def progress_line(record: dict[str, Any]) -> str:
-    """One progress record as a line of output."""
-    return _PREFIX + json.dumps(record)
-
-
-def parse_progress(line: str) -> dict[str, Any] | None:
-    """The record of a progress line; None for any other line."""
-    if not line.startswith(_PREFIX):
-        return None
-    try:
-        record = json.loads(line[len(_PREFIX):])
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+from fsdpspec.runfiles.progress import parse_progress
 
 
 def _stats(record: dict[str, Any]) -> str:

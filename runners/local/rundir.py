@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from fsdpspec.jsonfile import JsonFileError, load_object
-from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.local.resolved import (
+from fsdpspec.runfiles.resolved import (
     FILENAME,
     MODEL_CONFIG_DIGEST,
     RESOLVED_LIMITS,
     model_config_digest,
     write_resolved_spec,
 )
+from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.local.runlock import is_lock_file
 
 # Fields a resumed run may change that lay it out anew (the global batch stays).

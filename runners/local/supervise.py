@@ -11,7 +11,7 @@ the scheduler kills what is left when its grace period ends.
 
 A stop is all or nothing: the ranks agree on it, so the processes of a node that no
 signal reached stop after the same step and checkpoint with the rest. The engine tells
-this node's supervisor so (``local.outcome``), and it exits as a stopped run too.
+this node's supervisor so (``fsdpspec.runfiles.outcome``), and it exits as a stopped run too.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from fsdpspec_runners.local.outcome import STOP_FILE_ENV, stopped_by
-from fsdpspec_runners.local.progress import PROGRESS_ENV, relay
+from fsdpspec.runfiles.outcome import STOP_FILE_ENV, stopped_by
+from fsdpspec.runfiles.progress import PROGRESS_ENV
+from fsdpspec_runners.local.progress import relay
 
 # SIGHUP (the terminal closed) stops the run like SIGTERM: without it the workers, in a
 # session of their own, would train on with nobody to stop them. SIGUSR1 is Slurm's

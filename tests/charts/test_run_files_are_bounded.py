@@ -20,8 +20,8 @@ DEEP = "[" * 100_000 + "]" * 100_000
 
 
 def _run(tmp_path: Path) -> Path:
+    from fsdpspec.runfiles.resolved import write_resolved_spec
     from fsdpspec.validate import check_file
-    from fsdpspec_runners.local.resolved import write_resolved_spec
 
     run = tmp_path / "run"
     write_resolved_spec(check_file(QUICKSTART).spec, run)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fsdpspec.charts.rundata import run_status
-from fsdpspec_runners.local.events import append_event, read_events
+from fsdpspec.runfiles.events import append_event, read_events
 
 
 def status(run_dir: Path, step: int = 4) -> tuple[str, str]:

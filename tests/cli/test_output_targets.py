@@ -126,8 +126,8 @@ PICTURES = {
 def _fake_run(tmp_path: Path) -> Path:
     """A run directory as the engine leaves it, without training: the resolved spec and
     two metrics records."""
+    from fsdpspec.runfiles.resolved import write_resolved_spec
     from fsdpspec.validate import check_file
-    from fsdpspec_runners.local.resolved import write_resolved_spec
 
     run = tmp_path / "run"
     write_resolved_spec(check_file(QUICKSTART).spec, run)

@@ -28,8 +28,8 @@ from engine_jobs import (  # noqa: E402
     write_spec,
 )
 
+from fsdpspec.runfiles.resolved import write_resolved_spec  # noqa: E402
 from fsdpspec.spec.v1 import JobSpec  # noqa: E402
-from fsdpspec_runners.local.resolved import write_resolved_spec  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fsdpspec.runfiles.resolved import absolute_inputs
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.local.resolved import absolute_inputs
 
 
 def _spec(source: str, path: str, eval_path: str | None = None) -> JobSpec:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from fsdpspec.runfiles.resolved import absolute_inputs
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.local.resolved import absolute_inputs
 from fsdpspec_runners.local.rundir import RunDirError, prepare_run_dir, run_dir_path
 
 CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,

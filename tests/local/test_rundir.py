@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from fsdpspec.runfiles.resolved import FILENAME, write_resolved_spec
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.local.resolved import FILENAME, write_resolved_spec
 from fsdpspec_runners.local.rundir import RunDirError, join_run_dir, prepare_run_dir
 
 
@@ -61,7 +61,7 @@ def test_a_run_file_that_is_a_fifo_is_refused_not_waited_on(name: str, tmp_path:
 def test_events_are_never_appended_through_a_fifo(tmp_path: Path) -> None:
     import os
 
-    from fsdpspec_runners.local.events import append_event
+    from fsdpspec.runfiles.events import append_event
 
     os.mkfifo(tmp_path / "events.jsonl")
     with pytest.raises(OSError):  # ENXIO: no reader; never a wait for one

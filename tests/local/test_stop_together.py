@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdpspec_runners.local.outcome import STOP_FILE_ENV
+from fsdpspec.runfiles.outcome import STOP_FILE_ENV
 from fsdpspec_runners.local.supervise import run_supervised
 
 

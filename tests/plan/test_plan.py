@@ -70,8 +70,18 @@ ROOT_BF16, LAYER_BF16 = 2 * ROOT, 2 * LAYER
 
 def test_full_shard_points() -> None:
     found = points()
-    assert found["forward: lm_head"] == STATES | {
+    # Forward keeps each all-gather output until the next unit's copy-out is done: the
+    # root's beside layer 0's, layer 0's beside layer 1's, layer 1's until lm_head ends.
+    assert found["forward: root all-gather"] == STATES | {"gathered_parameters": 2 * ROOT_BF16}
+    entering = 2 * 8 * (64 + 2 * 16)  # hidden states and rotary cos/sin, bf16
+    assert found["forward: layer 0 all-gather"] == STATES | {
         "gathered_parameters": ROOT_BF16 + LAYER_BF16,
+        "prefetch_buffer": ROOT_BF16 + LAYER_BF16, "activations": entering}
+    assert found["forward: layer 1 all-gather"] == STATES | {
+        "gathered_parameters": ROOT_BF16 + LAYER_BF16, "prefetch_buffer": 2 * LAYER_BF16,
+        "activations": entering + ACTIVATIONS // 2}
+    assert found["forward: lm_head"] == STATES | {
+        "gathered_parameters": ROOT_BF16 + LAYER_BF16, "prefetch_buffer": LAYER_BF16,
         "activations": ACTIVATIONS + ROOT_ACTIVATIONS, "logits_and_loss": LOGITS}
     # The root and the last layer stay gathered from forward into backward: the root is
     # never all-gathered a second time, so nothing is prefetched around the loss.
@@ -82,8 +92,8 @@ def test_full_shard_points() -> None:
     assert found["backward: loss"] == STATES | {
         "gathered_parameters": ROOT_BF16 + LAYER_BF16,
         "activations": ACTIVATIONS + ROOT_ACTIVATIONS, "logits_and_loss": 12 * 8 * 320}
-    assert list(found)[:4] == ["forward: lm_head", "forward: loss", "backward: loss",
-                               "backward: lm_head"]
+    assert list(found)[3:7] == ["forward: lm_head", "forward: loss", "backward: loss",
+                                "backward: lm_head"]
     assert found["backward: lm_head"] == STATES | {
         "gathered_parameters": ROOT_BF16 + LAYER_BF16, "unsharded_gradients": 2 * 320 * 64,
         "activations": ACTIVATIONS + ROOT_ACTIVATIONS, "logits_and_loss": LOGITS}
@@ -102,6 +112,17 @@ def test_layer_and_reduction_points() -> None:
     assert found["backward: layer 0"] == common | {
         "activations": ACTIVATIONS // 2, "sharded_gradients": 4 * LAYER // 4,
         "reduce_scatter_buffers": 4 * LAYER}
+    # Layer 1's post-backward: resharded, its activations freed, its whole bf16 gradient
+    # and the fp32 reduce-scatter input at once, layer 0 prefetched.
+    assert found["backward: layer 1 reduction"] == STATES | {
+        "gathered_parameters": ROOT_BF16, "prefetch_buffer": LAYER_BF16,
+        "unsharded_gradients": 2 * 320 * 64 + LAYER_BF16, "reduce_scatter_buffers": 4 * LAYER,
+        "activations": ACTIVATIONS // 2}
+    # The embedding's backward: the root still gathered, layer 0's reduce-scatter input
+    # held, the root's gradients (untied: lm_head's and the embedding's) alive.
+    assert found["backward: embedding"] == STATES | {
+        "sharded_gradients": 4 * 2 * LAYER // 4, "gathered_parameters": ROOT_BF16,
+        "unsharded_gradients": ROOT_BF16, "reduce_scatter_buffers": 4 * LAYER}
     assert found["backward: root gradient reduction"] == STATES | {
         "sharded_gradients": 4 * 2 * LAYER // 4, "unsharded_gradients": ROOT_BF16,
         "reduce_scatter_buffers": 4 * ROOT}
@@ -111,9 +132,9 @@ def test_layer_and_reduction_points() -> None:
 
 def test_peak_is_the_largest_point_and_reserved_adds_fragmentation() -> None:
     memory = device_memory(resolve(make_spec(), BASE, geometry=GEOMETRY))
-    assert memory.peak.name == "backward: layer 0"
-    assert memory.peak_allocated == 768_064
-    assert memory.peak_reserved == 768_064 + int(0.05 * 768_064)
+    assert memory.peak.name == "backward: layer 1 reduction"
+    assert memory.peak_allocated == 783_552
+    assert memory.peak_reserved == 783_552 + int(0.05 * 783_552)
     assert memory.total == memory.peak_reserved + (1 << 30)  # CUDA context + NCCL
 
 
@@ -238,7 +259,7 @@ def test_plan_json_has_the_stable_keys() -> None:
     assert data["parameters"]["total"] == TOTAL
     assert data["world_size"] == 4
     device = data["memory"]["device"]
-    assert device["peak_allocated_bytes"] == 768_064
+    assert device["peak_allocated_bytes"] == 783_552
     assert device["peak_reserved_bytes"] > device["peak_allocated_bytes"]
     assert device["capacity_bytes"] == int(79.1 * (1 << 30))
     assert set(device["terms"]) >= {"sharded_parameters", "activations", "logits_and_loss"}
@@ -297,3 +318,13 @@ def test_sdpa_past_the_sliding_window_gets_a_mask_and_repeated_keys() -> None:
     assert inside == layer_activation_bytes(GEOMETRY, 2, 1, 7, "sdpa")
     assert at_window - layer_activation_bytes(GEOMETRY, 2, 1, 8, "sdpa") == (
         2 * 8 * 8 + 2 * 2 * 8 * (64 - 32))
+
+
+def test_a_tied_embedding_sums_its_two_gradients_out_of_place() -> None:
+    """lm_head's gradient is held from the start of backward; the embedding's arrives at
+    the end, and autograd adds the two into a third tensor (all bf16 here)."""
+    tied = geometry_from_config(CONFIG | {"tie_word_embeddings": True})
+    memory = device_memory(resolve(make_spec(), BASE, geometry=tied))
+    point = next(p for p in memory.points if p.name == "backward: embedding")
+    assert point.terms["unsharded_gradients"] == 3 * 2 * 320 * 64
+    assert point.terms["gathered_parameters"] == 2 * (320 * 64 + 64)  # the tied root

@@ -22,9 +22,9 @@ from ruamel.yaml import YAML
 
 from conftest import recorded, run_cli, run_sbatch
 from fsdpspec.catalog.presets import preset_config
+from fsdpspec.runfiles.resolved import absolute_inputs
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.validate import check_file
-from fsdpspec_runners.local.resolved import absolute_inputs
 
 
 def payload(markers: Path, tag: str) -> str:

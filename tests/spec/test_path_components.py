@@ -42,6 +42,20 @@ def test_a_long_component_is_fs024_at_the_field(field: str, tmp_path: Path) -> N
                       f"({'a' * 24}…); names are at most 255")]
 
 
+
+@pytest.mark.parametrize("field", [f for f in FIELDS if f != "checkpoint.resume"])
+def test_an_unknown_user_is_fs024_at_every_input_and_the_run_directory(
+        field: str, tmp_path: Path) -> None:
+    """The fields come from the one input table (spec.v1.INPUT_FIELDS); data.eval.path was
+    missing from this check while it kept a list of its own."""
+    body, line, col = FIELDS[field]
+    body = body.replace(f"x/{LONG}", LONG).replace(f"{LONG}/x", LONG)
+    (tmp_path / "job.yaml").write_text(HEAD + body.replace(LONG, "~nosuchuser9/x"))
+    found = [(d.code, d.position.line, d.position.col, d.message)
+             for d in check_file(tmp_path / "job.yaml").diagnostics if d.is_error]
+    assert found == [("FS024", line, col, f"{field}: ~nosuchuser9 names no user on this "
+                      "machine")]
+
 COMMANDS = {
     "export slurm": ["export", "slurm", QUICKSTART, "-o", LONG],
     "init": ["init", "--preset", "tiny-llama", "-o", LONG],
@@ -56,7 +70,7 @@ COMMANDS = {
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_long_output_or_run_name_is_one_line(command: str, tmp_path: Path,
                                                monkeypatch) -> None:
-    from fsdpspec_runners.local.resolved import write_resolved_spec
+    from fsdpspec.runfiles.resolved import write_resolved_spec
 
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "run"

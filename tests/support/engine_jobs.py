@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fsdpspec.runfiles.resolved import write_resolved_spec
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.local.resolved import write_resolved_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
+from fsdpspec.runfiles.resolved import read_resolved_spec
 from fsdpspec_runners.engine.dist import init_runtime, teardown
 from fsdpspec_runners.engine.model import engine_job
 from fsdpspec_runners.engine.train import build_fsdp_model, build_trainer
-from fsdpspec_runners.local.resolved import read_resolved_spec
 
 
 def logits(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:

@@ -160,8 +160,8 @@ def check_run_file(example: tuple[str, bytes | None], directory: Path) -> None:
     """`fsdpspec report`'s reading of a run directory holding the example: the run's
     data or one coded RunDataError line; a manifest verifies or says why not."""
     from fsdpspec.charts.rundata import RunDataError, read_run
+    from fsdpspec.runfiles.resolved import write_resolved_spec
     from fsdpspec_runners.engine.manifest import verification_problem
-    from fsdpspec_runners.local.resolved import write_resolved_spec
 
     name, raw = example
     run = directory / "run"

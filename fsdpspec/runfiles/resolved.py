@@ -16,7 +16,6 @@ from fsdpspec.atomicio import write_text
 from fsdpspec.catalog.configjson import ConfigJsonError, read_bytes
 from fsdpspec.catalog.hub import parse_hub_id
 from fsdpspec.catalog.modelconfig import (
-    HUB_INPUTS,
     ModelConfigError,
     resolve_input_path,
     resolve_model_input,
@@ -25,7 +24,7 @@ from fsdpspec.job.job import Job, resolve
 from fsdpspec.job.model import RUN_FILE, store_geometry
 from fsdpspec.job.rundir import RESOLVED_SPEC
 from fsdpspec.jsonfile import JsonFileError, Limits, load_object
-from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.spec.v1 import MODEL_HUB_INPUTS, JobSpec
 
 FILENAME = RESOLVED_SPEC
 _ROOT = Path("/")  # input paths of the spec written here are already absolute
@@ -38,7 +37,8 @@ def absolute_inputs(spec: JobSpec, base_dir: Path) -> JobSpec:
     fields the file left out stay unset, so ``as_written()`` of the copy is still what
     the file said."""
     data = spec.as_written()
-    for section, key in HUB_INPUTS:  # the inputs a Hub id may name (data.path: below)
+    for field in MODEL_HUB_INPUTS:  # the inputs a Hub model id may name (data: below)
+        section, key = field.path
         value = data.get(section, {}).get(key)
         if value is not None:
             # realpath, unlike Path.resolve, never raises: a symlink loop is left for
