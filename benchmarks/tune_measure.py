@@ -7,7 +7,7 @@ each candidate's predicted and measured step time, and Spearman's rank correlati
 Target: Spearman ≥ 0.8. The job (benchmarks/tune_job/) is a 4-layer, hidden-512 Llama,
 seq 256, 4 sequences per rank; the search varies activation checkpointing (none,
 selective every 2nd layer, op-level, full) and the micro-batch (accumulation keeps the
-global batch): 12 candidates, of which tune measures 6 predicted at least 3 % apart,
+global batch): 12 candidates, of which tune measures 6 predicted at least 5 % apart,
 each in 2 rounds. About 10 minutes on 2 shared cores.
 """
 
