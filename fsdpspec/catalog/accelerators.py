@@ -48,6 +48,11 @@ class Accelerator:
     bf16_efficiency: float = DEFAULT_EFFICIENCY
     fp16_efficiency: float = DEFAULT_EFFICIENCY
     fp32_efficiency: float = DEFAULT_FP32_EFFICIENCY
+    # Fixed costs, calibrated by `fsdpspec tune --measure` (0 / None until measured: the
+    # catalogue has no published figure for them, docs/tune.md).
+    collective_latency_us: float = 0.0
+    layer_overhead_us: float = 0.0
+    optimizer_gbps: float | None = None
 
     def peak_tflops(self, dtype: str) -> float:
         """Dense peak for a compute dtype ("bfloat16", "float16", "float32"); the fp32 peak
@@ -111,7 +116,8 @@ CATALOG: dict[str, Accelerator] = {
 
 # The fields `resources.performance` (and a custom accelerator) may set.
 PERFORMANCE_FIELDS = ("hbm_gbps", "intra_node_gbps", "inter_node_gbps", "host_gbps",
-                      "bf16_efficiency", "fp16_efficiency", "fp32_efficiency")
+                      "bf16_efficiency", "fp16_efficiency", "fp32_efficiency",
+                      "collective_latency_us", "layer_overhead_us", "optimizer_gbps")
 
 
 def accelerator_names() -> list[str]:

@@ -22,6 +22,9 @@ from fsdpspec.tune.pipeline import MEMORY_VERDICTS, Ranking, tune_file
 from fsdpspec.tune.search import Candidate
 from fsdpspec.validate import FileReport, check_file
 
+# `--measure K` validates up to this many times K candidates to find K that differ.
+MEASURE_DEPTH = 4
+
 
 def _load(file: str, overrides: list[str]) -> FileReport:
     try:
@@ -67,7 +70,7 @@ def _row(rank: int, c: Candidate) -> str:
             f"{s.bound:<14}  {memory:>16}  {sets}")
 
 
-def _table(ranking: Ranking, seconds: float) -> str:
+def _table(ranking: Ranking, seconds: float, top: int) -> str:
     spec = ranking.base.spec
     assert spec is not None
     device = spec.device()
@@ -80,10 +83,10 @@ def _table(ranking: Ranking, seconds: float) -> str:
     lines += [
              f"{ranking.tried} candidates, {ranking.fitting} fit with "
              f"{100 * spec.resources.memory_headroom:.0f}% headroom; searched in "
-             f"{seconds:.2f} s; the {len(ranking.ranked)} fastest that validate:",
+             f"{seconds:.2f} s; the {len(ranking.ranked[:top])} fastest that validate:",
              f"rank  tokens/s/{unit:<4}  step (s)    MFU  bound           memory GiB        "
              "--set"]
-    lines += [_row(i, c) for i, c in enumerate(ranking.ranked, 1)]
+    lines += [_row(i, c) for i, c in enumerate(ranking.ranked[:top], 1)]
     for candidate, problem in ranking.rejected:
         sets = " ".join(f"--set {o}" for o in candidate.overrides)
         lines.append(f"  not shown, does not validate: {sets}: {problem.code} {problem.message}")
@@ -100,11 +103,11 @@ def _candidate_json(rank: int, c: Candidate) -> dict[str, Any]:
             "host_bytes": c.host_bytes}
 
 
-def _json(ranking: Ranking, measured: list[dict[str, Any]] | None) -> dict[str, Any]:
+def _json(ranking: Ranking, measured: list[dict[str, Any]] | None, top: int) -> dict[str, Any]:
     data: dict[str, Any] = {
         "open_levers": list(ranking.open_keys), "tried": ranking.tried,
         "fitting": ranking.fitting,
-        "candidates": [_candidate_json(i, c) for i, c in enumerate(ranking.ranked, 1)],
+        "candidates": [_candidate_json(i, c) for i, c in enumerate(ranking.ranked[:top], 1)],
         "rejected": [{"overrides": c.overrides, "code": d.code, "message": d.message}
                      for c, d in ranking.rejected]}
     if measured is not None:
@@ -112,7 +115,7 @@ def _json(ranking: Ranking, measured: list[dict[str, Any]] | None) -> dict[str, 
     return data
 
 
-def _calibrated(report: FileReport, calibration: str | None, echo) -> list[str]:
+def _calibrated(file: str, report: FileReport, calibration: str | None, echo) -> list[str]:
     """The calibration's `--set` lines: read from ``calibration``, or measured now and
     written beside the measured runs."""
     from fsdpspec.tune import measure as m
@@ -121,6 +124,7 @@ def _calibrated(report: FileReport, calibration: str | None, echo) -> list[str]:
         resources = m.read_calibration(Path(calibration))
         echo(f"calibration: {calibration}")
         return m.calibration_overrides(resources)
+    from fsdpspec_runners.local.resolved import absolute_inputs, write_resolved_spec
     from fsdpspec_runners.torchrun import launch_env
 
     job = report.job
@@ -128,7 +132,10 @@ def _calibrated(report: FileReport, calibration: str | None, echo) -> list[str]:
     spec = job.spec
     folder = _tune_dir(job)
     folder.mkdir(parents=True, exist_ok=True)
-    result = m.calibrate(job, folder / "calibration.json",
+    # The calibration builds the job's own model, from the same file the engine reads.
+    resolved = write_resolved_spec(absolute_inputs(spec, Path(file).parent),
+                                   (folder / "calibration-run").resolve())
+    result = m.calibrate(job, resolved, folder / "calibration.json",
                          launch_env(spec, os.environ, os.cpu_count()))
     resources = m.calibrated_resources(spec, result)
     target = folder / "accelerator.yaml"
@@ -145,27 +152,42 @@ def _tune_dir(job: Job) -> Path:
 
 
 def _measure(file: str, overrides: list[str], ranking: Ranking, k: int, steps: int,
-             echo) -> tuple[list[dict[str, Any]], Candidate]:
-    """Train the top ``k``; their records and the measured winner."""
+             rounds: int, echo) -> tuple[list[dict[str, Any]], Candidate]:
+    """Train the fastest ``k`` that a measurement can tell apart, ``rounds`` times each,
+    every round visiting them in the order opposite to the last (so that a load
+    drifting over the rounds weighs on all alike); their records and the measured winner."""
     from fsdpspec.tune import measure as m
 
     assert ranking.base.job is not None
     folder = _tune_dir(ranking.base.job)
     # On a CPU the machine may be shared: its processes' CPU time is what a step costs.
     by_cpu = not ranking.base.spec.device().is_gpu
+    chosen = m.distinct([c.step.seconds for c in ranking.ranked], k)
+    if len(chosen) < k:
+        echo(f"measuring {len(chosen)} of {k}: the other candidates are predicted within "
+             f"{100 * m.DISTINCT:.0f}% of a faster one's step, closer than a measurement "
+             "tells apart")
+    results: dict[int, m.Measured] = {}
+    for round_ in range(rounds):
+        for index in chosen if round_ % 2 == 0 else chosen[::-1]:
+            candidate = ranking.ranked[index]
+            result = m.measure(Path(file), [*overrides, *candidate.overrides],
+                               (folder / f"candidate-{index + 1}").resolve(), steps)
+            results[index] = results[index] + result if index in results else result
+            echo(f"  round {round_ + 1}/{rounds}, rank {index + 1}: "
+                 f"{result.cpu_seconds if by_cpu else result.seconds:.3f} s per step "
+                 f"({'CPU' if by_cpu else 'wall'}; predicted {candidate.step.seconds:.3f})")
     rows, records = [], []
-    for rank, candidate in enumerate(ranking.ranked[:k], 1):
-        result = m.measure(Path(file), [*overrides, *candidate.overrides],
-                           (folder / f"candidate-{rank}").resolve(), steps)
+    for index in chosen:
+        candidate, result = ranking.ranked[index], results[index]
         measured = result.cpu_seconds if by_cpu else result.seconds
         records.append((candidate, measured))
-        rows.append({"rank": rank, "overrides": candidate.overrides,
+        rows.append({"rank": index + 1, "overrides": candidate.overrides,
                      "predicted_seconds": candidate.step.seconds,
                      "measured_seconds": measured, "wall_seconds": result.seconds,
-                     "cpu_seconds": result.cpu_seconds, "measured_steps": result.steps,
+                     "cpu_seconds": result.cpu_seconds, "measured_steps": len(result.cpu),
+                     "round_spread": result.spread,
                      "measured_by": "cpu" if by_cpu else "wall"})
-        echo(f"  measured {rank}/{min(k, len(ranking.ranked))}: {measured:.3f} s per step "
-             f"({'CPU' if by_cpu else 'wall'}; predicted {candidate.step.seconds:.3f})")
     winner = min(records, key=lambda r: r[1])[0]
     return rows, winner
 
@@ -173,14 +195,15 @@ def _measure(file: str, overrides: list[str], ranking: Ranking, k: int, steps: i
 def _measured_text(rows: list[dict[str, Any]], rho: float | None) -> str:
     by = "rank 0's median CPU time per step" if rows and rows[0]["measured_by"] == "cpu" \
         else "the fastest step"
-    lines = [f"measured on this machine ({by}, after the first step):",
-             "rank  predicted (s)  measured (s)  wall, fastest (s)  measured/predicted  --set"]
+    lines = [f"measured on this machine ({by}, after each run's first step):",
+             "rank  predicted (s)  measured (s)  wall, fastest (s)  measured/predicted  "
+             "rounds apart  --set"]
     for r in rows:
         ratio = r["measured_seconds"] / r["predicted_seconds"]
         sets = " ".join(f"--set {o}" for o in r["overrides"]) or "(the spec as written)"
         lines.append(f"{r['rank']:>4}  {r['predicted_seconds']:>13.3f}  "
                      f"{r['measured_seconds']:>12.3f}  {r['wall_seconds']:>17.3f}  "
-                     f"{ratio:>18.2f}  {sets}")
+                     f"{ratio:>18.2f}  {100 * r['round_spread']:>11.1f}%  {sets}")
     if rho is not None:
         lines.append(f"Spearman rank correlation, predicted vs measured step time: {rho:.2f}")
     return "\n".join(lines) + "\n"
@@ -209,11 +232,13 @@ def _measured_text(rows: list[dict[str, Any]], rho: float | None) -> str:
 @click.option("--measure", "measure_k", type=click.IntRange(min=1), default=None,
               metavar="K", help="Train the top K a few steps each here and compare.")
 @click.option("--steps", type=click.IntRange(min=2), default=4,
-              show_default=True, help="Steps per measured candidate (the first is not timed).")
+              show_default=True, help="Steps per measured run (the first is not timed).")
+@click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Runs per measured candidate, in alternating order.")
 @click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
               help="With --measure: reuse this calibration (an accelerator.yaml it wrote).")
 def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format, output,
-            force, measure_k, steps, calibration) -> None:
+            force, measure_k, steps, rounds, calibration) -> None:
     """Rank the configurations of a job spec that fit by predicted tokens/s.
 
     Searches sharding strategy and hybrid shard group, activation checkpointing,
@@ -236,26 +261,29 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
     settings, measured, rho = chosen, None, None
     try:
         if measure_k is not None:
-            settings = [*chosen, *_calibrated(base, calibration, echo)]
+            settings = [*chosen, *_calibrated(file, base, calibration, echo)]
             base = _load(file, settings)
         start = time.perf_counter()
-        ranking = tune_file(Path(file), settings, base, vary, max(top, measure_k or 0))
+        # Measuring ranks deeper: the candidates it measures must differ (m.distinct).
+        ranking = tune_file(Path(file), settings, base, vary,
+                            max(top, MEASURE_DEPTH * (measure_k or 0)))
         seconds = time.perf_counter() - start
         winner = ranking.ranked[0] if ranking.ranked else None
         if measure_k is not None and winner is not None:
-            measured, winner = _measure(file, settings, ranking, measure_k, steps, echo)
+            measured, winner = _measure(file, settings, ranking, measure_k, steps, rounds,
+                                        echo)
             if len(measured) > 1:
                 rho = spearman([r["predicted_seconds"] for r in measured],
                                [r["measured_seconds"] for r in measured])
     except MeasureError as exc:
         raise click.ClickException(str(exc)) from None
     if output_format == "json":
-        data = _json(ranking, measured)
+        data = _json(ranking, measured, top)
         if measured is not None:
             data["spearman"] = rho
         click.echo(json.dumps(data, indent=2))
     else:
-        click.echo(_table(ranking, seconds), nl=False)
+        click.echo(_table(ranking, seconds, top), nl=False)
         if measured is not None:
             click.echo(_measured_text(measured, rho), nl=False)
     if winner is None:

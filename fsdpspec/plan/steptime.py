@@ -21,8 +21,12 @@ synchronise (`job.layout`), and the device's rates (`catalog.accelerators`, with
 The two streams share one link, so collectives run one after another. On a device that
 cannot overlap (a CPU: gloo and the matmuls share the same cores) every collective
 stops the compute. Compute is the FLOPs at the device's achievable rate (peak ×
-efficiency) plus elementwise work as activation traffic at memory bandwidth; the
-optimizer step is memory traffic. docs/tune.md has the sources and the measured error.
+efficiency) plus elementwise work as activation traffic at memory bandwidth, plus the
+framework's fixed time per layer and micro-batch (``layer_overhead_us``: a third in
+forward, two in backward, a third again in a recomputing layer); every collective call
+pays ``collective_latency_us`` on top of its bytes; the optimizer step is memory traffic
+at ``optimizer_gbps``. The fixed costs are 0 until `tune --measure` calibrates them.
+docs/tune.md has the sources and the measured error.
 """
 
 from __future__ import annotations
@@ -139,14 +143,16 @@ def _units(job: Job, c: Compute, device: Accelerator, rate: float) -> _Units:
     forward = c.model_flops / 3 / micro / rate
     forward += (ELEMENTWISE_PASSES * job.geometry.num_layers * layer_bytes(job)
                 / (device.hbm_gbps * 1e9) / 3)
+    # The framework's fixed time (a third of it in forward, as the FLOPs), per copy.
+    fixed = device.layer_overhead_us * 1e-6 * job.geometry.num_layers / max(copies, 1) / 3
     # FLOPs beyond the model's: the recomputing copies', else (no checkpointing) the
     # root's, so that every FLOP of the plan is timed.
     extra = (c.flops - c.model_flops) / micro / rate
     recomputing = _recomputing_copies(job, copies)
     f_root = forward * root.shard_numel / total
     root_backward = 2 * f_root + (0.0 if recomputing else extra)
-    return _Units(tuple((t, forward * t.shard_numel / total) for t in layers),
-                  extra / recomputing if recomputing else 0.0,
+    return _Units(tuple((t, forward * t.shard_numel / total + fixed) for t in layers),
+                  extra / recomputing + fixed if recomputing else 0.0,
                   _Block(root, f_root, root_backward, False), copies)
 
 
@@ -195,18 +201,21 @@ def _micro_batch(job: Job, blocks: list[_Block], root: _Block, device: Accelerat
     """Lay one micro-batch on the two streams."""
     s = _Streams(overlap=device.is_gpu)
     link = _link_gbps(job, device) * 1e9 * LINK_EFFICIENCY[device.is_gpu]
+    latency = device.collective_latency_us * 1e-6
     host = device.host_gbps * 1e9 if (job.spec.fsdp.cpu_offload and device.is_gpu) else 0.0
 
     def gather(b: _Block, issued: float) -> float:
         h2d = MASTER_BYTES * b.traffic.shard_numel / host if host else 0.0
-        return s.collective(issued, b.traffic.all_gather_bytes / link, h2d)
+        return s.collective(issued, latency + b.traffic.all_gather_bytes / link, h2d)
 
     def reduce(b: _Block, issued: float) -> None:
         if synced:
             d2h = MASTER_BYTES * b.traffic.shard_numel / host if host else 0.0
-            network = (b.traffic.reduce_scatter_bytes / link
+            network = (latency + b.traffic.reduce_scatter_bytes / link
                        + b.traffic.all_reduce_bytes / (_replica_gbps(job, device) * 1e9
                                                        * LINK_EFFICIENCY[device.is_gpu]))
+            if b.traffic.all_reduce_bytes:
+                network += latency
             s.collective(issued, network, d2h)
 
     ready = [0.0] * len(blocks)
@@ -250,13 +259,19 @@ def _replica_gbps(job: Job, device: Accelerator) -> float:
         else device.inter_node_gbps
 
 
+def optimizer_bytes_per_element(states: int) -> int:
+    """The optimizer step's memory traffic per fp32 element: read and write the parameter
+    and each state, read the gradient (and again for the norm when clipping). The
+    calibration times a real optimizer step in the same currency."""
+    return MASTER_BYTES * (2 + 2 + 2 * states)
+
+
 def optimizer_seconds(job: Job, device: Accelerator, shard_numel: int) -> float:
-    """The optimizer step as memory traffic over one rank's fp32 shard: read and write the
-    parameters and each state, read the gradients (and again for the norm when clipping)."""
-    per_element = MASTER_BYTES * (2 + 2 + 2 * job.optimizer_states)
+    """The optimizer step as memory traffic over one rank's fp32 shard, at the measured
+    optimizer rate where there is one, else at memory bandwidth."""
     rate = HOST_OPTIMIZER_GBPS if (job.spec.fsdp.cpu_offload and device.is_gpu) \
-        else device.hbm_gbps
-    return per_element * shard_numel / (rate * 1e9)
+        else device.optimizer_gbps or device.hbm_gbps
+    return optimizer_bytes_per_element(job.optimizer_states) * shard_numel / (rate * 1e9)
 
 
 def _micro_batch_seconds(job: Job, units: _Units, device: Accelerator,

@@ -71,6 +71,16 @@ class Performance(_Section):
     """Share of the fp16 peak a training step's matrix multiplies reach."""
     fp32_efficiency: FiniteFloat | None = Field(default=None, gt=0, le=1)
     """Share of the fp32 peak a training step's matrix multiplies reach."""
+    collective_latency_us: FiniteFloat | None = Field(default=None, ge=0)
+    """Fixed cost of one collective call, microseconds, whatever its size (each unit's
+    all-gather, reduce-scatter and all-reduce pays it); measured by `tune --measure`."""
+    layer_overhead_us: FiniteFloat | None = Field(default=None, ge=0)
+    """Fixed framework time per decoder layer per micro-batch, forward and backward,
+    microseconds (Python, op dispatch, autograd: what a step costs at no FLOPs); measured
+    by `tune --measure`."""
+    optimizer_gbps: FiniteFloat | None = Field(default=None, gt=0)
+    """Rate of the optimizer step as memory traffic over the rank's fp32 shard, GB/s
+    (default: hbm_gbps); measured by `tune --measure`."""
 
 
 class CustomAccelerator(Performance):

@@ -1,5 +1,6 @@
-"""`tune --measure`: calibrate this machine, then train the top candidates a few steps
-each with the real launcher (`fsdpspec run`, as a child process) and read their step
+"""`tune --measure`: calibrate this machine, then train the fastest candidates that
+differ enough to be told apart a few steps each with the real launcher (`fsdpspec run`,
+as a child process), in rounds that visit them in alternating order, and read their step
 times back from metrics.jsonl. Torch runs only in the children.
 
 The calibration (`fsdpspec_runners.engine.calibrate`) becomes an accelerator: on a CPU a
@@ -32,6 +33,11 @@ LAUNCHER = (sys.executable, "-m", "fsdpspec_runners.local.quiet_torchrun")
 CALIBRATE = "fsdpspec_runners.engine.calibrate"
 # The first step pays for lazy initialisation: it is not timed.
 WARMUP_STEPS = 1
+# Two candidates whose predicted steps are closer than this share are one to a
+# measurement: on the shared 2-core build machine a candidate's median CPU time per step
+# moved by 2–8 % between two rounds (their median, the figure, by about half that;
+# docs/tune.md), so only the faster-predicted one is measured.
+DISTINCT = 0.05
 
 
 class MeasureError(Exception):
@@ -40,14 +46,49 @@ class MeasureError(Exception):
 
 @dataclass(frozen=True)
 class Measured:
-    seconds: float  # the fastest step after the warm-up, wall time
-    cpu_seconds: float  # rank 0's median CPU time per step after the warm-up
-    steps: int
+    """Per-step times of one candidate's runs, after each run's warm-up."""
+
+    wall: tuple[float, ...]
+    cpu: tuple[float, ...]  # rank 0's CPU time per step
+    rounds: tuple[float, ...]  # each run's median CPU time per step
+
+    @property
+    def seconds(self) -> float:
+        """The fastest step, wall time."""
+        return min(self.wall)
+
+    @property
+    def cpu_seconds(self) -> float:
+        """Rank 0's median CPU time per step over every run."""
+        return statistics.median(self.cpu)
+
+    @property
+    def spread(self) -> float:
+        """How far the runs' medians lie apart, as a share of the median."""
+        return (max(self.rounds) - min(self.rounds)) / self.cpu_seconds
+
+    def __add__(self, other: Measured) -> Measured:
+        return Measured(self.wall + other.wall, self.cpu + other.cpu,
+                        self.rounds + other.rounds)
 
 
-def calibrate(job: Job, out: Path, env: dict[str, str]) -> dict[str, Any]:
+def distinct(seconds: Sequence[float], k: int, share: float = DISTINCT) -> list[int]:
+    """Up to ``k`` indices of ``seconds`` (predicted step times, fastest first), each
+    predicted at least ``share`` slower than the one before it: the fastest, then the
+    next that a measurement can tell from it, and so on."""
+    chosen: list[int] = []
+    for index, value in enumerate(seconds):
+        if len(chosen) == k:
+            break
+        if not chosen or value >= seconds[chosen[-1]] * (1 + share):
+            chosen.append(index)
+    return chosen
+
+
+def calibrate(job: Job, resolved: Path, out: Path, env: dict[str, str]) -> dict[str, Any]:
     """Run the calibration on ``job``'s processes of one node (in ``env``, what `fsdpspec
-    run` gives them), at its micro-batch and layer widths; its JSON result."""
+    run` gives them), at its micro-batch and layer widths, and on a CPU with its own
+    model (its ``resolved`` spec) for the fixed time per layer; its JSON result."""
     spec, g = job.spec, job.geometry
     assert g is not None  # tune plans only jobs with a geometry
     tokens = min(job.layout.tokens, 4096)
@@ -56,6 +97,8 @@ def calibrate(job: Job, out: Path, env: dict[str, str]) -> dict[str, Any]:
             "--tokens", str(tokens), "--hidden", str(g.hidden_size),
             "--intermediate", str(g.intermediate_size),
             "--dtype", spec.fsdp.mixed_precision.param_dtype]
+    if not spec.device().is_gpu:  # a GPU hides the layers' fixed time (calibrated_resources)
+        argv += ["--resolved", str(resolved)]
     done = subprocess.run(argv, env=env, capture_output=True, text=True,
                           check=False)
     if done.returncode != 0 or not out.is_file():
@@ -80,13 +123,20 @@ def calibrated_resources(spec: JobSpec, result: dict[str, Any]) -> dict[str, Any
             "intra_node_gbps": round(result["collective_gbps"] or 1.0, 3),
             "inter_node_gbps": round(result["collective_gbps"] or 1.0, 3),
             "host_gbps": round(result["memory_gbps"], 3), "bf16_efficiency": 1.0,
-            "fp16_efficiency": 1.0, "fp32_efficiency": 1.0}}
+            "fp16_efficiency": 1.0, "fp32_efficiency": 1.0,
+            "optimizer_gbps": round(result["optimizer_gbps"], 3),
+            "collective_latency_us": round(result["collective_latency_us"], 1),
+            "layer_overhead_us": round(result.get("layer_overhead_us", 0.0), 1)}}
     device = spec.device()
     share = result[f"{dtype}_tflops"] / device.peak_tflops(dtype)
+    # The layers' fixed time is left out on a GPU: there the host queues kernels ahead of
+    # the device, so a step's launch time hides under its compute.
     performance = {"hbm_gbps": round(result["memory_gbps"], 1),
-                   f"{_efficiency_dtype(dtype)}_efficiency": round(min(1.0, share), 4)}
+                   f"{_efficiency_dtype(dtype)}_efficiency": round(min(1.0, share), 4),
+                   "optimizer_gbps": round(result["optimizer_gbps"], 1)}
     if result["collective_gbps"]:
         performance["intra_node_gbps"] = round(result["collective_gbps"], 1)
+        performance["collective_latency_us"] = round(result["collective_latency_us"], 1)
     return {"performance": performance}
 
 
@@ -123,9 +173,10 @@ def read_calibration(path: Path) -> dict[str, Any]:
 
 def measure(file: Path, overrides: Sequence[str], run_dir: Path, steps: int) -> Measured:
     """Train ``file`` with ``overrides`` for ``steps`` steps in ``run_dir`` (replaced),
-    through `fsdpspec run`: its fastest step after the warm-up, and rank 0's median CPU
-    time per step (on a CPU shared with other work, what a step costs whatever the load:
-    its processes run one thread each, and loopback gloo's transfers are CPU work too)."""
+    through `fsdpspec run`: the wall and rank 0's CPU time of each step after the
+    warm-up (on a CPU shared with other work, CPU time is what a step costs whatever the
+    load: its processes run one thread each, and loopback gloo's transfers are CPU work
+    too)."""
     shutil.rmtree(run_dir, ignore_errors=True)
     settings = [*overrides, f"train.max_steps={steps}",
                 f"checkpoint.dir={json.dumps(str(run_dir))}", "checkpoint.interval_steps=0",
@@ -146,8 +197,8 @@ def measure(file: Path, overrides: Sequence[str], run_dir: Path, steps: int) -> 
     timed = [r for r in records if "step_time_s" in r and r["step"] > WARMUP_STEPS]
     if not timed:
         raise MeasureError(f"{metrics}: no step after the warm-up was logged")
-    return Measured(min(r["step_time_s"] for r in timed),
-                    statistics.median(r["step_cpu_s"] for r in timed), len(timed))
+    cpu = tuple(r["step_cpu_s"] for r in timed)
+    return Measured(tuple(r["step_time_s"] for r in timed), cpu, (statistics.median(cpu),))
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:

@@ -164,3 +164,39 @@ def test_every_flop_of_the_plan_is_timed(ac: str) -> None:
                                    lay.seq_len, job.spec.model.attention) / (device.hbm_gbps * 1e9)
     expected = plan.compute.flops / rate + elementwise * lay.accumulation_steps
     assert plan.step.compute_seconds == pytest.approx(expected, rel=1e-9)
+
+
+def _cpu_job(micro_batch: int = 1, ac: str = "none", **fixed: float):
+    """llama3-8b's shape on 2 CPU processes (no overlap: every cost adds up), with the
+    calibrated fixed costs ``fixed``."""
+    spec = JobSpec.model_validate({
+        "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "job"},
+        "resources": {"gpus_per_node": 2, "host_memory_gib": 512, "accelerator": {
+            "name": "cpu-calibrated", "memory_gib": 512, "fp32_tflops": 0.1,
+            "device": "cpu", **fixed}},
+        "model": {"preset": "llama3-8b"}, "fsdp": {"activation_checkpointing": ac},
+        "data": {"seq_len": 256, "micro_batch_size": micro_batch, "global_batch_size": 8}})
+    return _plan(spec).step
+
+
+def test_every_collective_call_pays_the_calibrated_latency() -> None:
+    """Each of the 4 micro-batches gathers the root and the 32 layers, gathers 31 again
+    in backward (FSDP2 keeps the last) and reduce-scatters all 33 (FULL_SHARD
+    synchronises every micro-batch)."""
+    slower = _cpu_job(collective_latency_us=1000).seconds - _cpu_job().seconds
+    assert slower == pytest.approx(1e-3 * 4 * (1 + 32 + 31 + 33), rel=1e-6)
+
+
+@pytest.mark.parametrize(("ac", "share"), [("none", 1.0), ("full", 4 / 3)])
+def test_every_micro_batch_pays_each_layers_fixed_time(ac: str, share: float) -> None:
+    """Per layer and micro-batch, and a third again where the layer recomputes."""
+    for micro in (1, 4):
+        slower = (_cpu_job(micro, ac, layer_overhead_us=1000).seconds
+                  - _cpu_job(micro, ac).seconds)
+        assert slower == pytest.approx(1e-3 * 32 * share * 4 / micro, rel=1e-6)
+
+
+def test_the_optimizer_step_runs_at_the_calibrated_rate() -> None:
+    base, fast = _cpu_job(hbm_gbps=10), _cpu_job(hbm_gbps=10, optimizer_gbps=40)
+    assert fast.optimizer_seconds == pytest.approx(base.optimizer_seconds / 4)
+    assert fast.compute_seconds == pytest.approx(base.compute_seconds)

@@ -126,7 +126,8 @@ SHOWN = (
     "fsdpspec tune examples/llama3-8b-h100.yaml --vary fsdp.activation_checkpointing "
     "-o best.yaml",
 )
-MEASURE = "fsdpspec tune job.yaml --measure 2 --steps 2 --vary data.micro_batch_size"
+MEASURE = ("fsdpspec tune job.yaml --measure 2 --steps 2 --rounds 1 "
+           "--vary data.micro_batch_size")
 
 
 @pytest.mark.parametrize("command", SHOWN)
@@ -154,22 +155,28 @@ def test_a_calibration_file_that_is_not_one_stops_before_any_run(tmp_path: Path)
 @pytest.mark.slow
 def test_measure_calibrates_and_trains_the_top_two(tmp_path: Path) -> None:
     """The documented `--measure` command: the real launcher on 2 CPU processes, 2 steps
-    per candidate; the calibration it used is printed and written as a reusable
-    accelerator."""
+    per candidate; the calibration it used (the fixed costs included) is printed and
+    written as a reusable accelerator; a second candidate predicted too close to the
+    first to be told apart is said to be skipped."""
     (tmp_path / "job.yaml").write_text(TINY.read_text())
     result = run_cli(*shlex.split(MEASURE)[1:], cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "calibration (2 process(es), gloo): float32_tflops" in result.stderr
+    assert "collective_latency_us" in result.stderr and "layer_overhead_us" in result.stderr
     written = tmp_path / "runs" / "tune-tiny-tune" / "accelerator.yaml"
     accelerator = read_calibration(written)["accelerator"]
     assert accelerator["device"] == "cpu" and accelerator["fp32_tflops"] > 0
+    assert accelerator["layer_overhead_us"] > 0 and accelerator["optimizer_gbps"] > 0
     lines = result.stdout.splitlines()
     start = lines.index("measured on this machine (rank 0's median CPU time per step, "
-                        "after the first step):")
-    rows = lines[start + 2:]
-    assert [int(r.split()[0]) for r in rows[:-1]] == [1, 2]
-    assert all(float(r.split()[2]) > 0 for r in rows[:-1])
-    assert rows[-1].startswith("Spearman rank correlation, predicted vs measured")
+                        "after each run's first step):")
+    rows = [r for r in lines[start + 2:] if not r.startswith("Spearman")]
+    assert [int(r.split()[0]) for r in rows] == [1, 2][:len(rows)]
+    assert all(float(r.split()[2]) > 0 for r in rows)
+    skipped = "measuring 1 of 2: the other candidates are predicted within 5%"
+    assert (len(rows) == 1) == (skipped in result.stderr)
+    assert (len(rows) == 2) == lines[-1].startswith(
+        "Spearman rank correlation, predicted vs measured")
     reuse = f"resources.accelerator={json.dumps(accelerator)}"
     report = check_file(tmp_path / "job.yaml", [reuse])
     assert not [d for d in report.diagnostics if d.is_error]
