@@ -124,7 +124,7 @@ def _calibrated(file: str, report: FileReport, calibration: str | None, echo) ->
         resources = m.read_calibration(Path(calibration))
         echo(f"calibration: {calibration}")
         return m.calibration_overrides(resources)
-    from fsdpspec_runners.local.resolved import absolute_inputs, write_resolved_spec
+    from fsdpspec.runfiles.resolved import absolute_inputs, write_resolved_spec
     from fsdpspec_runners.torchrun import launch_env
 
     job = report.job
