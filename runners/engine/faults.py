@@ -9,6 +9,9 @@ these variables, and nothing else in the engine reads them:
   collectives — in torchrun's first attempt only, so a restarted group trains on.
 - ``FSDPSPEC_TEST_PAUSE_IN_SAVE=<seconds>``: a save sleeps after its shards are written
   and before the rename, so a test can kill a rank mid-save.
+- ``FSDPSPEC_TEST_STEP_PAUSE=<seconds>``: every step begins with a sleep, so a test that
+  waits for something outside the run (Slurm's time-limit warning) does not spend the
+  machine's cores training meanwhile.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 SIGNAL_AT_STEP_ENV = "FSDPSPEC_TEST_SIGNAL_AT_STEP"
 KILL_AT_STEP_ENV = "FSDPSPEC_TEST_KILL_AT_STEP"
 PAUSE_IN_SAVE_ENV = "FSDPSPEC_TEST_PAUSE_IN_SAVE"
+STEP_PAUSE_ENV = "FSDPSPEC_TEST_STEP_PAUSE"
 
 
 def at_step_start(step: int) -> None:
@@ -27,6 +31,9 @@ def at_step_start(step: int) -> None:
     if step == int(os.environ.get(SIGNAL_AT_STEP_ENV, "0") or 0):
         os.kill(os.getpid(), signal.SIGTERM)
     _kill_in_step(step)
+    pause = float(os.environ.get(STEP_PAUSE_ENV, "0") or 0)
+    if pause > 0:
+        time.sleep(pause)
 
 
 def _kill_in_step(step: int) -> None:

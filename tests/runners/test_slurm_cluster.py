@@ -56,7 +56,9 @@ def time_limited_job(slurm: Cluster, tmp_path_factory: pytest.TempPathFactory):
     script = export(root, "train.max_steps=1000000", "checkpoint.interval_steps=0",
                     "logging.interval_steps=100", "launch.slurm.time=00:02:30")
     assert "#SBATCH --signal=B:USR1@60" in script.read_text()
-    job_id = slurm.submit(["sbatch", str(script)], cwd=root)
+    # Paused steps: the job waits on Slurm's clock, not on the cores the other tests use.
+    job_id = slurm.submit(["sbatch", str(script)], cwd=root,
+                          env={"FSDPSPEC_TEST_STEP_PAUSE": "0.2"})
     seen: dict[str, str] = {}
 
     def watch() -> None:

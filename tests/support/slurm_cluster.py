@@ -139,13 +139,14 @@ class Cluster:
         """``argv`` run in n1's network (where the controller listens)."""
         return [sbin("nsenter"), f"--net=/run/netns/{self.netns('n1')}", *argv]
 
-    def run(self, *argv: str, cwd: Path | None = None,
-            timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run(self.on_login_node(list(argv)), env=self.env, cwd=cwd,
-                              capture_output=True, text=True, timeout=timeout)
+    def run(self, *argv: str, cwd: Path | None = None, timeout: float = 60,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(self.on_login_node(list(argv)), env={**self.env, **(env or {})},
+                              cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
-    def submit(self, argv: list[str], cwd: Path) -> str:
-        result = self.run(*argv, cwd=cwd)
+    def submit(self, argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+        """sbatch ``argv``; the job inherits the submitting environment (with ``env``)."""
+        result = self.run(*argv, cwd=cwd, env=env)
         assert result.returncode == 0, result.stdout + result.stderr
         return re.search(r"Submitted batch job (\d+)", result.stdout).group(1)
 
