@@ -69,6 +69,9 @@ def fuzz_channel(name: str, examples: int, seed: int,
                 crashes.append(traceback.format_exc(limit=4))
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+        if count % 1000 == 0:  # a long run stopped early still says how far it got
+            print(f"  {name}: {count} examples so far, crashes: {len(crashes)}, hangs: {hangs}",
+                  file=sys.stderr, flush=True)
 
     run._hypothesis_internal_use_seed = seed
     run()
