@@ -9,8 +9,9 @@ files, safetensors headers, run-directory files (metrics.jsonl, events.jsonl,
 resolved-spec.json, a manifest) and output targets (links, FIFOs, directories, long
 names …). A crash is an uncaught exception, a diagnostic without a code or a position, a
 multi-line error, a failed import that wrote its output, or a refused write that changed
-what was there. A hang is an example that takes longer than --hang-s (FIFOs included:
-a reader that blocked on one would hang here). Target: 0 crashes and 0 hangs in every
+what was there. A hang is an example that uses more than --hang-s CPU seconds, or takes
+more than --wall-s wall-clock seconds (FIFOs included: a reader that blocked on one would
+hang here). Target: 0 crashes and 0 hangs in every
 channel.
 
 Every example runs in-process (a hang is caught by an alarm, which interrupts Python code
@@ -40,18 +41,41 @@ class Hang(BaseException):
     Exception`` in the code under test can swallow it)."""
 
 
-def _alarm(_signum, _frame) -> None:
-    raise Hang
+class _Timers:
+    """Two limits per example: ``hang_s`` of CPU time (a loop), and ``wall_s`` of wall
+    time (a read blocked on a FIFO uses no CPU). CPU time, not wall time, for the first:
+    on a loaded machine at nice 19 a 50 ms example can wait 30 s for a core, which is
+    not a hang. Each timer repeats every second once it has fired, because a signal
+    raised inside a gc callback is printed and dropped by Python."""
+
+    def __init__(self, hang_s: float, wall_s: float) -> None:
+        self.hang_s, self.wall_s, self.armed = hang_s, wall_s, False
+        signal.signal(signal.SIGPROF, self._fire)
+        signal.signal(signal.SIGALRM, self._fire)
+
+    def _fire(self, _signum, _frame) -> None:
+        if self.armed:
+            raise Hang
+
+    def start(self) -> None:
+        self.armed = True
+        signal.setitimer(signal.ITIMER_PROF, self.hang_s, 1.0)
+        signal.setitimer(signal.ITIMER_REAL, self.wall_s, 1.0)
+
+    def stop(self) -> None:
+        self.armed = False
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def fuzz_channel(name: str, examples: int, seed: int,
-                 hang_s: float = 30.0) -> tuple[int, list[str], int]:
+def fuzz_channel(name: str, examples: int, seed: int, hang_s: float = 30.0,
+                 wall_s: float = 600.0) -> tuple[int, list[str], int]:
     """(examples run, crash tracebacks, hangs) for one channel."""
     strategy, check = CHANNELS[name]
     crashes: list[str] = []
     hangs = 0
     count = 0
-    signal.signal(signal.SIGALRM, _alarm)
+    timers = _Timers(hang_s, wall_s)
 
     @settings(max_examples=examples, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
@@ -60,15 +84,16 @@ def fuzz_channel(name: str, examples: int, seed: int,
         nonlocal count, hangs
         count += 1
         with tempfile.TemporaryDirectory() as tmp:
-            signal.setitimer(signal.ITIMER_REAL, hang_s)
             try:
+                timers.start()
                 check(example, Path(tmp))
+                timers.stop()
             except Hang:
+                timers.stop()
                 hangs += 1
             except Exception:  # a crash is a finding, not a stop
+                timers.stop()  # first: a timer firing now must not escape to Hypothesis
                 crashes.append(traceback.format_exc(limit=4))
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
         if count % 1000 == 0:  # a long run stopped early still says how far it got
             print(f"  {name}: {count} examples so far, crashes: {len(crashes)}, hangs: {hangs}",
                   file=sys.stderr, flush=True)
@@ -78,11 +103,11 @@ def fuzz_channel(name: str, examples: int, seed: int,
     return count, crashes, hangs
 
 
-def _fuzz(job: tuple[str, int, int, float]) -> tuple[str, int, list[str], int, float]:
+def _fuzz(job: tuple[str, int, int, float, float]) -> tuple[str, int, list[str], int, float]:
     """One channel in a worker process: (name, examples, crashes, hangs, seconds)."""
-    name, examples, seed, hang_s = job
+    name, examples, seed, hang_s, wall_s = job
     start = time.perf_counter()
-    count, crashes, hangs = fuzz_channel(name, examples, seed, hang_s)
+    count, crashes, hangs = fuzz_channel(name, examples, seed, hang_s, wall_s)
     return name, count, crashes, hangs, time.perf_counter() - start
 
 
@@ -92,10 +117,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--channel", choices=list(CHANNELS), action="append")
     parser.add_argument("--hang-s", type=float, default=30.0,
-                        help="an example running longer is a hang")
+                        help="an example using more CPU seconds is a hang")
+    parser.add_argument("--wall-s", type=float, default=600.0,
+                        help="an example taking more wall-clock seconds is a hang (a "
+                             "blocked read uses no CPU)")
     parser.add_argument("--jobs", type=int, default=1, help="channels fuzzed at a time")
     args = parser.parse_args()
-    jobs = [(name, args.examples, args.seed, args.hang_s) for name in args.channel or CHANNELS]
+    jobs = [(name, args.examples, args.seed, args.hang_s, args.wall_s)
+            for name in args.channel or CHANNELS]
     total = 0
     # fork: the workers inherit the loaded strategies; each sets its own alarm handler.
     with multiprocessing.get_context("fork").Pool(max(1, args.jobs), maxtasksperchild=1) as pool:
