@@ -180,3 +180,29 @@ def test_a_fifo_ref_in_the_cache_never_blocks_the_engine(
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(EngineError, match="acme/chats is not in the local cache"):
         load_records("acme/chats", "train", streaming=False)
+
+
+def test_a_stream_says_when_it_cut_a_prompt(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A streamed set is never packed whole, so the note comes at the first cut example."""
+    import json
+
+    import torch
+
+    from fsdpspec_runners.engine.datasource import StreamSource
+    from fsdpspec_runners.engine.dist import Runtime
+    from fsdpspec_runners.engine.records import load_records
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": "w1 " * 12, "completion": "w5"}) + "\n"
+                             for _ in range(2)))
+    data = Data(source="dataset", path=str(pairs), format="prompt_completion", seq_len=16,
+                streaming=True)
+    stream = StreamSource(load_records(str(pairs), "train", streaming=True), data,
+                          Tokenizer(None), Runtime(0, 1, 0, torch.device("cpu")))
+    assert (stream.sequence(0)["labels"] != IGNORE).any()
+    stream.sequence(1)
+    # Once (the packer had read the second example when it gave the first sequence).
+    assert capsys.readouterr().out == ("data.path (so far in the stream): 2 of 2 examples "
+                                       "have no answer token within seq_len 16; their "
+                                       "prompts were cut from the start\n")
