@@ -373,11 +373,35 @@ def _export_load_report(run_dir: Path, directory: Path) -> str | None:
                               env=_env())
         if done.returncode != 0:
             return f"{argv[0]} exit {done.returncode}: {_tail(done)}"
-    load = ("import sys\nfrom transformers import AutoModelForCausalLM\n"
-            "AutoModelForCausalLM.from_pretrained(sys.argv[1])\n")
-    done = subprocess.run([sys.executable, "-c", load, str(out)], capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT_S, env=_env())
+    done = subprocess.run([sys.executable, "-c", _LOAD, str(out), str(run_dir)],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
     return None if done.returncode == 0 else f"loading the export failed: {_tail(done)}"
+
+
+# Load an export as its user would: a model directory with transformers; an adapter
+# alone (peft.merged: false) with peft onto the run's base model, built from the config
+# the run trained, every adapter tensor of the file loaded.
+_LOAD = """
+import sys, warnings
+from pathlib import Path
+out, run = Path(sys.argv[1]), Path(sys.argv[2])
+from transformers import AutoConfig, AutoModelForCausalLM
+if (out / "config.json").is_file():
+    AutoModelForCausalLM.from_pretrained(out)
+if (out / "adapter").is_dir():
+    from peft import PeftModel
+    from fsdpspec_runners.engine.model import engine_job
+    from fsdpspec_runners.local.resolved import read_resolved_spec
+    config = AutoConfig.for_model(**engine_job(read_resolved_spec(
+        run / "resolved-spec.json")[0]).config)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        PeftModel.from_pretrained(AutoModelForCausalLM.from_config(config), out / "adapter")
+    bad = [str(w.message) for w in caught if "key" in str(w.message).lower()]
+    assert not bad, bad
+if not (out / "config.json").is_file() and not (out / "adapter").is_dir():
+    raise SystemExit(f"{out} holds neither a model nor an adapter")
+"""
 
 
 def run(samples: int, seed: int, first: int, root: Path, wide: bool = False) -> dict[str, Any]:

@@ -81,7 +81,7 @@ def _read_within(fd: int, limit: int, path: Path) -> bytes:
     reader.start()
     reader.join(READ_TIMEOUT_S)
     if not outcome:
-        raise JsonFileError(f"{path}: no answer after {READ_TIMEOUT_S:.0f} s (a stale network "
+        raise JsonFileError(f"{path}: no answer after {READ_TIMEOUT_S:g} s (a stale network "
                             "mount?)")
     if isinstance(outcome[0], OSError):
         raise JsonFileError(f"cannot read {path}: {_strerror(outcome[0])}")

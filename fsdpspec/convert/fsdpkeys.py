@@ -78,6 +78,8 @@ def layer_classes(value: Any) -> list[str]:
 
 def count(value: Any) -> int:
     if isinstance(value, str) and value.isascii() and value.isdigit():
+        if len(value) > 19:  # 2**63 has 19 digits; int() refuses past 4300 (ValueError)
+            raise NotCarried(f"a number of {len(value)} digits is not a count")
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
         raise NotCarried(f"{value!r} is not a count")

@@ -7,8 +7,11 @@ paths that exist only on a cluster fails them: ignore them there (`--ignore FS40
 
 from __future__ import annotations
 
+import errno
 import math
+import os
 import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +23,17 @@ from fsdpspec.spec.diagnostics import Diagnostic, Severity
 
 
 def _path_problem(path: Path, want_dir: bool) -> str | None:
-    if not path.exists():
+    """What is wrong with ``path`` as an input, from one stat (Path.exists() answers
+    False for a symbolic-link loop too, which is not a missing file)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
         return "does not exist"
-    if want_dir and not path.is_dir():
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a loop of symbolic links (ELOOP); fix the link"
+        return f"cannot be read ({exc.strerror})"  # a component that is a file, EACCES…
+    if want_dir and not stat.S_ISDIR(mode):
         return "is not a directory"
     return None
 

@@ -17,6 +17,12 @@ class OverrideError(ValueError):
     """A --set that cannot be applied: a usage error (exit 2)."""
 
 
+def _shown(name: str) -> str:
+    """A key as the message shows it: as typed, or quoted when it holds a newline or
+    another unprintable character (the message stays one line)."""
+    return name if name.isprintable() else repr(name)
+
+
 def _is_index(token: str) -> bool:
     """A list index is ASCII digits: str.isdigit also takes '٣' and '²'."""
     return token.isascii() and token.isdigit()
@@ -48,8 +54,9 @@ def _descend(node: Any, token: str, following: str | None, text: str) -> tuple[A
     if token in node:
         return node[token], False
     if following is not None and _is_index(following):
-        raise OverrideError(f"--set {text!r}: {token} is not in the file; set the whole "
-                            f"list, e.g. --set {text.split('=', 1)[0].rsplit('.', 1)[0]}=[…]")
+        prefix = text.split("=", 1)[0].rsplit(".", 1)[0]
+        raise OverrideError(f"--set {text!r}: {_shown(token)} is not in the file; set the "
+                            f"whole list, e.g. --set {_shown(prefix)}=[…]")
     node[token] = {}
     return node[token], True
 
@@ -69,7 +76,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source_map: Sour
                 source_map.overrides[pointer] = where
             if not isinstance(node, (dict, list)):
                 dotted = pointer.lstrip("/").replace("/", ".")
-                raise OverrideError(f"--set {text!r}: {dotted} holds a value, not a section")
+                raise OverrideError(f"--set {text!r}: {_shown(dotted)} holds a value, not a "
+                                    "section")
         last = tokens[-1]
         if isinstance(node, list):
             _descend(node, last, None, text)

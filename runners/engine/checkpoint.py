@@ -37,6 +37,11 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import (
+    DefaultLoadPlanner,
+    create_default_local_load_plan,
+)
+from torch.distributed.checkpoint.planner import LoadPlan
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_state_dict,
@@ -283,13 +288,28 @@ def load_checkpoint(state: TrainState, path: Path, runtime: Runtime) -> None:
         _load_sharded(state, path, runtime)
 
 
+class _LoadPlanner(DefaultLoadPlanner):
+    """DefaultLoadPlanner without its guess at a checkpoint from torch < 2.4: when the
+    metadata has a key this rank's state lacks, it re-flattens the state the 2.3 way and
+    uses that if the key is there. Under FSDP1 a rank whose shard holds none of a
+    parameter (3 ranks, an MoE layer's experts) drops that ShardedTensor from its state,
+    so the guess fired and the load failed ("Missing key in checkpoint state_dict:
+    data"). This engine's checkpoints are all 2.4+; a key this rank holds must still be
+    in the checkpoint (strict)."""
+
+    def create_local_plan(self) -> LoadPlan:
+        assert self.metadata is not None
+        return create_default_local_load_plan(self.state_dict, self.metadata,
+                                              not self.allow_partial_load)
+
+
 def _load_sharded(state: TrainState, path: Path, runtime: Runtime) -> None:
     loaded = _sharded_state(state, runtime)
     saved_keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     rng_key = _rng_key(runtime.rank)
     if not any(k.startswith(rng_key + ".") or k == rng_key for k in saved_keys):
         loaded.pop(rng_key)  # saved by fewer ranks: this rank keeps its seeded generator
-    dcp.load(loaded, checkpoint_id=str(path))
+    dcp.load(loaded, checkpoint_id=str(path), planner=_LoadPlanner())
     _set_model_and_optimizer(state, loaded["model"], loaded["optim"], state.options())
     _restore_extras(state, loaded)
     if rng_key in loaded:

@@ -155,7 +155,8 @@ class SequenceSource:
         if packed is None and data.source != "synthetic":
             tokenizer = model_tokenizer(data, vocab_size)
             documents = (text_example(doc, tokenizer) for doc in read_documents(data))
-            self._packed = to_tensors(text_rows(documents, data.seq_len), data.seq_len)
+            self._packed = to_tensors(text_rows(documents, data.seq_len, tokenizer.pad_id),
+                                      data.seq_len)
 
     def sequence(self, index: int) -> dict[str, torch.Tensor]:
         """The ``index``-th sequence of the stream (epochs repeat in a new order)."""

@@ -22,10 +22,17 @@ import torch.distributed as dist
 
 from fsdpspec.spec.v1 import Data
 from fsdpspec_runners.engine.data import SequenceSource, Tokenizer, model_tokenizer
-from fsdpspec_runners.engine.dist import Runtime
+from fsdpspec_runners.engine.dist import Runtime, console
 from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.examples import example_builder
-from fsdpspec_runners.engine.packing import Row, Sequences, example_rows, text_rows, to_tensors
+from fsdpspec_runners.engine.packing import (
+    Fitting,
+    Row,
+    Sequences,
+    example_rows,
+    text_rows,
+    to_tensors,
+)
 from fsdpspec_runners.engine.records import RecordSets, fingerprint, load_record_sets
 
 CACHE_DIR = "data-cache"
@@ -38,9 +45,12 @@ def dataset_sources(
     tokenizer = model_tokenizer(data, vocab_size)
     if data.streaming:
         records = load_record_sets(data, seed)
-        evaluation = (_pack(records.eval, data, tokenizer, "data.eval")
-                      if records.eval is not None else None)
-        return StreamSource(records.train, data, tokenizer), evaluation
+        evaluation = None
+        if records.eval is not None:
+            evaluation, note = _pack(records.eval, data, tokenizer, "data.eval")
+            if note:
+                console(runtime, note)
+        return StreamSource(records.train, data, tokenizer, runtime), evaluation
     outcome: list[Any] = [None]  # the cache key, or rank 0's error for every rank
     if runtime.local_rank == 0:
         try:
@@ -54,6 +64,8 @@ def dataset_sources(
     if not path.is_file():
         raise EngineError(f"{path} is missing on this node: the data differs between nodes")
     cached = torch.load(path, weights_only=True)
+    for note in cached.get("notes", []):  # read back, so a resumed run says it again
+        console(runtime, note)
     source = SequenceSource(data, vocab_size, seed, packed=cached["train"])
     return source, cached.get("eval")
 
@@ -65,9 +77,12 @@ def _build_cache(data: Data, tokenizer: Tokenizer, seed: int, run_dir: Path) -> 
     path = run_dir / CACHE_DIR / f"{key}.pt"
     if path.is_file():
         return key
-    packed = {"train": _pack(records.train, data, tokenizer, "data.path")}
-    if records.eval is not None:
-        packed["eval"] = _pack(records.eval, data, tokenizer, "data.eval")
+    parts = {"train": (records.train, "data.path"), "eval": (records.eval, "data.eval")}
+    packed: dict[str, Any] = {"notes": []}
+    for name, (part, field) in parts.items():
+        if part is not None:
+            packed[name], note = _pack(part, data, tokenizer, field)
+            packed["notes"] += [note] if note else []
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     torch.save(packed, tmp)
@@ -85,6 +100,9 @@ def _cache_key(data: Data, tokenizer: Tokenizer, records: RecordSets, seed: int)
         "tokenizer": _tokenizer_hash(tokenizer.directory),
         "options": options,
         "seed": seed if data.eval.fraction else None,  # the held-out records depend on it
+        # How examples are fitted to seq_len (2: a prompt too long is cut from its start):
+        # a cache packed the older way must not be read as this one.
+        "packing": 2,
     }
     canonical = json.dumps(identity, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
@@ -100,18 +118,23 @@ def _tokenizer_hash(directory: str | None) -> str:
     return digest.hexdigest()
 
 
-def _rows(records: Any, data: Data, tokenizer: Tokenizer) -> Iterator[Row]:
+def _rows(records: Any, data: Data, tokenizer: Tokenizer, fitting: Fitting) -> Iterator[Row]:
     build = example_builder(data, tokenizer)
     examples = (build(record) for record in records)
     if data.format == "text":
-        return text_rows(examples, data.seq_len)
-    return example_rows(examples, data.seq_len, tokenizer.pad_id, several=data.packing)
+        return text_rows(examples, data.seq_len, tokenizer.pad_id)
+    return example_rows(examples, data.seq_len, tokenizer.pad_id, several=data.packing,
+                        fitting=fitting)
 
 
-def _pack(records: Any, data: Data, tokenizer: Tokenizer, part: str) -> Sequences:
-    """``part`` (data.path or data.eval) packed into sequences; an error names it."""
+def _pack(records: Any, data: Data, tokenizer: Tokenizer,
+          part: str) -> tuple[Sequences, str | None]:
+    """``part`` (data.path or data.eval) packed into sequences, and the line that says
+    how its examples were fitted to seq_len (None when all fitted); an error names it."""
+    fitting = Fitting()
     try:
-        return to_tensors(_rows(records, data, tokenizer), data.seq_len)
+        return (to_tensors(_rows(records, data, tokenizer, fitting), data.seq_len),
+                fitting.note(part, data.seq_len))
     except EngineError as exc:
         raise EngineError(f"{part}: {exc}") from None
 
@@ -130,15 +153,27 @@ class StreamSource:
     reads the stream again from the start. Resuming reads (and tokenizes) the stream up
     to the next unseen sequence."""
 
-    def __init__(self, records: Any, data: Data, tokenizer: Tokenizer) -> None:
+    def __init__(self, records: Any, data: Data, tokenizer: Tokenizer,
+                 runtime: Runtime | None = None) -> None:
         self._records, self._data, self._tokenizer = records, data, tokenizer
+        self._runtime = runtime
+        self._fitting = Fitting()
         self._rows: Iterator[Row] = iter(())
         self._next = 0  # index of the sequence self._rows yields next
         self._restart()
 
     def _restart(self) -> None:
-        self._rows = _rows(self._records, self._data, self._tokenizer)
+        self._rows = _rows(self._records, self._data, self._tokenizer, self._fitting)
         self._read_this_epoch = 0
+
+    def _tell_fitting(self) -> None:
+        """Say once, at the first example that did not fit as written, what was done."""
+        if self._runtime is None:
+            return
+        note = self._fitting.note("data.path (so far in the stream)", self._data.seq_len)
+        if note:
+            console(self._runtime, note)
+            self._runtime = None
 
     def sequence(self, index: int) -> dict[str, torch.Tensor]:
         """The ``index``-th sequence; indices must not go backwards."""
@@ -150,9 +185,11 @@ class StreamSource:
                 raise as_data_error(exc) from None
             if row is None:
                 if self._read_this_epoch == 0:
-                    raise EngineError("the data stream holds no sequence that carries loss")
+                    raise EngineError("data.path: the data stream holds no sequence that "
+                                      "carries loss")
                 self._restart()
                 continue
+            self._tell_fitting()
             self._read_this_epoch += 1
             self._next += 1
             if self._next - 1 == index:

@@ -95,6 +95,9 @@ def test_a_bad_source_of_any_kind_is_one_line_and_writes_nothing(
      "a.toml:2: [checkpoint] export_dtype"),
     ("torchtitan", "a.toml", "[training]\nmixed_precision_param = {a = 1}\n",
      "a.toml:2: mixed precision dtypes"),
+    # fuzz.py: digits as a string went to int(), which refuses more than 4300 (ValueError).
+    ("accelerate", "a.yaml", f"{HEAD}num_machines: '{'9' * 5000}'\n",
+     "a.yaml:4: num_machines: a number of 5000 digits is not a count"),
 ])
 def test_a_value_of_another_type_is_a_note_with_its_line(
     kind: str, name: str, content: str, note: str, tmp_path: Path

@@ -74,10 +74,26 @@ def test_a_chat_template_that_loops_is_stopped_by_the_time_bound(
 
 
 def test_an_eval_part_that_packs_into_nothing_names_data_eval(tmp_path: Path) -> None:
+    """Only a part with nothing to predict is refused now: an empty document is its EOS
+    alone (a short one is one padded sequence, below)."""
     from fsdpspec_runners.engine.datasource import _pack
 
     data = Data(source="dataset", path="x", seq_len=64)
     with pytest.raises(EngineError) as caught:
-        _pack([{"text": "too short"}], data, Tokenizer(None), "data.eval")
+        _pack([{"text": ""}], data, Tokenizer(None), "data.eval")
     assert str(caught.value).startswith("data.eval: the data holds less than one sequence of "
                                         "64 tokens")
+
+
+def test_text_shorter_than_one_sequence_is_one_padded_sequence() -> None:
+    """A small held-out fraction of a text dataset used to pack into nothing and fail the
+    run after validate passed it; it is one sequence now, its padding without loss."""
+    from fsdpspec_runners.engine.datasource import _pack
+    from fsdpspec_runners.engine.examples import IGNORE
+
+    data = Data(source="dataset", path="x", seq_len=64)
+    packed, note = _pack([{"text": "too short"}], data, Tokenizer(None), "data.eval")
+    assert note is None
+    ids, labels = packed["input_ids"][0].tolist(), packed["labels"][0].tolist()
+    assert len(ids) == 64 and bytes(ids[:9]) == b"too short"
+    assert labels[:10] == ids[:10] and set(labels[10:]) == {IGNORE}  # 9 bytes + EOS

@@ -20,7 +20,7 @@ from fsdpspec_runners.engine.examples import (  # noqa: E402
     chat_example,
     prompt_completion_example,
 )
-from fsdpspec_runners.engine.packing import example_rows  # noqa: E402
+from fsdpspec_runners.engine.packing import Fitting, example_rows  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +66,54 @@ def test_packing_keeps_examples_whole_and_restarts_positions() -> None:
 
 
 def test_examples_without_a_target_are_dropped() -> None:
-    cut = Example([1, 2, 3, 4], [IGNORE, IGNORE, IGNORE, 4])  # the answer is past seq_len
+    silent = Example([1, 2, 3], [IGNORE, IGNORE, IGNORE])  # a chat with no assistant turn
     kept = Example([5, 6], [IGNORE, 6])
-    rows = list(example_rows([cut, kept], seq_len=3, pad_id=0, several=True))
+    fitting = Fitting()
+    rows = list(example_rows([silent, kept], seq_len=3, pad_id=0, several=True,
+                             fitting=fitting))
     assert [r["input_ids"] for r in rows] == [[5, 6, 0]]
+    assert fitting.note("data.path", 3) == ("data.path: 1 of 2 examples have no token that "
+                                            "carries loss and were left out")
+
+
+def test_a_prompt_longer_than_seq_len_is_cut_from_its_start() -> None:
+    """The answer (labels 7, 8) starts past seq_len 4: the example keeps the 2 tokens
+    before it and its answer, where it used to be dropped (and a set of such examples
+    failed the run after validate passed it)."""
+    long = Example([1, 2, 3, 4, 5, 6, 7, 8], [IGNORE] * 6 + [7, 8])
+    fits = Example([5, 6], [IGNORE, 6])  # its answer lies within seq_len: as before
+    fitting = Fitting()
+    rows = list(example_rows([long, fits], seq_len=4, pad_id=0, several=False,
+                             fitting=fitting))
+    assert [r["input_ids"] for r in rows] == [[5, 6, 7, 8], [5, 6, 0, 0]]
+    assert rows[0]["labels"] == [IGNORE, IGNORE, 7, 8]
+    assert rows[0]["position_ids"] == [0, 1, 2, 3]
+    assert fitting.note("data.eval", 4) == ("data.eval: 1 of 2 examples have no answer token "
+                                            "within seq_len 4; their prompts were cut from "
+                                            "the start")
+    assert Fitting(examples=3).note("data.path", 4) is None
+
+
+def test_a_byte_prompt_longer_than_seq_len_trains_its_completion(tmp_path: Path) -> None:
+    """The soundness case: prompt_completion records of 40 bytes, no tokenizer (one
+    token a byte), seq_len 16, packing off. Every example is cut, none is lost, and the
+    note names the part."""
+    import json
+
+    from fsdpspec_runners.engine.datasource import _pack
+    from fsdpspec_runners.engine.records import load_records
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": "w1 w2 w3 w4 " * 4, "completion": "w5 w6"})
+                             + "\n" for _ in range(3)))
+    data = Data(source="dataset", path=str(pairs), format="prompt_completion", seq_len=16,
+                packing=False)
+    packed, note = _pack(load_records(str(pairs), "train", streaming=False), data,
+                         Tokenizer(None), "data.path")
+    assert packed["input_ids"].shape == (3, 16)
+    assert ((packed["labels"] != IGNORE).sum(dim=1) > 0).all()
+    assert note == ("data.path: 3 of 3 examples have no answer token within seq_len 16; "
+                    "their prompts were cut from the start")
 
 
 def test_streamed_sequences_equal_the_cached_ones(tmp_path: Path, tokenizer: Tokenizer) -> None:
@@ -80,8 +124,8 @@ def test_streamed_sequences_equal_the_cached_ones(tmp_path: Path, tokenizer: Tok
     location = str(chat_parquet(tmp_path / "chats", train=12, test=2))
     data = Data(source="dataset", path=location, format="chat", seq_len=48,
                 tokenizer=tokenizer.directory)
-    packed = _pack(load_records(location, "train", streaming=False), data, tokenizer,
-                   "data.path")
+    packed, _note = _pack(load_records(location, "train", streaming=False), data, tokenizer,
+                          "data.path")
     stream = StreamSource(load_records(location, "train", streaming=True), data, tokenizer)
     count = len(packed["input_ids"])
     for index in (0, 2, count + 1):  # forward only, across an epoch boundary
@@ -136,3 +180,29 @@ def test_a_fifo_ref_in_the_cache_never_blocks_the_engine(
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(EngineError, match="acme/chats is not in the local cache"):
         load_records("acme/chats", "train", streaming=False)
+
+
+def test_a_stream_says_when_it_cut_a_prompt(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A streamed set is never packed whole, so the note comes at the first cut example."""
+    import json
+
+    import torch
+
+    from fsdpspec_runners.engine.datasource import StreamSource
+    from fsdpspec_runners.engine.dist import Runtime
+    from fsdpspec_runners.engine.records import load_records
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": "w1 " * 12, "completion": "w5"}) + "\n"
+                             for _ in range(2)))
+    data = Data(source="dataset", path=str(pairs), format="prompt_completion", seq_len=16,
+                streaming=True)
+    stream = StreamSource(load_records(str(pairs), "train", streaming=True), data,
+                          Tokenizer(None), Runtime(0, 1, 0, torch.device("cpu")))
+    assert (stream.sequence(0)["labels"] != IGNORE).any()
+    stream.sequence(1)
+    # Once (the packer had read the second example when it gave the first sequence).
+    assert capsys.readouterr().out == ("data.path (so far in the stream): 2 of 2 examples "
+                                       "have no answer token within seq_len 16; their "
+                                       "prompts were cut from the start\n")

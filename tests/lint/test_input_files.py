@@ -67,6 +67,16 @@ data: {source: jsonl, path: no/data.jsonl, tokenizer: tok-file, seq_len: 64}
     assert messages[3].endswith("tok-file is not a directory")
 
 
+def test_a_symlink_loop_is_named_as_one_not_as_missing(tmp_path: Path) -> None:
+    """ELOOP used to read "does not exist" (Path.exists() is False for a loop)."""
+    (tmp_path / "a.jsonl").symlink_to(tmp_path / "b.jsonl")
+    (tmp_path / "b.jsonl").symlink_to(tmp_path / "a.jsonl")
+    spec = write(tmp_path, "model: {preset: tiny-llama}\n"
+                 "data: {source: jsonl, path: a.jsonl, seq_len: 64, global_batch_size: 8}\n")
+    assert findings(spec) == [("FS407", 5, 29, f"data.path: {tmp_path / 'a.jsonl'} is a loop of "
+                               "symbolic links (ELOOP); fix the link")]
+
+
 def test_missing_paths_can_be_ignored_for_another_machine(tmp_path: Path, cli) -> None:
     spec = write(tmp_path, """\
 model: {hf_config: /cluster/models/llama, weights: /cluster/weights}

@@ -26,6 +26,8 @@ SPEC = str(CASES / "valid" / "every-section.yaml")  # it has a list to index
     ("data.seq_len=" + "9" * 5000, "out of range"),
     ("data.seq_len=%YAML 1.3", "unsupported YAML version"),
     ("data.seq_len=" + "[" * 1000, "nesting deeper"),
+    # fuzz.py: the suggested key was printed raw, so its newline broke the line.
+    ("8\n.8\n=8\n", "set the whole list, e.g. --set '8\\n'=[…]"),
 ])
 def test_a_malformed_flag_is_one_line_naming_the_flag(flag: str, reason: str) -> None:
     result = run_cli("validate", "--set", flag, SPEC)

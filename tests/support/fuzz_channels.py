@@ -1,0 +1,62 @@
+"""The input channels that benchmarks/fuzz.py fuzzes and tests/spec/test_fuzz_channels.py
+samples: each name → (a Hypothesis strategy of examples, the check of one example in an
+empty temporary directory, which raises on a broken promise)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from fuzz_files import (
+    check_output_target,
+    check_run_file,
+    check_safetensors_header,
+    check_tokenizer_file,
+    output_targets,
+    run_files,
+    safetensors_headers,
+    tokenizer_files,
+)
+from fuzz_specs import (
+    accelerate_configs,
+    check_accelerate,
+    check_model_config,
+    check_set_flag,
+    check_text,
+    dump,
+    model_configs,
+    mutated_data,
+    mutated_text,
+    set_flags,
+)
+from hypothesis import strategies as st
+
+
+class Channel(NamedTuple):
+    strategy: Any
+    check: Callable[[Any, Path], None]
+
+
+def _raw_bytes(raw: bytes, tmp: Path) -> None:
+    from fsdpspec.validate import check_file
+
+    path = tmp / "spec.yaml"
+    path.write_bytes(raw)
+    check_file(path)
+
+
+CHANNELS: dict[str, Channel] = {
+    "spec: mutated documents": Channel(mutated_data(),
+                                       lambda d, t: check_text(dump(d), t / "s.yaml")),
+    "spec: damaged text": Channel(mutated_text(), lambda x, t: check_text(x, t / "s.yaml")),
+    "spec: raw bytes": Channel(st.binary(max_size=2048), _raw_bytes),
+    "--set flags": Channel(set_flags(), lambda flag, _t: check_set_flag(flag)),
+    "model config.json": Channel(model_configs(), check_model_config),
+    "accelerate configs": Channel(accelerate_configs(),
+                                  lambda d, t: check_accelerate(dump(d), t)),
+    "tokenizer files": Channel(tokenizer_files(), check_tokenizer_file),
+    "safetensors headers": Channel(safetensors_headers(), check_safetensors_header),
+    "run-directory files": Channel(run_files(), check_run_file),
+    "output targets": Channel(output_targets(), check_output_target),
+}
