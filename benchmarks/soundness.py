@@ -391,7 +391,7 @@ if (out / "config.json").is_file():
 if (out / "adapter").is_dir():
     from peft import PeftModel
     from fsdpspec_runners.engine.model import engine_job
-    from fsdpspec_runners.local.resolved import read_resolved_spec
+    from fsdpspec.runfiles.resolved import read_resolved_spec
     config = AutoConfig.for_model(**engine_job(read_resolved_spec(
         run / "resolved-spec.json")[0]).config)
     with warnings.catch_warnings(record=True) as caught:

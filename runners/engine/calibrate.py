@@ -138,8 +138,8 @@ def layer_overhead_us(resolved: Path, fp32_tflops: float, device: torch.device) 
     (built as the engine builds it, unsharded) at _OVERHEAD_TOKENS tokens, less those
     tokens' FLOPs at the measured rate: the framework's fixed time per micro-batch
     (Python, op dispatch, autograd), the root's share spread over the layers."""
-    from fsdpspec_runners.engine.model import build_model, engine_job
     from fsdpspec.runfiles.resolved import read_resolved_spec
+    from fsdpspec_runners.engine.model import build_model, engine_job
 
     spec, run_dir, _ = read_resolved_spec(resolved)
     job = engine_job(spec, run_dir=run_dir)
