@@ -203,4 +203,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from fsdpspec_runners.engine.dist import leave
+
     main()
+    leave(0)

@@ -113,6 +113,15 @@ def teardown(*, clean: bool) -> None:
     dist.destroy_process_group()
 
 
+def leave(status: int) -> None:
+    """Exit without C++ static destructors: once the process group is destroyed, a gloo
+    thread torn down at interpreter exit can abort the process ("terminate called without
+    an active exception", SIGABRT) and turn a finished run into a failed one."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 def build_mesh(job: Job, runtime: Runtime) -> DeviceMesh:
     """1-D mesh for the sharded strategies; 2-D (replicate, shard) for hybrid and NO_SHARD."""
     world, shape = runtime.world_size, job.layout.mesh

@@ -90,7 +90,9 @@ def test_eval_loss_is_logged_and_falls(straight: Path) -> None:
 def test_tokens_are_cached_once_in_the_run_dir(straight: Path) -> None:
     cached = list((straight / "data-cache").glob("*.pt"))
     assert len(cached) == 1
-    assert set(torch.load(cached[0], weights_only=True)) == {"train", "eval"}
+    cache = torch.load(cached[0], weights_only=True)
+    # The packed splits, and what packing had to say (nothing here: every chat fits).
+    assert set(cache) == {"train", "eval", "notes"} and cache["notes"] == []
 
 
 def _token_losses(model_dir: Path, tokenizer_dir: Path) -> tuple[float, float]:
