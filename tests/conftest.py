@@ -31,7 +31,7 @@ def cli():
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`.ci/run` runs the suite on two pytest-xdist workers (`--dist loadgroup`). A fixture
+    """`.ci/run` runs the suite on pytest-xdist workers (`--dist loadgroup`). A fixture
     of ours wider than a test (a trained run, a Slurm cluster) must be built once, so the
     tests that share one, directly or through another test's fixtures, form one group and
     run on one worker; every other test goes wherever a worker is free."""
