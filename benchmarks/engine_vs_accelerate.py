@@ -63,7 +63,12 @@ def accelerate_loop(args: argparse.Namespace):  # noqa: ANN201 - returns a step 
     from accelerate import Accelerator
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    accelerator = Accelerator()
+    # cpu=True is what `accelerate launch --cpu` sets: without it accelerate runs each
+    # process alone on a CPU (DistributedType.NO), with no gradient all-reduce at all.
+    accelerator = Accelerator(cpu=True)
+    if accelerator.num_processes != args.nproc:
+        raise SystemExit(f"accelerate runs {accelerator.num_processes} of {args.nproc} processes "
+                         f"({accelerator.distributed_type}): not the DDP loop to compare with")
     torch.manual_seed(0)
     config = AutoConfig.for_model(**{k: v for k, v in CONFIG.items() if k != "architectures"})
     config.use_cache = False

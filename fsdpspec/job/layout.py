@@ -39,6 +39,8 @@ class Layout:
     # global_batch_size is a whole number of micro-batches over every rank (FS501).
     divides_batch: bool
     synced_micro_batches: int
+    # FSDP2's NO_SHARD in full precision runs as DDP (`runs_as_ddp`).
+    ddp: bool = False
 
     @property
     def replicas(self) -> int:
@@ -62,7 +64,7 @@ class Layout:
         return {"world_size": self.world_size, "fsdp_version": self.fsdp_version,
                 "strategy": self.strategy, "shard_size": self.shard_size,
                 "mesh": list(self.mesh), "accumulation_steps": self.accumulation_steps,
-                "synced_micro_batches": self.synced_micro_batches}
+                "synced_micro_batches": self.synced_micro_batches, "ddp": self.ddp}
 
 
 def effective_strategy(spec: JobSpec, world: int) -> str:
@@ -72,6 +74,20 @@ def effective_strategy(spec: JobSpec, world: int) -> str:
             and shard_group_size(spec, world) == 1):
         return "NO_SHARD"
     return strategy
+
+
+def runs_as_ddp(spec: JobSpec, strategy: str) -> bool:
+    """Whether the engine replicates the model with DDP (torch's composable
+    ``replicate``, as torchtitan does for pure data parallelism) instead of
+    ``fully_shard``: FSDP2 at NO_SHARD in full precision, without adapters or CPU
+    offload. Nothing is sharded there, so FSDP2's per-unit copies and blocking
+    reductions buy nothing, while DDP overlaps its bucketed all-reduces with backward
+    (`benchmarks/engine_vs_accelerate.py`). A cast to a lower param_dtype, a LoRA's
+    frozen base in another dtype and CPU offload stay FSDP2's."""
+    precision = spec.fsdp.mixed_precision
+    return (spec.fsdp.version == 2 and strategy == "NO_SHARD" and spec.peft is None
+            and not spec.fsdp.cpu_offload
+            and precision.param_dtype == precision.reduce_dtype == "float32")
 
 
 def layout(spec: JobSpec, world_size: int | None = None) -> Layout:
@@ -94,4 +110,5 @@ def layout(spec: JobSpec, world_size: int | None = None) -> Layout:
         accumulation_steps=accumulation,
         divides_batch=data.global_batch_size % (data.micro_batch_size * world) == 0,
         synced_micro_batches=synced_micro_batches(strategy, accumulation),
+        ddp=runs_as_ddp(spec, strategy),
     )

@@ -37,7 +37,8 @@ NCCL_BYTES = GIB // 2
 FRAGMENTATION = {1: 0.10, 2: 0.05}
 
 TERMS = (
-    "sharded_parameters", "optimizer_states", "sharded_gradients", "accumulated_gradients",
+    "sharded_parameters", "optimizer_states", "sharded_gradients", "gradient_buckets",
+    "accumulated_gradients",
     "gathered_parameters", "prefetch_buffer", "unsharded_gradients", "reduce_scatter_buffers",
     "activations", "logits_and_loss", "backward_temporaries", "optimizer_temporaries",
 )
@@ -95,6 +96,9 @@ class _Parts:
     prefetch: int
     unit_grads: int
     head_grads: int
+    # The output projection's gradient, held through the rest of backward (FSDP reduces
+    # it with the root's at the end; DDP copies it into its bucket at once).
+    head_held: int
     unit_reduce: int
     sharded_unit_grads: int
     sharded_layer_grads: int
@@ -138,7 +142,33 @@ def _carried_gradients(job: Job, sh: Sharding, sharded: int) -> tuple[int, bool]
     return per_param * (sh.layer_numel + sh.root.numel), True
 
 
+def _ddp_parts(job: Job, sh: Sharding) -> _Parts:
+    """DDP (`fsdpspec.job.layout.runs_as_ddp`, full precision): the parameters, their
+    states and DDP's gradient buckets persist whole (the gradients are views of the
+    buckets, which exist from the first forward on, so accumulation adds nothing);
+    nothing is gathered or reduced into a buffer. In backward only the gradient autograd
+    has just produced is alive beside the buckets, until DDP copies it in."""
+    g, m = job.geometry, MASTER_BYTES
+    params = m * sh.total_shard_numel()
+    saved, layer = _layer_activations(job)
+    if job.spec.fsdp.activation_offload:
+        saved = 0
+    tensors = levers.shard_tensors(sh)
+    return _Parts(
+        persistent={"sharded_parameters": params, "gradient_buckets": params,
+                    "optimizer_states": levers.optimizer_state_bytes(job, tensors)},
+        accumulated=0, root=0, units_kept=0, unit=0, prefetch=0,
+        unit_grads=m * g.down_proj_numel, head_grads=m * g.embedding_params, head_held=0,
+        unit_reduce=0, sharded_unit_grads=0, sharded_layer_grads=0,
+        root_grads=m * g.embedding_params, root_reduce=0, saved=saved, layer=layer,
+        sharded_grads=0,
+        optimizer_temporaries=levers.optimizer_step_temporaries(job, tensors),
+    )
+
+
 def _parts(job: Job, sh: Sharding) -> _Parts:
+    if job.layout.ddp:
+        return _ddp_parts(job, sh)
     g, b, r, m = job.geometry, job.compute_bytes, job.reduce_bytes, MASTER_BYTES
     shard_bytes = m * sh.total_shard_numel()
     on_device = 0 if job.spec.fsdp.cpu_offload else 1
@@ -167,6 +197,7 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
         # Backward reaches a layer's MLP first: its down projection's gradient exists.
         unit_grads=grads * b * g.down_proj_numel,
         head_grads=grads * b * g.embedding_params,
+        head_held=grads * b * g.embedding_params,
         unit_reduce=r * unit_padded,
         sharded_unit_grads=reduced * m * (unit_padded // sh.shard_size),
         sharded_layer_grads=reduced * m * sum(sh.shard_numel(u) * u.count for u in sh.units),
@@ -299,7 +330,7 @@ def _layer_point(job: Job, p: _Parts, index: int) -> Point:
         "accumulated_gradients": p.accumulated,
         "gathered_parameters": gathered,
         "prefetch_buffer": p.prefetch if index > 0 else 0,
-        "unsharded_gradients": p.head_grads + p.unit_grads,
+        "unsharded_gradients": p.head_held + p.unit_grads,
         "sharded_gradients": (layers - 1 - index) * p.sharded_unit_grads,
         "reduce_scatter_buffers": p.unit_reduce if index < layers - 1 else 0,
         "activations": activations,
@@ -323,7 +354,7 @@ def _experts_point(job: Job, p: _Parts, index: int) -> Point:
     grads = (1 if trained else 0) * b * g.experts_numel
     return Point(f"backward: layer {index} experts", point.terms | {
         "activations": point.terms["activations"] - freed,
-        "unsharded_gradients": p.head_grads + grads,
+        "unsharded_gradients": p.head_held + grads,
         "backward_temporaries": b * rows * (2 * e.width + g.hidden_size),
     })
 
@@ -341,7 +372,7 @@ def _reduction_point(job: Job, p: _Parts, index: int) -> Point:
         "accumulated_gradients": p.accumulated,
         "gathered_parameters": p.root + (0 if lay.reshards_after_forward else index * p.unit),
         "prefetch_buffer": p.prefetch if index > 0 else 0,
-        "unsharded_gradients": p.head_grads + unit_grads,
+        "unsharded_gradients": p.head_held + unit_grads,
         "sharded_gradients": (layers - 1 - index) * p.sharded_unit_grads,
         "reduce_scatter_buffers": p.unit_reduce,
         "activations": 0 if job.spec.fsdp.activation_offload else below,
@@ -376,7 +407,7 @@ def _points(job: Job, p: _Parts) -> list[Point]:
                                 "reduce_scatter_buffers": p.unit_reduce}
     optimizer_step = p.persistent | {"sharded_gradients": p.sharded_grads,
                                      "optimizer_temporaries": p.optimizer_temporaries}
-    layer_points = _layer_points(job, p) if p.unit else []
+    layer_points = _layer_points(job, p) if p.unit or job.layout.ddp else []
     return [*_forward_points(job, p), *_head_points(job, p), *layer_points,
             Point("backward: embedding", embedding),
             Point("backward: root gradient reduction", backward_end),

@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
@@ -27,7 +28,8 @@ class FsdpAdapter(Protocol):
         """Clip to ``max_norm`` (None: measure only); return the total gradient norm."""
 
 class Fsdp2:
-    """``fully_shard``: DTensor gradients; the norm comes from the step's all-reduce."""
+    """``fully_shard`` (DTensor gradients) or DDP (`runs_as_ddp`, plain ones); the norm
+    comes from the step's all-reduce."""
 
     def gradient_sync(self, model: nn.Module, strategy: str,
                       last_micro_batch: bool) -> AbstractContextManager[None]:
@@ -40,9 +42,13 @@ class Fsdp2:
             return 0.0
         locals_ = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
         square = torch.stack([n.double() for n in torch._foreach_norm(locals_)]).square().sum()
-        # Replicas (HSDP, NO_SHARD) hold the same shard: count each shard once.
+        # Replicas (HSDP, NO_SHARD) hold the same shard: count each shard once. Plain
+        # gradients are DDP's (`runs_as_ddp`): every rank holds the whole of them.
         mesh = getattr(grads[0], "device_mesh", None)
-        replicas = mesh.size(0) if mesh is not None and mesh.ndim == 2 else 1
+        if mesh is None:
+            replicas = dist.get_world_size() if dist.is_initialized() else 1
+        else:
+            replicas = mesh.size(0) if mesh.ndim == 2 else 1
         return square.item() / replicas
 
     def clip(self, model: nn.Module, summed_square: float, max_norm: float | None) -> float:

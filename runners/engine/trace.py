@@ -19,6 +19,7 @@ from unittest import mock
 
 from fsdpspec.catalog.families import family
 from fsdpspec.job.job import Job
+from fsdpspec.job.layout import layout
 from fsdpspec.spec.v1 import JobSpec
 
 TRACED_STEPS = 2
@@ -43,6 +44,10 @@ def check_traceable(spec: JobSpec, config: dict[str, Any]) -> None:
     """Raise TraceError for the specs the fake-tensor trace cannot represent."""
     if spec.fsdp.version != 2:
         raise TraceError("--trace measures FSDP2 (fully_shard); this spec uses fsdp.version 1")
+    if layout(spec).ddp:
+        raise TraceError("--trace measures FSDP2 on fake tensors; NO_SHARD in full precision "
+                         "runs as DDP, whose C++ reducer needs real tensors; trace it with "
+                         "fsdp.mixed_precision bf16 or a sharded strategy")
     if spec.fsdp.cpu_offload:
         raise TraceError("--trace runs on the CPU and cannot tell offloaded state from device "
                          "memory; drop fsdp.cpu_offload to trace")

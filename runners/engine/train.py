@@ -49,7 +49,7 @@ from fsdpspec_runners.engine.metrics import (
 from fsdpspec_runners.engine.model import build_model, engine_job, load_weights, materialise
 from fsdpspec_runners.engine.optim import build_grad_scaler, build_optimizer, build_scheduler
 from fsdpspec_runners.engine.signals import StopRequest
-from fsdpspec_runners.engine.wrap import fsdp1_syncs_states, parallelize
+from fsdpspec_runners.engine.wrap import DDP_BUCKET_MB, fsdp1_syncs_states, parallelize
 
 
 def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
@@ -59,7 +59,7 @@ def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
     if spec.fsdp.version == 2:
         model, num_units = parallelize(build_model(job, on_meta=True), job, mesh,
                                        runtime.device)
-        _describe(spec, runtime, num_units, sum(map(is_quantised, model.parameters())))
+        _describe(job, runtime, num_units, sum(map(is_quantised, model.parameters())))
         materialise(model, runtime.device, spec.train.seed)
         if spec.model.weights:
             load_weights(model, spec, runtime, sharded=True)
@@ -75,16 +75,17 @@ def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
     if spec.model.weights:
         load_weights(model, spec, runtime, sharded=False)
     model, num_units = parallelize(model, job, mesh, runtime.device)
-    _describe(spec, runtime, num_units)
+    _describe(job, runtime, num_units)
     return model
 
 
-def _describe(spec: JobSpec, runtime: Runtime, num_units: int, quantised: int = 0) -> None:
-    fsdp = spec.fsdp
+def _describe(job: Job, runtime: Runtime, num_units: int, quantised: int = 0) -> None:
+    fsdp = job.spec.fsdp
+    wrapped = (f"as DDP ({DDP_BUCKET_MB} MiB buckets)" if job.layout.ddp
+               else f"{num_units} units + root ({fsdp.auto_wrap_policy} policy)")
     console(
         runtime,
-        f"fsdp{fsdp.version} {fsdp.sharding_strategy}: {num_units} units + root "
-        f"({fsdp.auto_wrap_policy} policy), "
+        f"fsdp{fsdp.version} {fsdp.sharding_strategy}: {wrapped}, "
         f"activation checkpointing {fsdp.activation_checkpointing}, "
         f"params {fsdp.mixed_precision.param_dtype}, {runtime.world_size} processes on "
         f"{runtime.device.type}" + (f", QLoRA: {quantised} base weights in 4-bit NF4"

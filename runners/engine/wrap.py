@@ -1,4 +1,5 @@
-"""Activation checkpointing, then FSDP: ``fully_shard`` (FSDP2) or FSDP1.
+"""Activation checkpointing, then FSDP: ``fully_shard`` (FSDP2) or FSDP1, or DDP where
+nothing is sharded (`fsdpspec.job.layout.runs_as_ddp`).
 
 Order follows torchtitan: checkpointing wraps each layer first, and the (wrapped) layers
 become the FSDP units.
@@ -44,6 +45,8 @@ def parallelize(model: nn.Module, job: Job, mesh: DeviceMesh,
     units = [wrapped.get(id(m), m) for m in units]
     if spec.train.compile:
         compile_layers(layers)
+    if job.layout.ddp:
+        return replicate_ddp(model, mesh, device), 0
     if spec.fsdp.version == 2:
         return shard_fsdp2(model, units, job, mesh, device), len(units)
     return wrap_fsdp1(model, units, job, mesh, device), len(units)
@@ -120,6 +123,24 @@ def op_selective_contexts() -> Any:
         return CheckpointPolicy.PREFER_RECOMPUTE
 
     return create_selective_checkpoint_contexts(policy)
+
+
+# DDP's default bucket size, as accelerate and the HF Trainer leave it.
+DDP_BUCKET_MB = 25
+
+
+def replicate_ddp(model: nn.Module, mesh: DeviceMesh, device: torch.device) -> nn.Module:
+    """DDP over the mesh's replicas (`fsdpspec.job.layout.runs_as_ddp`), in place: the
+    module keeps its names (the checkpoint's keys do not change) and its type. Gradients
+    are views of DDP's buckets, so they take no memory beyond the buckets (the plan's
+    `gradient buckets`)."""
+    from torch.distributed._composable.replicate import replicate
+
+    # The group of the mesh's first dimension (the replicas; the trace's one-rank mesh),
+    # not a sliced mesh: replicate() takes that for DDP beside tensor parallelism and
+    # converts DTensors around every forward.
+    return replicate(model, process_group=mesh.get_group(0), device_id=device,
+                     bucket_cap_mb=DDP_BUCKET_MB, gradient_as_bucket_view=True)
 
 
 def shard_fsdp2(

@@ -182,6 +182,22 @@ def test_no_shard_accumulation_keeps_unsharded_gradients_in_the_reduce_dtype() -
     assert "unsharded_gradients" not in found["backward: layer 1"]
 
 
+def test_no_shard_in_full_precision_is_planned_as_ddp() -> None:
+    """DDP (`runs_as_ddp`): parameters, buckets and states whole on every rank at every
+    moment, nothing gathered or reduced into a buffer, accumulation free."""
+    ddp = {"sharding_strategy": "NO_SHARD", "mixed_precision": "fp32"}
+    whole = {"sharded_parameters": 4 * TOTAL, "gradient_buckets": 4 * TOTAL,
+             "optimizer_states": 2 * 4 * TOTAL}
+    for found in (points(fsdp=ddp), points(fsdp=ddp, data={"global_batch_size": 8})):
+        for name, terms in found.items():
+            assert terms.items() >= whole.items(), name
+            assert not {"gathered_parameters", "reduce_scatter_buffers", "sharded_gradients",
+                        "accumulated_gradients"} & terms.keys(), name
+        # Backward holds the gradient just computed beside the buckets, not the head's.
+        assert found["backward: layer 1"]["unsharded_gradients"] == 4 * 64 * 128
+    assert "gradient_buckets" not in points(fsdp={"sharding_strategy": "NO_SHARD"})["forward: loss"]
+
+
 def test_full_checkpointing_keeps_layer_inputs_and_recomputes_one_layer() -> None:
     found = points(fsdp={"activation_checkpointing": "full"})
     assert found["forward: loss"]["activations"] == 2 * (2 * 8 * 64) + ROOT_ACTIVATIONS

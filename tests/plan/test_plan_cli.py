@@ -125,10 +125,16 @@ def test_trace_compares_the_fake_tensor_run_with_the_plan(tmp_path: Path) -> Non
     assert abs(trace["error"]) <= 0.05
 
 
-def test_trace_refuses_fsdp1_in_one_line(job: Path) -> None:
-    result = run_cli("plan", str(job), "--trace", "--set", "fsdp.version=1")
+@pytest.mark.parametrize(("overrides", "says"), [
+    (["fsdp.version=1"], "fsdp.version 1"),
+    (["fsdp.sharding_strategy=NO_SHARD", "fsdp.mixed_precision=fp32"], "runs as DDP"),
+])
+def test_trace_refuses_what_it_cannot_run_in_one_line(job: Path, overrides: list[str],
+                                                     says: str) -> None:
+    sets = [arg for value in overrides for arg in ("--set", value)]
+    result = run_cli("plan", str(job), "--trace", *sets)
     assert result.returncode == 1
-    assert "fsdp.version 1" in result.stderr and "Traceback" not in result.stderr
+    assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 def test_validate_names_the_fewest_gpus_when_the_example_gets_one_gpu() -> None:
