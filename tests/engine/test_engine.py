@@ -23,6 +23,7 @@ from engine_jobs import (  # noqa: E402
     final_weights,
     losses,
     merged,
+    metrics,
     ok,
     torchrun,
     write_spec,
@@ -200,6 +201,28 @@ def test_resume_is_exact(straight_run: Path, tmp_path: Path) -> None:
     # keep_last: 2 rotates the step-5 checkpoint away once step 10 exists (twice saved).
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["latest", "step-00000005", "step-00000010"]
+
+
+def test_no_shard_trains_as_ddp_like_full_shard_and_resumes_exactly(
+    straight_run: Path, tmp_path: Path
+) -> None:
+    """NO_SHARD in full precision runs as DDP (`runs_as_ddp`): its first 4 steps (two
+    micro-batches each, the first without an all-reduce) are FULL_SHARD's, losses and
+    gradient norms (each rank holds the whole gradient: counted once), and a resume from
+    its step-2 checkpoint replays steps 3–4 and the final weights exactly."""
+    ddp, resumed = tmp_path / "ddp", tmp_path / "resumed"
+    job = {"fsdp": {"sharding_strategy": "NO_SHARD"}, "train": {"max_steps": 4},
+           "checkpoint": {"interval_steps": 2, "keep_last": 0}}
+    assert "fsdp2 NO_SHARD: as DDP (25 MiB buckets)" in ok(torchrun(write_spec(ddp, job))).stdout
+    sharded = {m["step"]: m for m in metrics(straight_run)}
+    for ours in metrics(ddp):
+        assert ours["loss"] == pytest.approx(sharded[ours["step"]]["loss"], rel=1e-5)
+        assert ours["grad_norm"] == pytest.approx(sharded[ours["step"]]["grad_norm"], rel=1e-5)
+    checkpoint = str(ddp / "checkpoints" / "step-00000002")
+    ok(torchrun(write_spec(resumed, merged(job, {"checkpoint": {"resume": checkpoint}}))))
+    assert [losses(resumed)[s] for s in (3, 4)] == [losses(ddp)[s] for s in (3, 4)]
+    final, again = final_weights(ddp), final_weights(resumed)
+    assert final.keys() == again.keys() and all(final[k].equal(again[k]) for k in final)
 
 
 def test_export_loads_with_from_pretrained(straight_run: Path, tmp_path: Path) -> None:
