@@ -25,7 +25,7 @@ from chat_assets import (  # noqa: E402
     conversation,
     tiny_llama,
 )
-from engine_jobs import merged, metrics, ok, torchrun, write_spec  # noqa: E402
+from engine_jobs import chat_job, merged, metrics, ok, torchrun, write_spec  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
 
@@ -35,17 +35,7 @@ STEPS = 30
 
 
 def _job(inputs: Path) -> dict[str, Any]:
-    return {
-        "model": {"preset": None, "hf_config": str(inputs / "model"),
-                  "weights": str(inputs / "model")},
-        "data": {"source": "dataset", "path": str(inputs / "chats"), "format": "chat",
-                 "tokenizer": str(inputs / "tokenizer"), "eval": {"split": "test"},
-                 "seq_len": 64, "global_batch_size": 4},
-        "optimizer": {"lr": 1e-2},
-        "train": {"max_steps": STEPS, "eval_interval_steps": 15},
-        "checkpoint": {"interval_steps": 15, "keep_last": 0,
-                       "final": {"dtype": "float32", "max_shard_mb": 1}},
-    }
+    return merged(chat_job(inputs, STEPS, 15), {"checkpoint": {"final": {"max_shard_mb": 1}}})
 
 
 @pytest.fixture(scope="module")

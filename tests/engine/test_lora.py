@@ -2,9 +2,10 @@
 its chat tokenizer and a parquet chat dataset, under FSDP2 (bf16, the frozen base stored
 in bf16, sharded checkpoints) and FSDP1 (fp32, use_orig_params, dropout, a full state
 dict). Per FSDP version one straight run answers the eval, checkpoint, adapter, merge and
-export questions, and one run stopped at step 4 and resumed answers the resume question:
-four training processes pairs in all. QLoRA (FSDP2, torchao NF4 base weights) adds two
-more: a straight run and one resumed from its step-4 checkpoint."""
+export questions, and a resumed run the resume question (FSDP2's stopped at step 4 and
+resumed, FSDP1's from the straight run's step-4 checkpoint): five process pairs. QLoRA
+(FSDP2, torchao NF4 base weights) adds two more: a straight run and one resumed from its
+step-4 checkpoint."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ pytest.importorskip("datasets")
 
 from chat_assets import chat_parquet, chat_tokenizer, conversation  # noqa: E402
 from chat_assets import tiny_llama as save_tiny_llama  # noqa: E402
-from engine_jobs import metrics, ok, torchrun, write_spec  # noqa: E402
+from engine_jobs import chat_job, metrics, ok, torchrun, write_spec  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
 
@@ -36,18 +37,7 @@ VERSIONS = {
 
 
 def _job(inputs: Path, version: int) -> dict[str, Any]:
-    return {
-        "model": {"preset": None, "hf_config": str(inputs / "model"),
-                  "weights": str(inputs / "model")},
-        "data": {"source": "dataset", "path": str(inputs / "chats"), "format": "chat",
-                 "tokenizer": str(inputs / "tokenizer"), "eval": {"split": "test"},
-                 "seq_len": 64, "global_batch_size": 4},
-        "optimizer": {"lr": 1e-2},
-        "train": {"max_steps": STEPS, "eval_interval_steps": MIDDLE},
-        "checkpoint": {"interval_steps": MIDDLE, "keep_last": 0,
-                       "final": {"dtype": "float32"}},
-        **VERSIONS[version],
-    }
+    return {**chat_job(inputs, STEPS, MIDDLE), **VERSIONS[version]}
 
 
 @pytest.fixture(scope="module")
@@ -69,14 +59,22 @@ def _env(root: Path, **extra: str) -> dict[str, str]:
 @pytest.fixture(scope="module", params=[2, 1], ids=["fsdp2", "fsdp1"])
 def runs(request: pytest.FixtureRequest, inputs: Path,
          tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, Path]:
-    """(FSDP version, a straight run, a run stopped at step MIDDLE and resumed)."""
+    """(FSDP version, a straight run, a resumed run). FSDP2's is stopped by SIGTERM at
+    step MIDDLE and resumed in place; FSDP1's resumes the straight run's step-MIDDLE
+    full-state-dict checkpoint in a run directory of its own (a process pair less)."""
     version = request.param
     straight = tmp_path_factory.mktemp(f"lora{version}-straight")
     ok(torchrun(write_spec(straight, _job(inputs, version)), env=_env(inputs)))
     resumed = tmp_path_factory.mktemp(f"lora{version}-resumed")
-    spec = write_spec(resumed, _job(inputs, version))
-    stopped = ok(torchrun(spec, env=_env(inputs, FSDPSPEC_TEST_SIGNAL_AT_STEP=str(MIDDLE))))
-    assert f"stopped by SIGTERM at step {MIDDLE}" in stopped.stdout
+    job = _job(inputs, version)
+    if version == 2:
+        spec = write_spec(resumed, job)
+        stopped = ok(torchrun(spec, env=_env(inputs, FSDPSPEC_TEST_SIGNAL_AT_STEP=str(MIDDLE))))
+        assert f"stopped by SIGTERM at step {MIDDLE}" in stopped.stdout
+    else:
+        checkpoint = straight / "checkpoints" / f"step-{MIDDLE:08d}"
+        job["checkpoint"] = {**job["checkpoint"], "resume": str(checkpoint)}
+        spec = write_spec(resumed, job)
     again = ok(torchrun(spec, env=_env(inputs)))
     assert f"(step {MIDDLE})" in again.stdout
     return version, straight, resumed
@@ -205,8 +203,10 @@ def test_checkpoints_hold_the_trainable_state_only(runs: tuple[int, Path, Path])
 def test_resume_is_bit_identical(runs: tuple[int, Path, Path]) -> None:
     from safetensors.torch import load_file
 
-    _, straight, resumed = runs
-    assert _train(resumed) == _train(straight)
+    version, straight, resumed = runs
+    # A run resumed in its own directory logs from step MIDDLE + 1.
+    first = 1 if version == 2 else MIDDLE + 1
+    assert _train(resumed) == {s: v for s, v in _train(straight).items() if s >= first}
     assert _evals(resumed)[STEPS] == _evals(straight)[STEPS]  # the stop came before step 4's
     a = load_file(straight / "final" / "adapter" / "adapter_model.safetensors")
     b = load_file(resumed / "final" / "adapter" / "adapter_model.safetensors")

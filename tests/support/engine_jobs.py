@@ -32,6 +32,22 @@ BASE: dict[str, Any] = {
 }
 
 
+def chat_job(inputs: Path, steps: int, interval: int) -> dict[str, Any]:
+    """A chat fine-tune of the model, tokenizer and parquet chats under ``inputs``
+    (`chat_assets`), evaluated and checkpointed every ``interval`` steps."""
+    return {
+        "model": {"preset": None, "hf_config": str(inputs / "model"),
+                  "weights": str(inputs / "model")},
+        "data": {"source": "dataset", "path": str(inputs / "chats"), "format": "chat",
+                 "tokenizer": str(inputs / "tokenizer"), "eval": {"split": "test"},
+                 "seq_len": 64, "global_batch_size": 4},
+        "optimizer": {"lr": 1e-2},
+        "train": {"max_steps": steps, "eval_interval_steps": interval},
+        "checkpoint": {"interval_steps": interval, "keep_last": 0,
+                       "final": {"dtype": "float32"}},
+    }
+
+
 def merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)
     for key, value in override.items():
