@@ -107,10 +107,12 @@ def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
            node_rank: int | None) -> int:
     from fsdpspec.runfiles.events import append_event
     from fsdpspec_runners.local.runlock import RunLockError, run_lock
-    from fsdpspec_runners.local.supervise import run_supervised
+    from fsdpspec_runners.local.supervise import run_supervised, stop_signals
 
     try:
-        with run_lock(spec, run_dir, node_rank):  # held until torchrun ends
+        # Stops are caught from here on: one that comes before torchrun starts means it
+        # never starts (`fsdpspec_runners.local.supervise.Stops`).
+        with stop_signals() as stops, run_lock(spec, run_dir, node_rank):
             if node_rank:  # node 0 prepares the shared directory; the others join it
                 join_run_dir(spec, run_dir)
                 click.echo(f"joining {spec.metadata.name} in {run_dir}", err=True)
@@ -122,7 +124,7 @@ def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
                 if change:
                     click.echo(change, err=True)
             title = spec.metadata.name if sys.stdout.isatty() else None
-            code, stopped_by = run_supervised(argv, env, progress_title=title)
+            code, stopped_by = run_supervised(argv, env, stops, progress_title=title)
             if not node_rank:
                 append_event(run_dir, "exit", code=code,
                              signal=stopped_by.name if stopped_by else None)

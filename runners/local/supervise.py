@@ -20,7 +20,8 @@ import os
 import signal
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
@@ -46,37 +47,70 @@ def children(pid: int) -> list[int]:
     return found
 
 
-class _Forwarder:
-    """Signal handler that relays to the child's workers, then escalates."""
+class Stops:
+    """The stop signals of one run, from before its child starts to the child's end.
+    Installed before the run says it is starting, so that no Ctrl-C is lost in between:
+    Python leaves SIGINT ignored in a process started with it ignored (a test runner's
+    worker), and otherwise raises KeyboardInterrupt in the middle of the start, after
+    which nobody would stop the child in its own session. A signal before there is a
+    child means the child is never started; one while it starts is relayed at once."""
 
-    def __init__(self, child: subprocess.Popen) -> None:
-        self.child = child
+    def __init__(self) -> None:
+        self.child: subprocess.Popen | None = None
         self.received: signal.Signals | None = None
 
     def __call__(self, signum: int, _frame: FrameType | None) -> None:
         if self.received is not None:
-            if signum == signal.SIGINT:  # a person pressing Ctrl-C again: stop now
+            if signum == signal.SIGINT and self.child is not None:  # Ctrl-C again: stop now
                 try:
                     os.killpg(self.child.pid, signal.SIGKILL)
                 except ProcessLookupError:  # the group ended between the two signals
                     pass
             return
         self.received = signal.Signals(signum)
-        relayed = signal.SIGTERM if signum in _AS_SIGTERM else signum
-        workers = children(self.child.pid)
-        for pid in workers or [self.child.pid]:
+        if self.child is not None:
+            self._relay()
+
+    def start(self, argv: list[str], **popen: object) -> subprocess.Popen | None:
+        """Start the child unless a stop came first (then None)."""
+        if self.received is not None:
+            return None
+        # A session of its own: a terminal's Ctrl-C reaches only us, and we relay it once.
+        self.child = subprocess.Popen(argv, start_new_session=True, **popen)
+        if self.received is not None:  # arrived while Popen ran
+            self._relay()
+        return self.child
+
+    def _relay(self) -> None:
+        """To the child's workers (its children), or to the child before it has any."""
+        assert self.child is not None and self.received is not None
+        relayed = signal.SIGTERM if self.received in _AS_SIGTERM else self.received
+        for pid in children(self.child.pid) or [self.child.pid]:
             try:
                 os.kill(pid, relayed)
             except ProcessLookupError:
                 pass
 
 
+@contextmanager
+def stop_signals() -> Iterator[Stops]:
+    """Catch the stop signals for the block's duration (see `Stops`)."""
+    stops = Stops()
+    previous = {sig: signal.signal(sig, stops) for sig in FORWARDED}
+    try:
+        yield stops
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_supervised(
-    argv: Sequence[str], env: dict[str, str], progress_title: str | None = None
+    argv: Sequence[str], env: dict[str, str], stops: Stops,
+    progress_title: str | None = None,
 ) -> tuple[int, signal.Signals | None]:
-    """Run ``argv`` (never through a shell) to completion. With ``progress_title`` its
-    output is read and shown under a live progress bar (for a terminal); without, it
-    goes straight to ours.
+    """Run ``argv`` (never through a shell) to completion, its stop signals caught by
+    ``stops``. With ``progress_title`` its output is read and shown under a live
+    progress bar (for a terminal); without, it goes straight to ours.
 
     Returns (exit code, the signal that stopped the run: the one forwarded, else the
     one the engine says its ranks agreed on, when a signal reached another node only).
@@ -87,18 +121,13 @@ def run_supervised(
         piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
     with tempfile.TemporaryDirectory(prefix="fsdpspec-run-") as private:
         stop_file = Path(private) / "stopped"
-        # A session of its own: a terminal's Ctrl-C reaches only us, and we relay it once.
-        child = subprocess.Popen(list(argv), env=env | {STOP_FILE_ENV: str(stop_file)},
-                                 start_new_session=True, **piped)
-        forwarder = _Forwarder(child)
-        previous = {sig: signal.signal(sig, forwarder) for sig in FORWARDED}
-        try:
-            if progress_title is not None:
-                relay(child.stdout, progress_title)
-            code = child.wait()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        stopped = forwarder.received or stopped_by(stop_file)
+        child = stops.start(list(argv), env=env | {STOP_FILE_ENV: str(stop_file)}, **piped)
+        if child is None:  # stopped before anything started: nothing to save
+            assert stops.received is not None
+            return 128 + stops.received.value, stops.received
+        if progress_title is not None:
+            relay(child.stdout, progress_title)
+        code = child.wait()
+        stopped = stops.received or stopped_by(stop_file)
     # Popen reports death by signal N as -N; a shell reports it as 128 + N.
     return (128 - code if code < 0 else code), stopped

@@ -5,6 +5,7 @@ stopped run when the engine says its ranks agreed to stop."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fsdpspec.runfiles.outcome import STOP_FILE_ENV
-from fsdpspec_runners.local.supervise import run_supervised
+from fsdpspec_runners.local.supervise import run_supervised, stop_signals
 
 
 @pytest.mark.slow
@@ -41,7 +42,22 @@ def test_a_node_no_signal_reached_exits_as_stopped_when_its_ranks_agreed(
     """The engine's local rank 0 names the agreed signal in the node-local file."""
     engine = ("import os, pathlib; "
               f"pathlib.Path(os.environ[{STOP_FILE_ENV!r}]).write_text('SIGTERM\\n')")
-    code, stopped = run_supervised([sys.executable, "-c", engine], {})
+    with stop_signals() as stops:
+        code, stopped = run_supervised([sys.executable, "-c", engine], {}, stops)
     assert (code, stopped) == (0, signal.SIGTERM)
-    finished = run_supervised([sys.executable, "-c", "pass"], {})
+    with stop_signals() as stops:
+        finished = run_supervised([sys.executable, "-c", "pass"], {}, stops)
     assert finished == (0, None)
+
+
+def test_a_stop_before_the_child_starts_means_it_never_starts(tmp_path: Path) -> None:
+    """Ctrl-C between `fsdpspec run` saying "starting" and torchrun's start: caught
+    (not lost while SIGINT is ignored, nor a KeyboardInterrupt that orphans the child),
+    and nothing starts."""
+    started = tmp_path / "started"
+    with stop_signals() as stops:
+        os.kill(os.getpid(), signal.SIGINT)
+        result = run_supervised([sys.executable, "-c", f"open({str(started)!r}, 'w')"], {},
+                                stops)
+    assert result == (128 + signal.SIGINT, signal.SIGINT)
+    assert not started.exists()
