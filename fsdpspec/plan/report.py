@@ -236,9 +236,9 @@ def _adapter_lines(plan: Plan) -> list[str]:
 def plan_text(plan: Plan) -> str:
     """The table `fsdpspec plan` prints."""
     w = plan.job.layout
+    layout = "as DDP" if w.ddp else f"over {w.shard_size}"
     head = [f"{plan.spec.metadata.name}: {_parameters(plan)}, "
-            f"{w.world_size} × {plan.accelerator.name}, {w.written_strategy} over "
-            f"{w.shard_size}, "
+            f"{w.world_size} × {plan.accelerator.name}, {w.written_strategy} {layout}, "
             f"micro-batch {w.micro_batch_size} × {w.seq_len}, "
             f"{w.accumulation_steps} accumulation step(s)",
             *_adapter_lines(plan),
