@@ -145,8 +145,8 @@ def _carried_gradients(job: Job, sh: Sharding, sharded: int) -> tuple[int, bool]
 def _ddp_parts(job: Job, sh: Sharding) -> _Parts:
     """DDP (`fsdpspec.job.layout.runs_as_ddp`, full precision): the parameters, their
     states and DDP's gradient buckets persist whole (the gradients are views of the
-    buckets, which exist from the first forward on, so accumulation adds nothing);
-    nothing is gathered or reduced into a buffer. In backward only the gradient autograd
+    buckets, which exist from the first forward on and accumulate in place); nothing is
+    gathered or reduced into a buffer. In backward only the gradient autograd
     has just produced is alive beside the buckets, until DDP copies it in."""
     g, m = job.geometry, MASTER_BYTES
     params = m * sh.total_shard_numel()
@@ -154,10 +154,15 @@ def _ddp_parts(job: Job, sh: Sharding) -> _Parts:
     if job.spec.fsdp.activation_offload:
         saved = 0
     tensors = levers.shard_tensors(sh)
+    # Under accumulation, the second step's last micro-batch rebuilds the buckets (in the
+    # order backward readied the gradients): the first micro-batch's gradients live on
+    # in the old buckets until backward copies each into its new one, 4 · P more than at
+    # any later step (measured: benchmarks/ddp_memory.py).
+    rebuilt = params if job.layout.accumulation_steps > 1 else 0
     return _Parts(
         persistent={"sharded_parameters": params, "gradient_buckets": params,
                     "optimizer_states": levers.optimizer_state_bytes(job, tensors)},
-        accumulated=0, root=0, units_kept=0, unit=0, prefetch=0,
+        accumulated=rebuilt, root=0, units_kept=0, unit=0, prefetch=0,
         unit_grads=m * g.down_proj_numel, head_grads=m * g.embedding_params, head_held=0,
         unit_reduce=0, sharded_unit_grads=0, sharded_layer_grads=0,
         root_grads=m * g.embedding_params, root_reduce=0, saved=saved, layer=layer,

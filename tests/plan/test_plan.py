@@ -184,17 +184,21 @@ def test_no_shard_accumulation_keeps_unsharded_gradients_in_the_reduce_dtype() -
 
 def test_no_shard_in_full_precision_is_planned_as_ddp() -> None:
     """DDP (`runs_as_ddp`): parameters, buckets and states whole on every rank at every
-    moment, nothing gathered or reduced into a buffer, accumulation free."""
+    moment, nothing gathered or reduced into a buffer; under accumulation the old
+    buckets of the second step's rebuild through its last micro-batch."""
     ddp = {"sharding_strategy": "NO_SHARD", "mixed_precision": "fp32"}
     whole = {"sharded_parameters": 4 * TOTAL, "gradient_buckets": 4 * TOTAL,
              "optimizer_states": 2 * 4 * TOTAL}
-    for found in (points(fsdp=ddp), points(fsdp=ddp, data={"global_batch_size": 8})):
+    alone, accumulating = points(fsdp=ddp), points(fsdp=ddp, data={"global_batch_size": 8})
+    for found in (alone, accumulating):
         for name, terms in found.items():
             assert terms.items() >= whole.items(), name
-            assert not {"gathered_parameters", "reduce_scatter_buffers", "sharded_gradients",
-                        "accumulated_gradients"} & terms.keys(), name
+            assert not {"gathered_parameters", "reduce_scatter_buffers",
+                        "sharded_gradients"} & terms.keys(), name
         # Backward holds the gradient just computed beside the buckets, not the head's.
         assert found["backward: layer 1"]["unsharded_gradients"] == 4 * 64 * 128
+    assert all("accumulated_gradients" not in terms for terms in alone.values())
+    assert accumulating["backward: loss"]["accumulated_gradients"] == 4 * TOTAL
     assert "gradient_buckets" not in points(fsdp={"sharding_strategy": "NO_SHARD"})["forward: loss"]
 
 
