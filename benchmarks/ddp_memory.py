@@ -2,9 +2,9 @@
 against what real DDP allocates: real tensors on the CPU, one gloo process, torch's
 MemTracker over three steps as the engine takes them (`plan --trace` cannot run DDP: its
 C++ reducer needs real tensors). A Llama of hidden 256, 4 layers, vocabulary 16,000,
-sequence 256, micro-batch 2, AdamW; with one and with two micro-batches a step (under
-accumulation the second step rebuilds DDP's buckets while the first micro-batch's
-gradients still live in the old ones). Prints plan, measured peak and error per row;
+micro-batch 2, AdamW, sequences of 256 and 16; with one and with two micro-batches a
+step (under accumulation the second step rebuilds DDP's buckets while the first
+micro-batch's gradients still live in the old ones). Prints plan, measured peak and error per row;
 exits 1 when a row is more than 1 % off.
 
     python benchmarks/ddp_memory.py
@@ -23,11 +23,16 @@ CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_
           "num_key_value_heads": 2, "vocab_size": 16000, "max_position_embeddings": 1024,
           "tie_word_embeddings": False}
 STEPS = 3
+# (micro-batches a step, sequence): activations and logits well above the buckets, and a
+# short sequence where the buckets and states dominate; each with and without
+# accumulation.
+ROWS = ((1, 256), (2, 256), (1, 16), (2, 16))
 TOLERANCE = 0.01
 
 
-def measure(model_dir: Path, micro_batches: int) -> tuple[int, int]:
-    """(planned, measured) peak allocated bytes of the job with ``micro_batches``."""
+def measure(model_dir: Path, micro_batches: int, seq_len: int) -> tuple[int, int]:
+    """(planned, measured) peak allocated bytes of the job with ``micro_batches`` of
+    ``seq_len`` tokens (times 2) a step."""
     import torch
     from torch.distributed._tools.mem_tracker import MemTracker
 
@@ -42,7 +47,7 @@ def measure(model_dir: Path, micro_batches: int) -> tuple[int, int]:
         "resources": {"gpus_per_node": 1, "accelerator": "H100-80GB"},
         "model": {"hf_config": str(model_dir), "attention": "sdpa"},
         "fsdp": {"sharding_strategy": "NO_SHARD", "mixed_precision": "fp32"},
-        "data": {"source": "synthetic", "seq_len": 256, "micro_batch_size": 2,
+        "data": {"source": "synthetic", "seq_len": seq_len, "micro_batch_size": 2,
                  "global_batch_size": 2 * micro_batches},
     })
     job = resolve(spec, model_dir)
@@ -75,13 +80,14 @@ def main() -> int:
                                 store=dist.FileStore(str(Path(tmp) / "store"), 1))
         try:
             (Path(tmp) / "config.json").write_text(json.dumps(CONFIG))
-            print(f"{'micro-batches a step':<22}{'plan GiB':>10}{'measured GiB':>14}{'error':>9}")
-            for micro_batches in (1, 2):
-                planned, measured = measure(Path(tmp), micro_batches)
+            print(f"{'micro-batches × tokens':<24}{'plan GiB':>10}{'measured GiB':>14}"
+                  f"{'error':>9}")
+            for micro_batches, seq_len in ROWS:
+                planned, measured = measure(Path(tmp), micro_batches, seq_len)
                 error = planned / measured - 1
                 worst = max(worst, abs(error))
-                print(f"{micro_batches:<22}{planned / GIB:>10.4f}{measured / GIB:>14.4f}"
-                      f"{error:>+9.2%}")
+                print(f"{f'{micro_batches} × 2 × {seq_len}':<24}{planned / GIB:>10.4f}"
+                      f"{measured / GIB:>14.4f}{error:>+9.2%}")
         finally:
             dist.destroy_process_group()
     print(f"max |error| {worst:.2%} (target ≤ {TOLERANCE:.0%})")
