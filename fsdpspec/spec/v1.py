@@ -192,8 +192,8 @@ class Fsdp(_Section):
     """2 = FSDP2 `fully_shard` (default); 1 = `FullyShardedDataParallel`."""
     sharding_strategy: ShardingStrategy = "FULL_SHARD"
     """What is sharded: FULL_SHARD (params, grads, optimizer), SHARD_GRAD_OP (params stay
-    gathered between forward and backward), NO_SHARD (DDP-like), HYBRID_SHARD /
-    HYBRID_SHARD_ZERO2 (shard within a group, replicate across groups)."""
+    gathered between forward and backward), NO_SHARD (replicated; DDP in full precision),
+    HYBRID_SHARD / HYBRID_SHARD_ZERO2 (shard within a group, replicate across groups)."""
     shard_group_size: PositiveInt | None = None
     """Ranks per shard group for the hybrid strategies; defaults to gpus_per_node."""
     auto_wrap_policy: Literal["transformer", "size", "none"] = "transformer"
