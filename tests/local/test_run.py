@@ -37,7 +37,7 @@ def test_quickstart_trains_and_leaves_a_run_directory(tmp_path: Path) -> None:
     assert document["run_dir"] == str(run_dir) and len(document["content_hash"]) == 64
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     losses = [m["loss"] for m in metrics if "loss" in m]
-    assert losses and losses[-1] < losses[0]
+    assert losses and losses[-1] <= 0.7 * losses[0], losses  # it learns: 30 % lower at least
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")) == [
         "step-00000020", "step-00000040"]
     assert (run_dir / "final" / "model.safetensors").is_file()
