@@ -6,6 +6,7 @@ and when none verifies the run stops with one line."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,24 @@ from fault_jobs import fsdpspec_run, job_file, run_dir
 pytest.importorskip("torch")
 
 JOB = {"train": {"max_steps": 6}, "checkpoint": {"interval_steps": 2, "keep_last": 0}}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One 6-step run with checkpoints at steps 2, 4 and 6, which each test copies and
+    damages its own way."""
+    job = job_file(tmp_path_factory.mktemp("trained"), JOB)
+    first = fsdpspec_run(job)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert (run_dir(job) / "checkpoints" / "step-00000006" / "manifest.json").is_file()
+    return run_dir(job)
+
+
+def _copy(trained: Path, directory: Path) -> Path:
+    """The trained run in ``directory`` (its own run directory), as ``job_file`` names it."""
+    job = job_file(directory, {**JOB, "train": {"max_steps": 8}})
+    shutil.copytree(trained, run_dir(job))
+    return job
 
 
 def _shard(checkpoint: Path) -> Path:
@@ -42,15 +61,12 @@ def _garbage_metadata(checkpoint: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_corrupt_newest_checkpoint_falls_back_to_one_that_verifies(tmp_path: Path) -> None:
-    job = job_file(tmp_path, JOB)
-    first = fsdpspec_run(job)
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_a_corrupt_newest_checkpoint_falls_back_to_one_that_verifies(
+        trained: Path, tmp_path: Path) -> None:
+    job = _copy(trained, tmp_path)
     checkpoints = run_dir(job) / "checkpoints"
-    assert (checkpoints / "step-00000006" / "manifest.json").is_file()
     _truncate(checkpoints / "step-00000006")
     _flip(checkpoints / "step-00000004")
-    job = job_file(tmp_path, {**JOB, "train": {"max_steps": 8}})
     again = fsdpspec_run(job)
     output = again.stdout + again.stderr
     assert again.returncode == 0, output[-3000:]
@@ -62,14 +78,14 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_one_that_verifies(tmp_path: P
 
 
 @pytest.mark.slow
-def test_when_no_checkpoint_verifies_the_run_stops_with_one_line(tmp_path: Path) -> None:
-    job = job_file(tmp_path, JOB)
-    assert fsdpspec_run(job).returncode == 0
+def test_when_no_checkpoint_verifies_the_run_stops_with_one_line(
+        trained: Path, tmp_path: Path) -> None:
+    job = _copy(trained, tmp_path)
     checkpoints = run_dir(job) / "checkpoints"
     _remove(checkpoints / "step-00000002")
     _garbage_metadata(checkpoints / "step-00000004")
     (checkpoints / "step-00000006" / "manifest.json").unlink()
-    again = fsdpspec_run(job_file(tmp_path, {**JOB, "train": {"max_steps": 8}}))
+    again = fsdpspec_run(job)
     assert again.returncode == 1
     assert "Traceback" not in again.stderr
     errors = [line for line in (again.stdout + again.stderr).splitlines()
