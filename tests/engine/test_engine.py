@@ -153,21 +153,20 @@ def test_two_ranks_equal_one_process(straight_run: Path, tmp_path: Path) -> None
 
 
 def test_resume_is_exact(straight_run: Path, tmp_path: Path) -> None:
-    """10 straight vs 5, SIGTERM, resume to 10: identical losses 6–10 and weights."""
-    spec = write_spec(tmp_path, STRAIGHT)
-    first = ok(torchrun(spec, env={"FSDPSPEC_TEST_SIGNAL_AT_STEP": "5"}))
-    assert "stopped by SIGTERM at step 5" in first.stdout
-    assert max(losses(tmp_path)) == 5 and not (tmp_path / "final").exists()
-    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step-00000005"
-    second = ok(torchrun(spec))
+    """The straight run's step-5 checkpoint resumed in a run directory of its own:
+    identical losses 6–10 and final weights. (A run stopped by a signal and resumed in
+    place: tests/local/test_run.py, test_lora.py and test_finetune.py.)"""
+    checkpoint = straight_run / "checkpoints" / "step-00000005"
+    second = ok(torchrun(write_spec(tmp_path, merged(STRAIGHT, {"checkpoint": {
+        "resume": str(checkpoint)}}))))
     assert "resumed from" in second.stdout and "(step 5)" in second.stdout
     straight, resumed = losses(straight_run), losses(tmp_path)
     assert [resumed[s] for s in range(6, 11)] == [straight[s] for s in range(6, 11)]
     a, b = final_weights(straight_run), final_weights(tmp_path)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    # keep_last: 2 rotates the step-5 checkpoint away once step 10 exists (twice saved).
-    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
-    assert names == ["latest", "step-00000005", "step-00000010"]
+    # keep_last: 2 kept the straight run's step 5 beside step 10.
+    assert sorted(p.name for p in (straight_run / "checkpoints").iterdir()) == [
+        "latest", "step-00000005", "step-00000010"]
 
 
 def test_no_shard_trains_as_ddp_like_full_shard_and_resumes_exactly(
