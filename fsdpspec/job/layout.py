@@ -40,7 +40,7 @@ class Layout:
     divides_batch: bool
     synced_micro_batches: int
     # FSDP2's NO_SHARD in full precision runs as DDP (`runs_as_ddp`).
-    ddp: bool = False
+    ddp: bool
 
     @property
     def replicas(self) -> int:

@@ -150,9 +150,7 @@ def _ddp_parts(job: Job, sh: Sharding) -> _Parts:
     has just produced is alive beside the buckets, until DDP copies it in."""
     g, m = job.geometry, MASTER_BYTES
     params = m * sh.total_shard_numel()
-    saved, layer = _layer_activations(job)
-    if job.spec.fsdp.activation_offload:
-        saved = 0
+    saved, layer = _device_activations(job)
     tensors = levers.shard_tensors(sh)
     # Under accumulation, the second step's last micro-batch rebuilds the buckets (in the
     # order backward readied the gradients): the first micro-batch's gradients live on
@@ -185,9 +183,7 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
     carried, unsharded_carry = _carried_gradients(job, sh, on_device * shard_bytes)
     grads = 0 if unsharded_carry else 1
     reduced = 0 if carried and not unsharded_carry else on_device
-    saved, layer = _layer_activations(job)
-    if job.spec.fsdp.activation_offload:
-        saved = 0  # in host memory until backward brings each layer's back
+    saved, layer = _device_activations(job)
     tensors = levers.shard_tensors(sh)
     parts = _Parts(
         persistent={"sharded_parameters": on_device * shard_bytes,
@@ -222,6 +218,13 @@ def _layer_activations(job: Job) -> tuple[int, int]:
     """(bytes saved by all layers, bytes one layer saves without checkpointing)."""
     full = layer_bytes(job)
     return _saved_through(job, job.geometry.num_layers - 1, full), full
+
+
+def _device_activations(job: Job) -> tuple[int, int]:
+    """`_layer_activations` as the device holds them: with activation offload the saved
+    bytes are in host memory until backward brings each layer's back."""
+    saved, layer = _layer_activations(job)
+    return (0 if job.spec.fsdp.activation_offload else saved), layer
 
 
 def saved_activation_bytes(job: Job) -> int:

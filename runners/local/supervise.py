@@ -58,6 +58,7 @@ class Stops:
     def __init__(self) -> None:
         self.child: subprocess.Popen | None = None
         self.received: signal.Signals | None = None
+        self.relayed = False
 
     def __call__(self, signum: int, _frame: FrameType | None) -> None:
         if self.received is not None:
@@ -82,12 +83,16 @@ class Stops:
         return self.child
 
     def _relay(self) -> None:
-        """To the child's workers (its children), or to the child before it has any."""
+        """To the child's workers (its children), or to the child before it has any;
+        once (a signal landing just after Popen returned is seen by both callers)."""
         assert self.child is not None and self.received is not None
-        relayed = signal.SIGTERM if self.received in _AS_SIGTERM else self.received
+        if self.relayed:
+            return
+        self.relayed = True
+        signum = signal.SIGTERM if self.received in _AS_SIGTERM else self.received
         for pid in children(self.child.pid) or [self.child.pid]:
             try:
-                os.kill(pid, relayed)
+                os.kill(pid, signum)
             except ProcessLookupError:
                 pass
 
