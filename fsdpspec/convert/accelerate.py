@@ -52,7 +52,10 @@ def _entries(document: Document) -> dict[str, Entry]:
         raise SourceError(f"{document.file}:{document.line('/' + _FSDP_CONFIG)}: "
                           "fsdp_config is not a mapping of fsdp_* keys")
     for key, value in (fsdp or {}).items():
-        entries[key] = Entry(value, document.line(join(f"/{_FSDP_CONFIG}", key)), key)
+        # accelerate launch prefixes an fsdp_config key that does not start with "fsdp"
+        # (`offload_params` is fsdp_offload_params) and then obeys it.
+        named = key if key.startswith("fsdp") else f"fsdp_{key}"
+        entries[named] = Entry(value, document.line(join(f"/{_FSDP_CONFIG}", key)), key)
     return entries
 
 

@@ -172,9 +172,29 @@ def _quantization(draft: Draft, entries: dict[str, Entry], load: Entry | None) -
         draft.refusals.append(Note(kwargs.line, "FS052 bnb_config_kwargs is not a mapping"))
     for name, value in base.items():
         draft.put(f"peft.quantization.{name}", value, comments[name])
-    draft.notes.append(Note(load.line, (
-        "adapter qlora: imported as peft.method qlora, which fsdpspec's engine trains "
-        "under FSDP2 only (under FSDP1 `fsdpspec validate` says FS312)")))
+
+
+# FSDP1 options FSDP2 has no use for (FS901): it prefetches one unit ahead, bounds its
+# own memory and keeps the original parameters.
+_FSDP1_ONLY = ("backward_prefetch", "forward_prefetch", "limit_all_gathers", "use_orig_params")
+
+
+def qlora_under_fsdp2(draft: Draft) -> None:
+    """QLoRA written for FSDP1 (axolotl's classic QLoRA + FSDP path) as FSDP2, the
+    version under which the engine trains it (FS312: FSDP1 flattens a unit into one
+    dtype and cannot shard the 4-bit base); the same job, sharded the same way. The
+    FSDP1-only options go with it, and the note names the change and why."""
+    if draft.value("peft.method") != "qlora" or draft.value("fsdp.version") != 1:
+        return
+    where = draft.where.get("fsdp.version") or draft.where.get("peft.method")
+    dropped = [name for name in _FSDP1_ONLY if draft.fields.pop(f"fsdp.{name}", None)]
+    draft.put("fsdp.version", 2, "QLoRA: the engine trains it under FSDP2 only (the "
+              "source runs FSDP1; see the note)")
+    draft.notes.append(Note(where, (
+        "QLoRA under FSDP1: imported as fsdp.version 2, because fsdpspec's engine trains "
+        "QLoRA under FSDP2 only (FSDP1 cannot shard its 4-bit weights, FS312); same "
+        "sharding, offload and checkpointing"
+        + (f"; FSDP1-only {', '.join(dropped)} not imported" if dropped else ""))))
 
 
 def apply_adapter(entries: dict[str, Entry], draft: Draft) -> Targets | None:

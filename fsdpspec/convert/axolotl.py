@@ -46,6 +46,20 @@ _REFUSED_SWITCHES = {
     "load_in_4bit": "a 4-bit quantized base model",  # but under QLoRA (adapters)
     "gptq": "a GPTQ-quantized base model",
 }
+# Objectives and models the engine does not train (it trains a causal LM's next-token
+# loss), refused when set: each is another trainer of axolotl's (TRL's for `rl`).
+_REFUSED_OBJECTIVES = {
+    "rl": "a preference or RL objective, TRL's trainer for it; the engine trains "
+          "next-token loss",
+    "reward_model": "a reward model, a sequence-classification head; the engine trains a "
+                    "causal LM",
+    "process_reward_model": "a process reward model, a token-classification head; the "
+                            "engine trains a causal LM",
+    "qat": "quantization-aware training, fake-quantized weights; the engine trains the "
+           "weights unquantized",
+    "use_onebitllms": "a 1-bit (BitNet) model, ternary weights; the engine trains the "
+                      "weights unquantized",
+}
 _ATTENTION = {"sdpa": "sdpa", "eager": "eager", "flash_attention_2": "flash_attention_2"}
 # axolotl's older boolean attention flags, in its priority order, and the
 # attn_implementation each stands for (axolotl's LEGACY_ATTN_FLAG_TO_IMPL).
@@ -63,7 +77,7 @@ _NO_BEARING = frozenset({
 _HANDLED = frozenset({"base_model", "fsdp", "fsdp_config", "fsdp_version", "sequence_len",
                       "dp_shard_size", "dp_replicate_size", "datasets",
                       "attn_implementation", *_ATTENTION_FLAGS, *_REFUSED_SIZES,
-                      *_REFUSED_SWITCHES,
+                      *_REFUSED_SWITCHES, *_REFUSED_OBJECTIVES,
                       *adapters.KEYS})
 
 
@@ -88,6 +102,14 @@ def _refusals(entries: dict[str, Entry], draft: Draft) -> None:
             continue  # QLoRA's base: peft.quantization
         if entry is not None and entry.value not in (None, False):
             draft.refuse(entry.line, f"{key} {entry.value} ({feature})")
+    for key, feature in _REFUSED_OBJECTIVES.items():
+        entry = entries.get(key)
+        if entry is None or entry.value in (None, False, {}):
+            continue
+        shown = f"{key} {entry.value}" if isinstance(entry.value, (str, int, float)) else key
+        if key == "rl":
+            feature = f"{str(entry.value).upper()} training, {feature}"
+        draft.refuse(entry.line, f"{shown} ({feature})")
 
 
 def _fsdp_config(document: Document, entries: dict[str, Entry]) -> dict[str, Entry]:
@@ -212,6 +234,7 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     world = draft.value("resources.gpus_per_node")
     hftrain.apply_training(draft, args, world)
     targets = adapters.apply_adapter(entries, draft)
+    adapters.qlora_under_fsdp2(draft)
     _model_keys(entries, draft)
     _datasets(entries, draft, base_dir)
     _rest(entries, draft)

@@ -23,7 +23,7 @@ from ruamel.yaml.comments import CommentedMap
 from fsdpspec.catalog.families import family
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note, note_order
 from fsdpspec.convert.model import apply_layers, apply_model
-from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.spec.v1 import Data, JobSpec
 from fsdpspec.spec.yamltext import COMMENT_COLUMN, dump_yaml
 
 # Host RAM is in no source config; GPU servers carry about this much per GPU.
@@ -100,6 +100,22 @@ def _resources(draft: Draft, tool: str, assumed: Assumptions) -> None:
             "set launch.rdzv_endpoint (the first node's host:port) before `fsdpspec run`")))
 
 
+def _batch(draft: Draft) -> None:
+    """A source that does not say the global batch gets the spec's default, rounded
+    to a whole number of micro batches on every rank (FS501 would otherwise blame the
+    user's file for our default)."""
+    if draft.has("data.global_batch_size"):
+        return
+    defaults = Data.model_fields
+    micro = draft.value("data.micro_batch_size", defaults["micro_batch_size"].default)
+    ranks = draft.value("resources.gpus_per_node") * draft.value("resources.nodes")
+    default, step = defaults["global_batch_size"].default, micro * ranks
+    if default % step:
+        draft.put("data.global_batch_size", step * max(1, round(default / step)),
+                  f"assumed (the source does not say): the multiple of {micro} per rank × "
+                  f"{ranks} ranks nearest the spec's default {default}")
+
+
 def _original_params(draft: Draft) -> None:
     """FSDP1 with use_orig_params false, which accelerate and the Trainer run and
     fsdpspec's engine cannot: the import writes use_orig_params: true, which trains the
@@ -158,10 +174,14 @@ def _fit_assumptions(document: CommentedMap, draft: Draft, base_dir: Path) -> li
     if plan.fits_device:
         return []
     model = spec.model.preset or spec.model.hf_config
+    field = "model.preset" if spec.model.preset else "model.hf_config"
+    # The header's contract: a comment starting so marks fsdpspec's own guess.
+    guessed = draft.fields[field][1].startswith(("assumed", "not in the source"))
+    change = ("which the file does not name: name your model with --preset or --hf-config"
+              if guessed else "on the assumed GPU: give --accelerator for yours")
     return [Note(None, f"the model {model} does not fit {spec.world_size} × "
                  f"{plan.accelerator.name} as configured (peak {plan.device.total / GIB:.1f} "
-                 f"of {plan.capacity / GIB:.1f} GiB): name your model with --preset or "
-                 "--hf-config, and see `fsdpspec plan`")]
+                 f"of {plan.capacity / GIB:.1f} GiB), {change}; see `fsdpspec plan`")]
 
 
 def _supported_attention(draft: Draft, config: dict[str, Any] | None) -> None:
@@ -188,6 +208,7 @@ def finish(draft: Draft, *, tool: str, kind: str, source: str, name: str,
     draft.put("metadata.name", name, "")
     _original_params(draft)
     _resources(draft, tool, assumed)
+    _batch(draft)
     config = apply_model(draft, model, layers, assumed, base_dir)
     apply_layers(draft, layers, config)
     if with_model is not None:

@@ -12,11 +12,13 @@ shell variable, a process count of "gpu") is a note naming its line.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+from fsdpspec.convert import accelerate_vocab as vocab
 from fsdpspec.convert import hftrain
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
-from fsdpspec.convert.fsdpkeys import NotCarried, apply_fsdp, read_keys, take_layers
+from fsdpspec.convert.fsdpkeys import CONVERT, NotCarried, apply_fsdp, read_keys, take_layers
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import (
     Command,
@@ -161,9 +163,40 @@ def _topology(command: Command, draft: Draft) -> None:
                   f"from {host.written} (line {host.line})")
 
 
-def _fsdp_config(value: Entry, source: Path) -> dict[str, Entry]:
-    """The fsdp_config keys as accelerate keys: a JSON file (beside the script, or from
-    the working directory), inline JSON, or a mapping."""
+# How many directories up from a script a relative --fsdp_config is looked for, when no
+# repository root (.git) comes first.
+MAX_ANCESTORS = 32
+
+
+def run_dirs(source: Path) -> list[Path]:
+    """Where a script may be run from: its directory, then each parent up to its
+    repository's root (the first holding .git), at most MAX_ANCESTORS of them."""
+    dirs: list[Path] = []
+    for directory in [source.parent, *source.resolve().parent.parents][:MAX_ANCESTORS]:
+        dirs.append(directory)
+        if (directory / ".git").exists():
+            break
+    return dirs
+
+
+def _config_file(value: Entry, source: Path, draft: Draft) -> Path | None:
+    """The fsdp_config file a script names, looked for where the script may be run
+    from and then in the working directory; None (and a note) when it is in neither."""
+    name = Path(str(value.value))
+    places = [] if name.is_absolute() else run_dirs(source)
+    for path in [*(place / name for place in places), name]:
+        if path.is_file():
+            return path
+    where = (f"beside the script, in its parent directories up to {places[-1]} or in the "
+             "working directory") if places else "at that path"
+    draft.note(value, (f"FS053 {value.written} {value.value}: no such file {where}; its FSDP "
+                       "keys are not imported (the rest of the job is)"))
+    return None
+
+
+def _fsdp_config(value: Entry, source: Path, draft: Draft) -> dict[str, Entry]:
+    """The fsdp_config keys as accelerate keys: a JSON file (where the script may be run
+    from, or the working directory), inline JSON, or a mapping."""
     if isinstance(value.value, dict):
         data, lines, file = value.value, {}, None
     elif str(value.value).lstrip().startswith("{"):
@@ -174,9 +207,9 @@ def _fsdp_config(value: Entry, source: Path) -> dict[str, Entry]:
                               ) from None
         lines, file = {}, None
     else:
-        path = source.parent / str(value.value)
-        if not path.exists():
-            path = Path(str(value.value))
+        path = _config_file(value, source, draft)
+        if path is None:
+            return {}
         try:
             document = read_json(path)
         except SourceError as exc:
@@ -240,15 +273,33 @@ def fsdp_entries(args: dict[str, Entry], source: Path, draft: Draft,
     if config:
         entries.update(config)
     elif "fsdp_config" in args:
-        entries.update(_fsdp_config(args["fsdp_config"], source))
+        entries.update(_fsdp_config(args["fsdp_config"], source, draft))
     minimum = entries.get("fsdp_min_num_params")
     if "auto_wrap" in words and minimum is not None and str(minimum.value) not in ("0", ""):
         entries["fsdp_auto_wrap_policy"] = Entry("SIZE_BASED_WRAP", option.line, option.written)
     return entries
 
 
+# Words of a training program's name that name TRL's preference and RL trainers
+# (trl/scripts/dpo.py, run_dpo.py, grpo_vlm.py, `-m trl.scripts.kto` …): objectives the
+# engine does not train (it trains next-token loss).
+_TRL_OBJECTIVES = frozenset({"dpo", "ipo", "kto", "orpo", "simpo", "cpo", "grpo", "ppo",
+                             "rloo", "gkd", "bco", "xpo", "prm"})
+
+
+def _objective(program: Token) -> str | None:
+    words = re.split(r"[._\-]", Path(program.text).name.removesuffix(".py").lower())
+    return next((word for word in words if word in _TRL_OBJECTIVES), None)
+
+
 def _program_note(command: Command, draft: Draft) -> None:
-    if command.program is not None:
+    objective = _objective(command.program) if command.program is not None else None
+    if objective is not None:
+        draft.refuse(command.program.line, (
+            f"the training program {command.program.text} ({objective.upper()} training, a "
+            "preference or RL objective, TRL's trainer for it; the engine trains "
+            "next-token loss)"))
+    elif command.program is not None:
         draft.notes.append(Note(command.program.line, (
             f"the training program {command.program.text} is not imported: fsdpspec trains "
             "with its own engine (the model, data and loss the spec names)")))
@@ -271,10 +322,26 @@ def _rest(args: dict[str, Entry], draft: Draft) -> None:
         draft.note(entry, f"{entry.written}: no v1 field; not imported")
 
 
+# Keys of the Trainer's fsdp_config that are no accelerate key (XLA's FSDP).
+_XLA_KEYS = frozenset({"fsdp_xla", "fsdp_xla_fsdp_v2", "fsdp_xla_fsdp_grad_ckpt",
+                       "fsdp_xla_fsdp_settings"})
+
+
+def _is_bare_fsdp_config(data: dict) -> bool:
+    """The file --fsdp_config names, rather than TrainingArguments: FSDP keys (with or
+    without `fsdp_`) and not one training argument."""
+    fsdp_keys = set(CONVERT) | set(vocab.NOT_CARRIED) | set(vocab.SILENT_NOOP_KEYS) | _XLA_KEYS
+    training = hftrain.READ | hftrain.NO_BEARING | _HANDLED
+    return any(accelerate_key(key) in fsdp_keys for key in data) and not any(
+        key.replace("-", "_") in training for key in data)
+
+
 def _arguments(path: Path, draft: Draft) -> tuple[dict[str, Entry], dict[str, Entry]]:
     """The Trainer's arguments by name, and an fsdp_config read with its positions."""
     if path.suffix.lower() in (".json", ".yaml", ".yml"):
         document: Document = read_source(path)
+        if _is_bare_fsdp_config(document.data):
+            return _bare_fsdp_config(document, draft)
         args = {key.replace("-", "_"): Entry(value, document.line(join("", key)), key)
                 for key, value in document.data.items()}
         return args, positioned_config(document)
@@ -285,6 +352,25 @@ def _arguments(path: Path, draft: Draft) -> tuple[dict[str, Entry], dict[str, En
     _topology(command, draft)
     _program_note(command, draft)
     return _args(command.args, command.file, draft), {}
+
+
+def _bare_fsdp_config(document: Document, draft: Draft
+                      ) -> tuple[dict[str, Entry], dict[str, Entry]]:
+    """An fsdp_config file alone: its keys, and the Trainer's --fsdp words assumed as
+    the command line that names such a file most often writes them."""
+    draft.notes.append(Note(None, (
+        "read as an fsdp_config (the file TrainingArguments' --fsdp_config "
+        "names): its FSDP keys are imported; the --fsdp words are on the command line, "
+        f"assumed {_ASSUMED_WORDS!r}, and the training arguments are HF's defaults")))
+    fsdp = Entry(_ASSUMED_WORDS, None, "--fsdp (assumed)")
+    config = {accelerate_key(key): Entry(value, document.line(join("", key)), key)
+              for key, value in document.data.items()}
+    return {"fsdp": fsdp}, config
+
+
+# What a command line that names an fsdp_config file most often says (FastChat,
+# alpaca, the transformers docs): shard fully, wrap by the config's layer classes.
+_ASSUMED_WORDS = "full_shard auto_wrap"
 
 
 def _as_torchrun(command: Command) -> Command:
