@@ -187,8 +187,8 @@ def _config_file(value: Entry, source: Path, draft: Draft) -> Path | None:
     for path in [*(place / name for place in places), name]:
         if path.is_file():
             return path
-    where = (f"beside the script, in its parent directories up to {places[-1]} or in the "
-             "working directory") if places else "at that path"
+    where = (f"beside {source.name}, in its parent directories up to {places[-1]} or in "
+             "the working directory") if places else "at that path"
     draft.note(value, (f"FS053 {value.written} {value.value}: no such file {where}; its FSDP "
                        "keys are not imported (the rest of the job is)"))
     return None

@@ -123,11 +123,12 @@ LOAD_CODES = _codes(
      "tool writes a scalar: the tool itself would fail on it, so the import stops with "
      "one line naming the key."),
     ("FS053", "import-file-unread", "a file an imported config names was not found",
-     "A launch script's `--fsdp_config FILE` is looked for where the script may be run "
-     "from: beside it, in each parent directory up to its repository's root (the first "
-     "holding .git, at most 32 levels), then in the working directory. When it is in none "
-     "of them the rest of the script is imported, and this note names the file whose "
-     "FSDP keys were not: put the file there, or import from where the script runs."),
+     "A launch script's (or a TrainingArguments file's) `--fsdp_config FILE` is looked "
+     "for where the script may be run from: beside it, in each parent directory up to "
+     "its repository's root (the first holding .git, at most 32 levels), then in the "
+     "working directory. When it is in none of them the rest is imported, and this note "
+     "names the file whose FSDP keys were not: put the file there, or import from where "
+     "the script runs."),
     ("FS030", "model-config", "the model's config cannot be used",
      "`model.hf_config` is unreadable, or its config.json lacks or mistypes a field the "
      "planner needs."),

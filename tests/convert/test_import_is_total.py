@@ -62,7 +62,6 @@ def test_an_unusable_config_is_one_line_and_writes_nothing(text: str, tmp_path: 
     ("axolotl", "a.yaml", b"fsdp: [[full_shard]]\nfsdp_config: {fsdp_version: 2}\n"),
     ("axolotl", "a.yaml", b"fsdp_version: 2\nfsdp_config:\n  reshard_after_forward: [1]\n"),
     ("trainer", "a.json", b'["--fsdp", "full_shard"]'),
-    ("trainer", "a.json", b'{"fsdp": "full_shard", "fsdp_config": "missing.json"}'),
     ("trainer", "a.sh", b"torchrun train.py --fsdp 'full_shard\n"),
     ("trainer", "a.sh", b"torchrun a.py\ntorchrun b.py\n"),
     # found by mutating every value of the corpus files (tests/convert/configs)
@@ -70,7 +69,6 @@ def test_an_unusable_config_is_one_line_and_writes_nothing(text: str, tmp_path: 
     ("axolotl", "a.yaml", b"tensor_parallel_size: '2'\nfsdp_version: 2\n"),
     ("axolotl", "a.yaml", b"fsdp: true\n"),
     ("torchtitan", "a.toml", b"[parallelism]\ntensor_parallel_degree = '8'\n"),
-    ("trainer", "a.sh", b"torchrun t.py --fsdp full_shard --fsdp_config .\n"),
 ])
 def test_a_bad_source_of_any_kind_is_one_line_and_writes_nothing(
     kind: str, name: str, content: bytes, tmp_path: Path
@@ -98,6 +96,11 @@ def test_a_bad_source_of_any_kind_is_one_line_and_writes_nothing(
     # fuzz.py: digits as a string went to int(), which refuses more than 4300 (ValueError).
     ("accelerate", "a.yaml", f"{HEAD}num_machines: '{'9' * 5000}'\n",
      "a.yaml:4: num_machines: a number of 5000 digits is not a count"),
+    # An fsdp_config file that is not there: named, and the rest imported (issue 33).
+    ("trainer", "a.json", '{"fsdp": "full_shard", "fsdp_config": "missing.json"}',
+     "a.json:1: FS053 fsdp_config missing.json: no such file beside a.json"),
+    ("trainer", "a.sh", "torchrun t.py --fsdp full_shard --fsdp_config .\n",
+     "a.sh:1: FS053 --fsdp_config .: no such file beside a.sh"),
 ])
 def test_a_value_of_another_type_is_a_note_with_its_line(
     kind: str, name: str, content: str, note: str, tmp_path: Path
