@@ -133,7 +133,7 @@ def read_toml(path: Path) -> Document:
 
 # ---- shell scripts ---------------------------------------------------------------------
 
-LAUNCHERS = ("torchrun", "accelerate", "python", "python3", "deepspeed")
+LAUNCHERS = ("torchrun", "accelerate", "python", "python3", "deepspeed", "trl")
 _STOP = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>&1"}
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 

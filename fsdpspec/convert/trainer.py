@@ -293,15 +293,20 @@ def _objective(program: Token) -> str | None:
 
 
 def _program_note(command: Command, draft: Draft) -> None:
-    objective = _objective(command.program) if command.program is not None else None
+    program = command.program
+    objective = _objective(program) if program is not None else None
+    what = f"trl {program.text}" if command.launcher == "trl" and program is not None \
+        else f"the training program {getattr(program, 'text', '')}"
     if objective is not None:
-        draft.refuse(command.program.line, (
-            f"the training program {command.program.text} ({objective.upper()} training, a "
-            "preference or RL objective, TRL's trainer for it; the engine trains "
-            "next-token loss)"))
-    elif command.program is not None:
-        draft.notes.append(Note(command.program.line, (
-            f"the training program {command.program.text} is not imported: fsdpspec trains "
+        draft.refuse(program.line, (
+            f"{what} ({objective.upper()} training, a preference or RL objective, TRL's "
+            "trainer for it; the engine trains next-token loss)"))
+    elif command.launcher == "trl":
+        raise SourceError(f"{command.file}: {what} launches are not read; use torchrun, "
+                          "accelerate launch or python")
+    elif program is not None:
+        draft.notes.append(Note(program.line, (
+            f"the training program {program.text} is not imported: fsdpspec trains "
             "with its own engine (the model, data and loss the spec names)")))
 
 
@@ -349,8 +354,10 @@ def _arguments(path: Path, draft: Draft) -> tuple[dict[str, Entry], dict[str, En
     if command.launcher == "python" and command.program is not None \
             and command.program.text in ("torch.distributed.run", "torch.distributed.launch"):
         command = _as_torchrun(command)
-    _topology(command, draft)
     _program_note(command, draft)
+    if command.launcher == "trl":  # the trl CLI: refused by its objective above
+        return {}, {}
+    _topology(command, draft)
     return _args(command.args, command.file, draft), {}
 
 

@@ -139,6 +139,7 @@ EXPECTED: dict[str, dict] = {
     "axolotl/llama-3-3b-qat-fsdp2.yaml": refused("FS050 qat (quantization-aware training"),
     "axolotl/llama-3-qlora-1b-kto.yaml": refused("FS050 rl kto (KTO training"),
     "axolotl/qwen2-reward-model.yaml": refused("FS050 reward_model True (a reward model"),
+    "trainer/trl-cli-dpo.sh": refused("FS050 trl dpo (DPO training, a preference or RL"),
     "trainer/trl-dpo-script-docstring.sh": refused(
         "FS050 the training program trl/scripts/dpo.py (DPO training, a preference or RL"),
     # torchtitan: FSDP2, data_parallel_shard_degree -1 over the assumed 8 GPUs.
