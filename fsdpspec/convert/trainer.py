@@ -293,21 +293,26 @@ def _objective(program: Token) -> str | None:
 
 
 def _program_note(command: Command, draft: Draft) -> None:
-    program = command.program
-    objective = _objective(program) if program is not None else None
-    what = f"trl {program.text}" if command.launcher == "trl" and program is not None \
-        else f"the training program {getattr(program, 'text', '')}"
+    """The training program is not imported; one of TRL's preference or RL trainers
+    (or such a `trl` command) is refused by name."""
+    program, trl = command.program, command.launcher == "trl"
+    if program is None:
+        if trl:
+            raise SourceError(f"{command.file}: trl with no command")
+        return
+    what = f"trl {program.text}" if trl else f"the training program {program.text}"
+    objective = _objective(program)
     if objective is not None:
         draft.refuse(program.line, (
             f"{what} ({objective.upper()} training, a preference or RL objective, TRL's "
             "trainer for it; the engine trains next-token loss)"))
-    elif command.launcher == "trl":
+    elif trl:
         raise SourceError(f"{command.file}: {what} launches are not read; use torchrun, "
                           "accelerate launch or python")
-    elif program is not None:
+    else:
         draft.notes.append(Note(program.line, (
-            f"the training program {program.text} is not imported: fsdpspec trains "
-            "with its own engine (the model, data and loss the spec names)")))
+            f"{what} is not imported: fsdpspec trains with its own engine (the model, data "
+            "and loss the spec names)")))
 
 
 _HANDLED = frozenset({"fsdp", "fsdp_config", *_FSDP_ARGS, *_SEQ_LEN, *_MODEL})

@@ -108,7 +108,9 @@ LOAD_CODES = _codes(
      "v1 spec has no field for: tensor, context, sequence, pipeline or expert parallelism "
      "(accelerate's parallelism_config sizes, axolotl's tensor_parallel_size and "
      "context_parallel_size, torchtitan's degrees), float8 training, activation offloading, "
-     "a quantized base model, or an optimizer other than AdamW and SGD. One line per "
+     "a quantized base model, an optimizer other than AdamW and SGD, or an objective or "
+     "model the engine does not train (axolotl's `rl` DPO/KTO/GRPO …, reward models, QAT, "
+     "1-bit models; TRL's preference and RL trainers as a script's program). One line per "
      "feature names it, its size and its line. Importing without it would train another "
      "job than the one configured."),
     ("FS051", "import-adapter", "an imported config's adapter is one the peft section cannot say",
