@@ -341,7 +341,7 @@ def _is_bare_fsdp_config(data: dict) -> bool:
     """The file --fsdp_config names, rather than TrainingArguments: FSDP keys (with or
     without `fsdp_`) and not one training argument."""
     fsdp_keys = set(CONVERT) | set(vocab.NOT_CARRIED) | set(vocab.SILENT_NOOP_KEYS) | _XLA_KEYS
-    training = hftrain.READ | hftrain.NO_BEARING | _HANDLED
+    training = hftrain.READ | hftrain.NO_BEARING | (_HANDLED - _FSDP_ARGS)
     return any(accelerate_key(key) in fsdp_keys for key in data) and not any(
         key.replace("-", "_") in training for key in data)
 

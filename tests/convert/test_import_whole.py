@@ -95,6 +95,19 @@ def test_a_bare_fsdp_config_json_is_read_as_one(tmp_path: Path) -> None:
                                                "FULL_SHARD", "full")
 
 
+def test_a_bare_fsdp_config_with_prefixed_keys_is_one_too(tmp_path: Path) -> None:
+    """Older transformers wrote the keys `fsdp_`-prefixed, layer classes among them."""
+    source = tmp_path / "fsdp_config.json"
+    source.write_text('{"fsdp_transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"],\n'
+                      ' "fsdp_backward_prefetch": "backward_pre"}\n')
+    out = tmp_path / "job.yaml"
+    result = _import("trainer", source, out)
+    assert result.exit_code == 0 and "no v1 field" not in result.output, result.output
+    fsdp = check_file(out).spec.fsdp
+    assert (fsdp.transformer_layer_cls, fsdp.backward_prefetch) == (["LlamaDecoderLayer"],
+                                                                    "BACKWARD_PRE")
+
+
 def test_the_default_global_batch_is_whole_micro_batches_on_every_rank(tmp_path: Path) -> None:
     """An accelerate config names no batch; on 3 processes the spec's default 32 would
     fail its own validate (FS501)."""
