@@ -165,14 +165,14 @@ def _topology(command: Command, draft: Draft) -> None:
 
 # How many directories up from a script a relative --fsdp_config is looked for, when no
 # repository root (.git) comes first.
-MAX_ANCESTORS = 32
+_MAX_ANCESTORS = 32
 
 
-def run_dirs(source: Path) -> list[Path]:
+def _run_dirs(source: Path) -> list[Path]:
     """Where a script may be run from: its directory, then each parent up to its
-    repository's root (the first holding .git), at most MAX_ANCESTORS of them."""
+    repository's root (the first holding .git), at most _MAX_ANCESTORS of them."""
     dirs: list[Path] = []
-    for directory in [source.parent, *source.resolve().parent.parents][:MAX_ANCESTORS]:
+    for directory in [source.parent, *source.resolve().parent.parents][:_MAX_ANCESTORS]:
         dirs.append(directory)
         if (directory / ".git").exists():
             break
@@ -183,7 +183,7 @@ def _config_file(value: Entry, source: Path, draft: Draft) -> Path | None:
     """The fsdp_config file a script names, looked for where the script may be run
     from and then in the working directory; None (and a note) when it is in neither."""
     name = Path(str(value.value))
-    places = [] if name.is_absolute() else run_dirs(source)
+    places = [] if name.is_absolute() else _run_dirs(source)
     for path in [*(place / name for place in places), name]:
         if path.is_file():
             return path
@@ -366,6 +366,11 @@ def _arguments(path: Path, draft: Draft) -> tuple[dict[str, Entry], dict[str, En
     return _args(command.args, command.file, draft), {}
 
 
+# What a command line that names an fsdp_config file most often says (FastChat,
+# alpaca, the transformers docs): shard fully, wrap by the config's layer classes.
+_ASSUMED_WORDS = "full_shard auto_wrap"
+
+
 def _bare_fsdp_config(document: Document, draft: Draft
                       ) -> tuple[dict[str, Entry], dict[str, Entry]]:
     """An fsdp_config file alone: its keys, and the Trainer's --fsdp words assumed as
@@ -378,11 +383,6 @@ def _bare_fsdp_config(document: Document, draft: Draft
     config = {accelerate_key(key): Entry(value, document.line(join("", key)), key)
               for key, value in document.data.items()}
     return {"fsdp": fsdp}, config
-
-
-# What a command line that names an fsdp_config file most often says (FastChat,
-# alpaca, the transformers docs): shard fully, wrap by the config's layer classes.
-_ASSUMED_WORDS = "full_shard auto_wrap"
 
 
 def _as_torchrun(command: Command) -> Command:
