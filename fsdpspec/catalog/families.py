@@ -35,6 +35,13 @@ MLP_PROJECTIONS = {"gated": ("gate_proj", "up_proj", "down_proj"),
 _MLP_PROJECTIONS = {name for names in MLP_PROJECTIONS.values() for name in names}
 
 
+def attention_picked(*, supports_sdpa: bool) -> str:
+    """The attention implementation transformers builds when none is asked for
+    (`PreTrainedModel.get_correct_attn_implementation`): sdpa where the model class
+    supports it, else eager; never flash attention, which is asked for by name."""
+    return "sdpa" if supports_sdpa else "eager"
+
+
 @dataclass(frozen=True)
 class Moe:
     """A Mixture-of-Experts block: where its config keeps the expert shape, and what it
@@ -86,7 +93,8 @@ class Family:
     # or "layer_types" (only the layers so marked).
     window: str = "never"
     attention_sinks: bool = False
-    # transformers builds the family with eager attention only (no SDPA).
+    # transformers builds the family with eager attention only (its model class's
+    # `_supports_sdpa` is False); `model.attention: auto` resolves to eager for it.
     eager_only: bool = False
     lm_head_bias: Bias = False
     moe: Moe | None = None
@@ -102,6 +110,11 @@ class Family:
     aliases: dict[str, str] = field(default_factory=dict)
     # Built-in presets of this family, the first being the one an import picks.
     presets: tuple[str, ...] = ()
+
+    @property
+    def auto_attention(self) -> str:
+        """What `model.attention: auto` builds for the family (`attention_picked`)."""
+        return attention_picked(supports_sdpa=not self.eager_only)
 
     def projection_name(self, planned: str) -> str:
         """transformers' module name of the projection the planner calls ``planned``

@@ -77,6 +77,9 @@ class Geometry:
     attn_softcap: float | None = None
     final_softcap: float | None = None
     max_position_embeddings: int = 4096
+    # What `model.attention: auto` builds: what transformers picks for the model class
+    # (`catalog.families.attention_picked`).
+    auto_attention: str = "sdpa"
     # Read off a model built on the meta device (no analytic family): one layer's and
     # the root's parameters, as built.
     built_layer: tuple[tuple[str, Shape], ...] | None = None
@@ -286,6 +289,7 @@ def geometry_from_config(config: dict[str, Any]) -> Geometry:
         attn_softcap=merged.get("attn_logit_softcapping") if fam.softcap else None,
         final_softcap=merged.get("final_logit_softcapping") if fam.softcap else None,
         max_position_embeddings=num("max_position_embeddings"),
+        auto_attention=fam.auto_attention,
     )
 
 
