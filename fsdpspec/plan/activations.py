@@ -59,13 +59,27 @@ def _attention_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) 
     total = b * t * (q + kv) + v_bytes + b * t * q + lse
     if g.head_major_query:
         total += b * t * q
-    if attention == "sdpa" and g.sliding_window and seq >= g.sliding_window:
+    if window_masked(g, seq, attention):
         # Past the window transformers passes SDPA an explicit mask (per layer, in the
         # compute dtype), and with a mask it repeats keys and values to every head; only
         # the sliding layers do (spread evenly over the layers).
         window = b * batch * seq * seq + 2 * b * t * (q - kv)
         total += window * g.sliding_layers // g.num_layers
     return total
+
+
+def window_masked(g: Geometry, seq: int, attention: str) -> bool:
+    """Whether SDPA gets an explicit mask: from the sliding window on (before it, and in
+    a global layer, transformers passes `is_causal` and no mask)."""
+    return attention == "sdpa" and bool(g.sliding_window) and seq >= g.sliding_window
+
+
+def checkpointed_mask_bytes(g: Geometry, batch: int, seq: int, attention: str) -> int:
+    """The sliding-window mask transformers builds once per forward (a bool per pair of
+    positions) and passes to every layer. A checkpointed layer keeps its inputs for the
+    recomputation, the mask among them, until backward; without checkpointing each
+    layer saves what SDPA derives from it instead (`_attention_bytes`)."""
+    return batch * seq * seq if window_masked(g, seq, attention) and g.sliding_layers else 0
 
 
 def mlp_activation_bytes(g: Geometry, b: int, t: int) -> int:
