@@ -10,14 +10,15 @@ Two sets of rows:
 - ``--sweep``: every registered family × activation checkpointing (none, full,
   selective) × FULL_SHARD / SHARD_GRAD_OP × bf16 / fp32, 8 ranks, sequence 2048,
   micro-batch 1, two accumulation steps; and ``TEMPORARY_ROWS``, the shapes at which
-  temporaries set the peak (past the sliding window, large vocabularies). Each family at its published widths (hidden
-  size, heads, key/value heads, MLP and expert widths, vocabulary) but
-  ``SWEEP_LAYERS`` layers deep, because fake-tensor tracing costs per operation and
-  192 full-depth traces take hours on 2 cores. A Mixture of Experts traces in bf16
-  only (transformers' grouped expert matmul), so its fp32 rows are skipped and counted.
+  temporaries set the peak (past the sliding window, large vocabularies). Each family
+  at its published widths (hidden size, heads, key/value heads, MLP and expert
+  widths, vocabulary) but ``SWEEP_LAYERS`` layers deep, because fake-tensor tracing
+  costs per operation and 192 full-depth traces take hours on 2 cores. A Mixture of
+  Experts traces in bf16 only (transformers' grouped expert matmul), so its fp32 rows
+  are skipped and counted.
 - ``--match lora``: one LoRA row per family (``LORA_ROWS``), at full depth.
 
-Gemma 2 and gpt-oss run with eager attention (transformers refuses SDPA for them).
+Gemma 2 and gpt-oss run with eager attention (`auto`: transformers refuses SDPA for them).
 
     python benchmarks/plan_accuracy.py             # the curated rows
     python benchmarks/plan_accuracy.py --sweep     # the registry sweep (170 traces, 3-240 s each)

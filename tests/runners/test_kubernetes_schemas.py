@@ -5,8 +5,6 @@ Kubernetes' own schema. (Every example's PyTorchJob: test_kubernetes_manifest.py
 
 from __future__ import annotations
 
-import subprocess
-from functools import cache
 from typing import Any
 
 import kubernetes_validate
@@ -28,10 +26,17 @@ def _documents(text: str) -> list[dict[str, Any]]:
     return list(YAML(typ="safe").load_all(text))
 
 
-@cache
-def _export_multinode(api: str) -> subprocess.CompletedProcess:
-    """`fsdpspec export kubernetes` of the multi-node example (read-only: tests copy)."""
-    return run_cli("export", "kubernetes", str(MULTINODE), "--api", api, *SETS)
+@pytest.fixture(scope="module")
+def multinode(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, str]]:
+    """API → `fsdpspec export kubernetes FILE --api API -o job.k8s.yaml` of the multi-node
+    example, as docs/clusters.md shows it: the run and the manifest it wrote."""
+    exports = {}
+    for api in ("trainjob", "pytorchjob"):
+        target = tmp_path_factory.mktemp(api) / "job.k8s.yaml"
+        result = run_cli("export", "kubernetes", str(MULTINODE), "--api", api, *SETS,
+                         "-o", str(target))
+        exports[api] = (result, target.read_text(encoding="utf-8") if target.exists() else "")
+    return exports
 
 
 def test_every_example_exports_a_trainjob_its_crd_accepts() -> None:
@@ -48,11 +53,11 @@ def test_every_example_exports_a_trainjob_its_crd_accepts() -> None:
         assert job["spec"]["runtimeRef"] == {"name": "torch-distributed"}
 
 
-def test_the_multi_node_trainjob_rendezvouses_on_the_runtime_variables() -> None:
-    result = _export_multinode("trainjob")
+def test_the_multi_node_trainjob_rendezvouses_on_the_runtime_variables(multinode) -> None:
+    result, manifest = multinode["trainjob"]
     assert result.returncode == 0, result.stderr
-    assert "Kubeflow Trainer v2.3+" in result.stdout.splitlines()[1]
-    config_map, job = _documents(result.stdout)
+    assert "Kubeflow Trainer v2.3+" in manifest.splitlines()[1]
+    config_map, job = _documents(manifest)
     assert crd_errors(job) == []
     trainer = job["spec"]["trainer"]
     assert trainer["numNodes"] == 8 and trainer["numProcPerNode"] == 8
@@ -74,18 +79,18 @@ def test_the_multi_node_trainjob_rendezvouses_on_the_runtime_variables() -> None
     assert "launch.max_restarts 3 is not carried" in result.stderr
 
 
-def test_the_multi_node_pytorchjob_meets_its_crd_and_the_pod_schema() -> None:
-    result = _export_multinode("pytorchjob")
+def test_the_multi_node_pytorchjob_meets_its_crd_and_the_pod_schema(multinode) -> None:
+    result, manifest = multinode["pytorchjob"]
     assert result.returncode == 0, result.stderr
-    _, job = _documents(result.stdout)
+    _, job = _documents(manifest)
     assert crd_errors(job) == [] and set(job["spec"]["pytorchReplicaSpecs"]) == {
         "Master", "Worker"}
     for replica in job["spec"]["pytorchReplicaSpecs"].values():
         check_pod_template(replica["template"])
 
 
-def test_the_schemas_catch_what_a_cluster_refuses() -> None:
-    _, job = _documents(_export_multinode("trainjob").stdout)
+def test_the_schemas_catch_what_a_cluster_refuses(multinode) -> None:
+    _, job = _documents(multinode["trainjob"][1])
     job["spec"]["trainer"]["numProcPerNode"] = "8"  # a string where the CRD wants int32
     job["spec"]["trainer"]["workingDir"] = "/workspace"  # no such trainer field
     assert len(crd_errors(job)) == 2
