@@ -93,6 +93,10 @@ class Family:
     # or "layer_types" (only the layers so marked).
     window: str = "never"
     attention_sinks: bool = False
+    # Config keys of the dropout on each sublayer's output (attention and MLP: two a
+    # layer) and on the embeddings (None: the family has none there); each keeps a bool
+    # mask for backward when its rate is not 0.
+    hidden_dropout: tuple[str, str | None] | None = None
     # transformers builds the family with eager attention only (its model class's
     # `_supports_sdpa` is False); `model.attention: auto` resolves to eager for it.
     eager_only: bool = False
@@ -215,7 +219,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                       "self_attn.qkv_proj": "attention.query_key_value",
                       "self_attn.o_proj": "attention.dense",
                       "mlp.up_proj": "mlp.dense_h_to_4h", "mlp.down_proj": "mlp.dense_4h_to_h"},
-        modules_first=("input_layernorm", "post_attention_layernorm"), **_LLAMA_BIAS),
+        modules_first=("input_layernorm", "post_attention_layernorm"),
+        hidden_dropout=("hidden_dropout", "hidden_dropout"), **_LLAMA_BIAS),
     Family("starcoder2", "Starcoder2", {
         "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30,
         "num_attention_heads": 24, "num_key_value_heads": 2, "vocab_size": 49152,
@@ -223,7 +228,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "max_position_embeddings": 4096},
         qkv_bias="use_bias", o_bias="use_bias", mlp="plain", mlp_bias="use_bias",
         norm="layernorm", window="always", presets=("starcoder2-3b", "tiny-starcoder2"),
-        module_names={"mlp.up_proj": "mlp.c_fc", "mlp.down_proj": "mlp.c_proj"}),
+        module_names={"mlp.up_proj": "mlp.c_fc", "mlp.down_proj": "mlp.c_proj"},
+        hidden_dropout=("residual_dropout", "embedding_dropout")),
     Family("mixtral", "Mixtral", {
         "intermediate_size": 14336, "num_key_value_heads": 8, "vocab_size": 32000,
         "tie_word_embeddings": False, "sliding_window": None, "num_local_experts": 8,
@@ -274,7 +280,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "num_attention_heads": 32, "num_key_value_heads": None, "vocab_size": 32064,
         "tie_word_embeddings": False},
         mlp="gated_fused", fused_qkv=True, window="always", head_major_query=True,
-        presets=("phi3-mini",), modules_first=("o_proj",)),
+        presets=("phi3-mini",), modules_first=("o_proj",),
+        hidden_dropout=("resid_pdrop", None)),
 )}
 
 # A factory model described by `model.geometry`: counted as a Llama-style decoder. It has

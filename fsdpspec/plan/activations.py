@@ -16,6 +16,9 @@ of one micro-batch, H/I the hidden/MLP widths, q/kv the query/key-value widths:
   probabilities: fp32 softmax plus its cast (B·heads·S²·(4+b)).
 - MLP (gated): gate, activation, up and their product (4bTI); not gated (GPT-NeoX,
   StarCoder2): the up projection and its activation (2bTI).
+- Dropout on the hidden states (StarCoder2's residual and embedding dropout, GPT-NeoX's
+  hidden_dropout, Phi-3's resid_pdrop) at a rate above 0: a bool mask each (TH), two a
+  layer and one on the embeddings.
 - LayerNorm (GPT-NeoX, StarCoder2, PhiMoE) computes in the compute dtype: its input and
   its output (2bTH); with a parallel residual both norms read one saved input.
 - Mixture of Experts, S = T·k routed rows of width W: the rows gathered per expert and
@@ -103,6 +106,7 @@ def layer_activation_bytes(g: Geometry, b: int, batch: int, seq: int, attention:
         # Their outputs feed the rotary embedding, which saves nothing of them.
         total += (8 if g.fp32_norm else 4 + b) * t * (g.q_width + g.kv_width)
     total += _attention_bytes(g, b, batch, seq, attention)
+    total += g.layer_dropout_masks * t * g.hidden_size  # bool masks
     return total + mlp_activation_bytes(g, b, t)
 
 
@@ -112,10 +116,13 @@ def checkpointed_layer_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
 
 
 def root_activation_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
-    """The final norm (feeding lm_head), the rotary cos/sin shared by every layer, and a
-    Mixture-of-Experts model's router probabilities saved by its load-balancing loss."""
+    """The final norm (feeding lm_head), the rotary cos/sin shared by every layer, the
+    embeddings' dropout mask, and a Mixture-of-Experts model's router probabilities saved
+    by its load-balancing loss."""
     t = batch * seq
     total = norm_bytes(g, b, t * g.hidden_size) + 2 * b * t * g.head_dim
+    if g.embedding_dropout_mask:
+        total += t * g.hidden_size  # a bool mask
     if g.experts:
         total += 4 * g.num_layers * t * g.experts.count
     return total
