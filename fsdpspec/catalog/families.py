@@ -185,8 +185,9 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
         "vocab_size": 256000, "tie_word_embeddings": True, "attention_bias": False,
         "sliding_window": 4096, "attn_logit_softcapping": 50.0,
-        "final_logit_softcapping": 30.0},
-        norm_placement="sandwich", fp32_norm=True, softcap=True, window="always",
+        "final_logit_softcapping": 30.0, "sliding_window_pattern": 2},
+        # transformers alternates sliding and global layers (its default layer_types).
+        norm_placement="sandwich", fp32_norm=True, softcap=True, window="layer_types",
         eager_only=True, extra_modules=("Gemma2TextScaledWordEmbedding",), presets=("gemma2-9b",),
         **_LLAMA_BIAS),
     Family("gemma3_text", "Gemma3", {

@@ -77,12 +77,19 @@ def window_masked(g: Geometry, seq: int, attention: str) -> bool:
     return attention == "sdpa" and bool(g.sliding_window) and seq >= g.sliding_window
 
 
-def checkpointed_mask_bytes(g: Geometry, batch: int, seq: int, attention: str) -> int:
-    """The sliding-window mask transformers builds once per forward (a bool per pair of
-    positions) and passes to every layer. A checkpointed layer keeps its inputs for the
-    recomputation, the mask among them, until backward; without checkpointing each
-    layer saves what SDPA derives from it instead (`_attention_bytes`)."""
-    return batch * seq * seq if window_masked(g, seq, attention) and g.sliding_layers else 0
+def checkpointed_mask_bytes(g: Geometry, b: int, batch: int, seq: int,
+                            attention: str) -> int:
+    """The masks transformers builds once per forward and passes to every layer. A
+    checkpointed layer keeps its inputs for the recomputation, the masks among them,
+    until backward; without checkpointing each layer saves what it derives from them
+    instead (`_attention_bytes`). SDPA gets one only past the sliding window (a bool per
+    pair of positions); eager one in the compute dtype for each kind of layer (global
+    and sliding: Gemma 2, Gemma 3 and gpt-oss mix them)."""
+    pairs = batch * seq * seq
+    if attention == "eager":
+        mixed = g.sliding_window and 0 < g.sliding_layers < g.num_layers
+        return (2 if mixed else 1) * b * pairs
+    return pairs if window_masked(g, seq, attention) and g.sliding_layers else 0
 
 
 def mlp_activation_bytes(g: Geometry, b: int, t: int) -> int:

@@ -249,7 +249,7 @@ def _saved_through(job: Job, index: int, full: int) -> int:
     else:
         kept = act.checkpointed_layer_bytes(g, b, lay.micro_batch_size, lay.seq_len)
     checkpointed = checkpointed_count(fsdp.activation_checkpointing, fsdp.ac_every, index + 1)
-    mask = act.checkpointed_mask_bytes(g, lay.micro_batch_size, lay.seq_len, job.attention)
+    mask = act.checkpointed_mask_bytes(g, b, lay.micro_batch_size, lay.seq_len, job.attention)
     return checkpointed * kept + (index + 1 - checkpointed) * full + (mask if checkpointed else 0)
 
 
