@@ -9,17 +9,19 @@ Two sets of rows:
 - the default: curated real presets (0.5B–8B and the newer families) at full depth;
 - ``--sweep``: every registered family × activation checkpointing (none, full,
   selective) × FULL_SHARD / SHARD_GRAD_OP × bf16 / fp32, 8 ranks, sequence 2048,
-  micro-batch 1, two accumulation steps. Each family at its published widths (hidden
-  size, heads, key/value heads, MLP and expert widths, vocabulary) but
-  ``SWEEP_LAYERS`` layers deep, because fake-tensor tracing costs per operation and
-  192 full-depth traces take hours on 2 cores. A Mixture of Experts traces in bf16
-  only (transformers' grouped expert matmul), so its fp32 rows are skipped and counted.
+  micro-batch 1, two accumulation steps; and ``TEMPORARY_ROWS``, the shapes at which
+  temporaries set the peak (past the sliding window, large vocabularies). Each family
+  at its published widths (hidden size, heads, key/value heads, MLP and expert
+  widths, vocabulary) but ``SWEEP_LAYERS`` layers deep, because fake-tensor tracing
+  costs per operation and 192 full-depth traces take hours on 2 cores. A Mixture of
+  Experts traces in bf16 only (transformers' grouped expert matmul), so its fp32 rows
+  are skipped and counted.
 - ``--match lora``: one LoRA row per family (``LORA_ROWS``), at full depth.
 
-Gemma 2 and gpt-oss run with eager attention (transformers refuses SDPA for them).
+Gemma 2 and gpt-oss run with eager attention (`auto`: transformers refuses SDPA for them).
 
     python benchmarks/plan_accuracy.py             # the curated rows
-    python benchmarks/plan_accuracy.py --sweep     # the registry sweep (162 traces, 3-30 s each)
+    python benchmarks/plan_accuracy.py --sweep     # the registry sweep (170 traces, 3-240 s each)
     python benchmarks/plan_accuracy.py --match moe # the rows whose name has "moe"
     python benchmarks/plan_accuracy.py --levers    # the memory levers' rows
     python benchmarks/plan_accuracy.py --match lora # the LoRA rows (one per family)
@@ -220,9 +222,29 @@ def published_config(model_type: str) -> dict[str, Any]:
     return config
 
 
+# The shapes at which temporaries, not saved activations, set the peak (issue 33): past
+# the sliding window (an explicit mask per layer, keys and values repeated to every
+# head; eager: the S² probabilities), large vocabularies (the fp32 logits and their
+# gradients), and StarCoder2-3B's published attention dropout (on the CPU SDPA has no
+# fused dropout kernel; the trace measures the GPU's). FULL_SHARD, bf16, 8 ranks,
+# micro-batch 1: name, family, checkpointing, sequence, layers (None: the preset's full
+# depth), config keys set on the published widths, global batch (8: no accumulation).
+_DROPOUT = {"attention_dropout": 0.1, "residual_dropout": 0.1, "embedding_dropout": 0.1}
+TEMPORARY_ROWS: list[tuple[Any, ...]] = [
+    ("starcoder2-3b-published-ac:full-2k", "starcoder2", "full", 2048, None, _DROPOUT, 8),
+    ("starcoder2-window-ac:full-8k", "starcoder2", "full", 8192, SWEEP_LAYERS, {}, 16),
+    ("starcoder2-window-ac:none-8k", "starcoder2", "none", 8192, SWEEP_LAYERS, {}, 16),
+    ("mistral-window-ac:full-8k", "mistral", "full", 8192, SWEEP_LAYERS, {}, 16),
+    ("gemma2-window-eager-ac:full-8k", "gemma2", "full", 8192, SWEEP_LAYERS, {}, 16),
+    ("gemma3_text-window-ac:none-4k", "gemma3_text", "none", 4096, SWEEP_LAYERS, {}, 16),
+    ("gemma-vocab256k-ac:full-4k", "gemma", "full", 4096, SWEEP_LAYERS, {}, 16),
+    ("qwen3-vocab152k-ac:full-4k", "qwen3", "full", 4096, SWEEP_LAYERS, {}, 16),
+]
+
+
 def sweep_rows() -> tuple[list[tuple[Any, ...]], list[str]]:
-    """The sweep's rows (name, config, strategy, precision, checkpointing, attention) and
-    the names of the rows it cannot trace."""
+    """The sweep's rows (name, config, strategy, precision, checkpointing, attention,
+    sequence, layers, config keys, global batch) and the names of the rows it cannot trace."""
     rows, skipped = [], []
     # Every family in one setting before the next setting: a partial run covers them all.
     for ac, strategy, precision in itertools.product(
@@ -233,22 +255,29 @@ def sweep_rows() -> tuple[list[tuple[Any, ...]], list[str]]:
             if fam.moe and precision == "fp32":
                 skipped.append(name)
                 continue
-            attention = "eager" if fam.eager_only else "sdpa"
-            rows.append((name, model_type, strategy, precision, ac, attention))
+            rows.append((name, model_type, strategy, precision, ac, "auto", 2048,
+                         SWEEP_LAYERS, {}, 16))
+    rows += [(name, model_type, "FULL_SHARD", "bf16", ac, "auto", seq, layers, keys, gbs)
+             for name, model_type, ac, seq, layers, keys, gbs in TEMPORARY_ROWS]
     return rows, skipped
 
 
 def sweep_job(row: tuple[Any, ...]) -> Job:
-    name, model_type, strategy, precision, ac, attention = row
+    name, model_type, strategy, precision, ac, attention, seq, layers, keys, gbs = row
+    config = published_config(model_type) | keys
+    if layers is None:  # the preset's full depth
+        full = [p for p in FAMILIES[model_type].presets if not p.startswith("tiny-")]
+        config["num_hidden_layers"] = preset_config(full[0])["num_hidden_layers"]
+    config["max_position_embeddings"] = max(seq, config.get("max_position_embeddings", 0))
     spec = JobSpec.model_validate({
         "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "sweep"},
         "resources": {"nodes": 1, "gpus_per_node": 8, "accelerator": "H100-80GB"},
         "model": {"hf_config": f"{model_type}/config.json", "attention": attention},
         "fsdp": {"sharding_strategy": strategy, "mixed_precision": precision,
                  "activation_checkpointing": ac},
-        "data": {"seq_len": 2048, "micro_batch_size": 1, "global_batch_size": 16},
+        "data": {"seq_len": seq, "micro_batch_size": 1, "global_batch_size": gbs},
     })
-    return resolve(spec, Path.cwd(), config=published_config(model_type))
+    return resolve(spec, Path.cwd(), config=config)
 
 
 def measure(job: Job, known: dict[str, Any] | None = None) -> tuple[int, int, int, float]:

@@ -35,6 +35,13 @@ MLP_PROJECTIONS = {"gated": ("gate_proj", "up_proj", "down_proj"),
 _MLP_PROJECTIONS = {name for names in MLP_PROJECTIONS.values() for name in names}
 
 
+def attention_picked(*, supports_sdpa: bool) -> str:
+    """The attention implementation transformers builds when none is asked for
+    (`PreTrainedModel.get_correct_attn_implementation`): sdpa where the model class
+    supports it, else eager; never flash attention, which is asked for by name."""
+    return "sdpa" if supports_sdpa else "eager"
+
+
 @dataclass(frozen=True)
 class Moe:
     """A Mixture-of-Experts block: where its config keeps the expert shape, and what it
@@ -86,7 +93,12 @@ class Family:
     # or "layer_types" (only the layers so marked).
     window: str = "never"
     attention_sinks: bool = False
-    # transformers builds the family with eager attention only (no SDPA).
+    # Config keys of the dropout on each sublayer's output (attention and MLP: two a
+    # layer) and on the embeddings (None: the family has none there); each keeps a bool
+    # mask for backward when its rate is not 0.
+    hidden_dropout: tuple[str, str | None] | None = None
+    # transformers builds the family with eager attention only (its model class's
+    # `_supports_sdpa` is False); `model.attention: auto` resolves to eager for it.
     eager_only: bool = False
     lm_head_bias: Bias = False
     moe: Moe | None = None
@@ -102,6 +114,11 @@ class Family:
     aliases: dict[str, str] = field(default_factory=dict)
     # Built-in presets of this family, the first being the one an import picks.
     presets: tuple[str, ...] = ()
+
+    @property
+    def auto_attention(self) -> str:
+        """What `model.attention: auto` builds for the family (`attention_picked`)."""
+        return attention_picked(supports_sdpa=not self.eager_only)
 
     def projection_name(self, planned: str) -> str:
         """transformers' module name of the projection the planner calls ``planned``
@@ -168,8 +185,9 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
         "vocab_size": 256000, "tie_word_embeddings": True, "attention_bias": False,
         "sliding_window": 4096, "attn_logit_softcapping": 50.0,
-        "final_logit_softcapping": 30.0},
-        norm_placement="sandwich", fp32_norm=True, softcap=True, window="always",
+        "final_logit_softcapping": 30.0, "sliding_window_pattern": 2},
+        # transformers alternates sliding and global layers (its default layer_types).
+        norm_placement="sandwich", fp32_norm=True, softcap=True, window="layer_types",
         eager_only=True, extra_modules=("Gemma2TextScaledWordEmbedding",), presets=("gemma2-9b",),
         **_LLAMA_BIAS),
     Family("gemma3_text", "Gemma3", {
@@ -202,7 +220,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                       "self_attn.qkv_proj": "attention.query_key_value",
                       "self_attn.o_proj": "attention.dense",
                       "mlp.up_proj": "mlp.dense_h_to_4h", "mlp.down_proj": "mlp.dense_4h_to_h"},
-        modules_first=("input_layernorm", "post_attention_layernorm"), **_LLAMA_BIAS),
+        modules_first=("input_layernorm", "post_attention_layernorm"),
+        hidden_dropout=("hidden_dropout", "hidden_dropout"), **_LLAMA_BIAS),
     Family("starcoder2", "Starcoder2", {
         "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30,
         "num_attention_heads": 24, "num_key_value_heads": 2, "vocab_size": 49152,
@@ -210,7 +229,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "max_position_embeddings": 4096},
         qkv_bias="use_bias", o_bias="use_bias", mlp="plain", mlp_bias="use_bias",
         norm="layernorm", window="always", presets=("starcoder2-3b", "tiny-starcoder2"),
-        module_names={"mlp.up_proj": "mlp.c_fc", "mlp.down_proj": "mlp.c_proj"}),
+        module_names={"mlp.up_proj": "mlp.c_fc", "mlp.down_proj": "mlp.c_proj"},
+        hidden_dropout=("residual_dropout", "embedding_dropout")),
     Family("mixtral", "Mixtral", {
         "intermediate_size": 14336, "num_key_value_heads": 8, "vocab_size": 32000,
         "tie_word_embeddings": False, "sliding_window": None, "num_local_experts": 8,
@@ -261,7 +281,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "num_attention_heads": 32, "num_key_value_heads": None, "vocab_size": 32064,
         "tie_word_embeddings": False},
         mlp="gated_fused", fused_qkv=True, window="always", head_major_query=True,
-        presets=("phi3-mini",), modules_first=("o_proj",)),
+        presets=("phi3-mini",), modules_first=("o_proj",),
+        hidden_dropout=("resid_pdrop", None)),
 )}
 
 # A factory model described by `model.geometry`: counted as a Llama-style decoder. It has

@@ -19,6 +19,7 @@ from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.spec.yamltext import dump_yaml
 from fsdpspec.validate import FileReport
 from fsdpspec_runners.errors import LaunchError
+from fsdpspec_runners.kubernetes import APIS
 
 
 def _scheduled(report: FileReport) -> tuple[JobSpec, int]:
@@ -30,22 +31,22 @@ def _scheduled(report: FileReport) -> tuple[JobSpec, int]:
     return absolute_inputs(report.spec, report.base_dir), grace_s
 
 
-def _slurm(report: FileReport) -> str:
+def _slurm(report: FileReport, api: str) -> str:
     from fsdpspec_runners.slurm import sbatch_script
 
     return sbatch_script(*_scheduled(report))
 
 
-def _kubernetes(report: FileReport) -> str:
+def _kubernetes(report: FileReport, api: str) -> str:
     from fsdpspec_runners.kubernetes import manifest, manifest_warnings
 
     spec, grace_s = _scheduled(report)
-    for warning in manifest_warnings(spec):
+    for warning in manifest_warnings(spec, api):
         click.echo(f"{report.file}: warning: {warning}", err=True)
-    return manifest(spec, grace_s)
+    return manifest(spec, grace_s, api)
 
 
-def _accelerate(report: FileReport) -> str:
+def _accelerate(report: FileReport, api: str) -> str:
     from fsdpspec.convert.accelerate import export_config
 
     spec = report.spec
@@ -118,23 +119,29 @@ def _hf(run_dir: str, step: int | None, output: str | None, force: bool) -> None
 @click.argument("file", metavar="FILE")
 @click.option("--step", type=click.IntRange(min=0, max=2**31 - 1), default=None,
               help="hf: the checkpoint of this step (default: the newest complete one).")
+@click.option("--api", type=click.Choice(APIS), default=None,
+              help="kubernetes: a training-operator PyTorchJob (the default) or a Kubeflow "
+                   "Trainer 2 TrainJob on the torch-distributed runtime.")
 @set_option
 @output_option
 @force_option
-def command(target, file, step, overrides, output, force) -> None:
-    """Write FILE as an sbatch script, a Kubeflow PyTorchJob manifest or an accelerate
-    config. The spec is validated first; errors stop the export.
+def command(target, file, step, api, overrides, output, force) -> None:
+    """Write FILE as an sbatch script, a Kubeflow PyTorchJob (or, --api trainjob,
+    TrainJob) manifest or an accelerate config. The spec is validated first; errors stop
+    the export.
 
     `export hf RUN_DIR -o DIR` converts a run's checkpoint (mid-run too), verified
     against its manifest, into a Hugging Face model directory, streaming one unit at a
     time; an existing DIR is replaced only with --force."""
+    if api is not None and target != "kubernetes":
+        raise click.UsageError("--api applies to export kubernetes only")
     if target == "hf":
         _hf(file, step, output, force)
         return
     report = load_spec(file, overrides)
     exit_on_errors(report)
     try:
-        text = _TARGETS[target](report)
+        text = _TARGETS[target](report, api or APIS[0])
     except LaunchError as exc:
         raise click.ClickException(str(exc)) from None
     deliver(text, output, executable=target == "slurm")

@@ -10,25 +10,26 @@ from pathlib import Path
 import click
 
 from fsdpspec.catalog.accelerators import accelerator_names
-from fsdpspec.cli.options import exit_on_errors, set_option
+from fsdpspec.cli.options import emit, exit_on_errors, resolve_format, set_option
 from fsdpspec.cli.output import force_option, write_output
 from fsdpspec.plan.planner import Plan, plan_job
 from fsdpspec.plan.report import plan_json, plan_text
 from fsdpspec.spec.overrides import OverrideError
-from fsdpspec.validate import check_file
+from fsdpspec.validate import FileReport, check_file
 
 
 def _load(file: str, overrides: tuple[str, ...]):
-    # The memory verdicts (FS201-FS203) are what the plan itself reports, so they do not
-    # stop it; FS204 (a model that cannot be counted) does. Nor do the QLoRA specs the
-    # engine does not train (FS312 FSDP1, FS314 a bitsandbytes-only format, FS315 blocks
-    # that do not shard): their memory is planned all the same.
+    # The memory verdicts (FS201-FS203) are what the plan itself reports, so they are not
+    # repeated as errors. Other errors (FS410 sdpa on Gemma 2, the QLoRA specs the engine
+    # does not train…) block the run, not the plan: a job the planner can count is
+    # planned, and its errors follow (`_blocked`). A spec that resolves no job, or a
+    # model that cannot be counted (FS204), stops here.
     try:
-        report = check_file(Path(file), overrides,
-                            ignore=("FS201", "FS202", "FS203", "FS312", "FS314", "FS315"))
+        report = check_file(Path(file), overrides, ignore=("FS201", "FS202", "FS203"))
     except OverrideError as exc:
         raise click.UsageError(str(exc)) from None
-    exit_on_errors(report)
+    if report.job is None or report.job.geometry is None:
+        exit_on_errors(report)
     if report.model_config is None:
         raise click.ClickException("a factory model needs `model.geometry` to be planned")
     return report
@@ -121,4 +122,16 @@ def command(file, gpus, accelerator, overrides, output_format, trace, picture,
         click.echo(json.dumps(data, indent=2))
     else:
         click.echo(plan_text(plan) + (_trace_text(traced) if traced else ""), nl=False)
+    _blocked(report)
     raise SystemExit(0 if plan.fits else 1)
+
+
+def _blocked(report: FileReport) -> None:
+    """After the plan: the spec's errors, which block the run (exit 1)."""
+    errors = [d for d in report.diagnostics if d.is_error]
+    if not errors:
+        return
+    click.echo(f"the run is blocked by {len(errors)} error(s) (planned all the same):",
+               err=True)
+    emit([report], resolve_format(None), err=True)
+    raise SystemExit(1)

@@ -11,6 +11,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from fsdpspec.cli.options import exit_on_errors, load_spec, set_option
 from fsdpspec.spec.load import SourceMap, join, parent
 from fsdpspec.spec.yamltext import COMMENT_COLUMN, dump_yaml
+from fsdpspec.validate import FileReport
 
 
 def origin(source_map: SourceMap, pointer: str) -> str:
@@ -31,20 +32,35 @@ def _is_leaf(source_map: SourceMap, pointer: str) -> bool:
     return not any(p.startswith(prefix) for p in source_map.values)
 
 
-def _annotated(value: Any, pointer: str, source_map: SourceMap) -> Any:
-    """Round-trip data whose every leaf carries its origin as a comment."""
+def _annotated(value: Any, pointer: str, source_map: SourceMap,
+               resolved: dict[str, str]) -> Any:
+    """Round-trip data whose every leaf carries its origin as a comment; a leaf in
+    ``resolved`` (pointer → value) shows the value it resolves to, and from what."""
     if not isinstance(value, dict) or not value:
         return value
     node = CommentedMap()
     for key, item in value.items():
         child = join(pointer, key)
-        node[key] = _annotated(item, child, source_map)
+        node[key] = _annotated(item, child, source_map, resolved)
         if isinstance(item, list):
             node[key] = CommentedSeq(item)
             node[key].fa.set_flow_style()
+        comment = origin(source_map, child)
+        if child in resolved:
+            node[key] = resolved[child]
+            comment += f" ({item} → {resolved[child]})"
         if not isinstance(item, dict) or not item:
-            node.yaml_add_eol_comment(origin(source_map, child), key, column=COMMENT_COLUMN)
+            node.yaml_add_eol_comment(comment, key, column=COMMENT_COLUMN)
     return node
+
+
+def _resolved(report: FileReport) -> dict[str, str]:
+    """The values the job resolves: `model.attention: auto` to what the model builds
+    (left as written where the model could not be read)."""
+    job = report.job
+    if job is None or job.spec.model.attention != "auto" or job.geometry is None:
+        return {}
+    return {"/model/attention": job.attention}
 
 
 @click.command("show")
@@ -56,7 +72,8 @@ def command(file, overrides) -> None:
     report = load_spec(file, overrides)
     exit_on_errors(report)
     assert report.spec is not None
-    document = _annotated(report.spec.as_json_data(), "", report.source_map)
+    document = _annotated(report.spec.as_json_data(), "", report.source_map,
+                          _resolved(report))
     document.yaml_set_start_comment(f"{file} resolved by fsdpspec; each value's origin "
                                     "is on its right")
     click.echo(dump_yaml(document), nl=False)

@@ -68,6 +68,10 @@ class Geometry:
     qk_norm: str | None = None
     fp32_norm: bool = False
     attention_sinks: bool = False
+    # Dropout masks (a bool per element of the hidden states) kept for backward: per
+    # layer (its sublayers' outputs), and on the embeddings.
+    layer_dropout_masks: int = 0
+    embedding_dropout_mask: bool = False
     lm_head_bias: bool = False
     experts: Experts | None = None
     sliding_window: int | None = None
@@ -77,6 +81,9 @@ class Geometry:
     attn_softcap: float | None = None
     final_softcap: float | None = None
     max_position_embeddings: int = 4096
+    # What `model.attention: auto` builds: what transformers picks for the model class
+    # (`catalog.families.attention_picked`).
+    auto_attention: str = "sdpa"
     # Read off a model built on the meta device (no analytic family): one layer's and
     # the root's parameters, as built.
     built_layer: tuple[tuple[str, Shape], ...] | None = None
@@ -279,6 +286,7 @@ def geometry_from_config(config: dict[str, Any]) -> Geometry:
         qk_norm=fam.qk_norm,
         fp32_norm=fam.fp32_norm,
         attention_sinks=fam.attention_sinks,
+        **_dropout_masks(fam, merged),
         lm_head_bias=_bias(fam.lm_head_bias, merged),
         experts=_experts(fam, merged),
         sliding_window=window,
@@ -286,7 +294,17 @@ def geometry_from_config(config: dict[str, Any]) -> Geometry:
         attn_softcap=merged.get("attn_logit_softcapping") if fam.softcap else None,
         final_softcap=merged.get("final_logit_softcapping") if fam.softcap else None,
         max_position_embeddings=num("max_position_embeddings"),
+        auto_attention=fam.auto_attention,
     )
+
+
+def _dropout_masks(fam: Family, merged: dict[str, Any]) -> dict[str, Any]:
+    """The Geometry's dropout-mask fields: a mask for every dropout whose rate is not 0."""
+    if fam.hidden_dropout is None:
+        return {}
+    layer_key, embedding_key = fam.hidden_dropout
+    return {"layer_dropout_masks": 2 if merged.get(layer_key) else 0,
+            "embedding_dropout_mask": bool(embedding_key and merged.get(embedding_key))}
 
 
 def _with_aliases(fam: Family, config: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fsdpspec.catalog.families import attention_picked
 from fsdpspec.job.geometry import Geometry, GeometryError, UnknownFamilyError
 from fsdpspec.job.tree import Node
 
@@ -132,6 +133,7 @@ def _geometry_of(model: Any, c: Any, model_type: str) -> Geometry:
         vocab_size=int(value("vocab_size")),
         tie_word_embeddings=bool(value("tie_word_embeddings", False)),
         max_position_embeddings=int(value("max_position_embeddings", 4096)),
+        auto_attention=attention_picked(supports_sdpa=bool(model._supports_sdpa)),
         built_layer=layer,
         built_root=root,
         built_params=sum(p.numel() for p in model.parameters()),

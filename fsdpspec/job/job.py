@@ -72,6 +72,16 @@ class Job:
         return targets_of(self.spec, self.config)
 
     @property
+    def attention(self) -> str:
+        """The attention implementation the engine builds: the spec's, or for `auto` what
+        transformers picks for the model (sdpa without a geometry to ask: a factory
+        model, whose own code decides)."""
+        written = self.spec.model.attention
+        if written != "auto":
+            return written
+        return self.geometry.auto_attention if self.geometry is not None else "sdpa"
+
+    @property
     def compute_bytes(self) -> int:
         return DTYPE_BYTES[self.spec.fsdp.mixed_precision.param_dtype]
 
@@ -129,9 +139,9 @@ class Job:
                                    adapters=job_adapters(spec, g, self.config))
 
     def as_json(self) -> dict[str, Any]:
-        """The resolved layout and unit names, recorded in resolved-spec.json."""
+        """The resolved layout, attention and unit names, recorded in resolved-spec.json."""
         units = self.units if self.builds_transformers_model else None
-        return {"layout": self.layout.as_json(),
+        return {"layout": self.layout.as_json(), "attention": self.attention,
                 "units": None if units is None else {
                     "policy": self.spec.fsdp.auto_wrap_policy,
                     "names": list(units.names()),

@@ -21,7 +21,7 @@ from fsdpspec.job.geometry import Experts, Geometry, UnknownFamilyError, geometr
 from fsdpspec.job.tree import Node
 
 # Bumped when the cached form changes: older entries are then computed again.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 # The file beside a run (the engine reads it instead of building the model twice).
 RUN_FILE = "model-geometry.json"
 

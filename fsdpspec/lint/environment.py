@@ -42,19 +42,20 @@ def missing_packages(spec: JobSpec) -> list[tuple[str, str]]:
 
 @rule("FS410", "attention-unsupported", Severity.ERROR,
       "model.attention sdpa on a family transformers builds without SDPA",
-      "set model.attention: eager (or flash_attention_2 on a GPU)")
+      "set model.attention: auto or eager (or flash_attention_2 on a GPU)")
 def attention_unsupported(ctx: LintContext) -> Iterator[Diagnostic]:
     """transformers builds some families (gpt-oss, Gemma 2) without SDPA attention (the
-    family registry's `eager_only`): with `sdpa`, the default, the model fails to build
-    on every rank after the job has started.
+    family registry's `eager_only`): with `sdpa` written, the model fails to build on
+    every rank after the job has started. The default, `auto`, builds them with eager
+    attention, as transformers picks.
 
     FAIL:
 
-        model: {preset: tiny-gpt-oss}
+        model: {preset: tiny-gpt-oss, attention: sdpa}
 
     PASS:
 
-        model: {preset: tiny-gpt-oss, attention: eager}
+        model: {preset: tiny-gpt-oss}
     """
     config = ctx.model_config or {}
     found = family(config.get("model_type"))

@@ -16,6 +16,9 @@ of one micro-batch, H/I the hidden/MLP widths, q/kv the query/key-value widths:
   probabilities: fp32 softmax plus its cast (B·heads·S²·(4+b)).
 - MLP (gated): gate, activation, up and their product (4bTI); not gated (GPT-NeoX,
   StarCoder2): the up projection and its activation (2bTI).
+- Dropout on the hidden states (StarCoder2's residual and embedding dropout, GPT-NeoX's
+  hidden_dropout, Phi-3's resid_pdrop) at a rate above 0: a bool mask each (TH), two a
+  layer and one on the embeddings.
 - LayerNorm (GPT-NeoX, StarCoder2, PhiMoE) computes in the compute dtype: its input and
   its output (2bTH); with a parallel residual both norms read one saved input.
 - Mixture of Experts, S = T·k routed rows of width W: the rows gathered per expert and
@@ -59,13 +62,34 @@ def _attention_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) 
     total = b * t * (q + kv) + v_bytes + b * t * q + lse
     if g.head_major_query:
         total += b * t * q
-    if attention == "sdpa" and g.sliding_window and seq >= g.sliding_window:
+    if window_masked(g, seq, attention):
         # Past the window transformers passes SDPA an explicit mask (per layer, in the
         # compute dtype), and with a mask it repeats keys and values to every head; only
         # the sliding layers do (spread evenly over the layers).
         window = b * batch * seq * seq + 2 * b * t * (q - kv)
         total += window * g.sliding_layers // g.num_layers
     return total
+
+
+def window_masked(g: Geometry, seq: int, attention: str) -> bool:
+    """Whether SDPA gets an explicit mask: from the sliding window on (before it, and in
+    a global layer, transformers passes `is_causal` and no mask)."""
+    return attention == "sdpa" and bool(g.sliding_window) and seq >= g.sliding_window
+
+
+def checkpointed_mask_bytes(g: Geometry, b: int, batch: int, seq: int,
+                            attention: str) -> int:
+    """The masks transformers builds once per forward and passes to every layer. A
+    checkpointed layer keeps its inputs for the recomputation, the masks among them,
+    until backward; without checkpointing each layer saves what it derives from them
+    instead (`_attention_bytes`). SDPA gets one only past the sliding window (a bool per
+    pair of positions); eager one in the compute dtype for each kind of layer (global
+    and sliding: Gemma 2, Gemma 3 and gpt-oss mix them)."""
+    pairs = batch * seq * seq
+    if attention == "eager":
+        mixed = g.sliding_window and 0 < g.sliding_layers < g.num_layers
+        return (2 if mixed else 1) * b * pairs
+    return pairs if window_masked(g, seq, attention) and g.sliding_layers else 0
 
 
 def mlp_activation_bytes(g: Geometry, b: int, t: int) -> int:
@@ -89,6 +113,7 @@ def layer_activation_bytes(g: Geometry, b: int, batch: int, seq: int, attention:
         # Their outputs feed the rotary embedding, which saves nothing of them.
         total += (8 if g.fp32_norm else 4 + b) * t * (g.q_width + g.kv_width)
     total += _attention_bytes(g, b, batch, seq, attention)
+    total += g.layer_dropout_masks * t * g.hidden_size  # bool masks
     return total + mlp_activation_bytes(g, b, t)
 
 
@@ -98,10 +123,13 @@ def checkpointed_layer_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
 
 
 def root_activation_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
-    """The final norm (feeding lm_head), the rotary cos/sin shared by every layer, and a
-    Mixture-of-Experts model's router probabilities saved by its load-balancing loss."""
+    """The final norm (feeding lm_head), the rotary cos/sin shared by every layer, the
+    embeddings' dropout mask, and a Mixture-of-Experts model's router probabilities saved
+    by its load-balancing loss."""
     t = batch * seq
     total = norm_bytes(g, b, t * g.hidden_size) + 2 * b * t * g.head_dim
+    if g.embedding_dropout_mask:
+        total += t * g.hidden_size  # a bool mask
     if g.experts:
         total += 4 * g.num_layers * t * g.experts.count
     return total

@@ -169,7 +169,7 @@ def adapted_layer_activations(job: Job) -> tuple[int, int]:
     assert a is not None
     lay = job.layout
     full = act.layer_activation_bytes(g, b, lay.micro_batch_size, lay.seq_len,
-                                      job.spec.model.attention)
+                                      job.attention)
     norm_value = 0 if g.norm_bias else (4 if g.fp32_norm else b)
     frozen_norms = norm_value * t * (g.norms_per_layer * g.hidden_size
                                      + (g.q_width + g.kv_width if g.qk_norm else 0))

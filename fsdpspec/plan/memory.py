@@ -236,7 +236,7 @@ def layer_bytes(job: Job) -> int:
     """Activation bytes one layer saves for backward without checkpointing (the memory
     walk's, and the step-time model's elementwise traffic)."""
     return act.layer_activation_bytes(job.geometry, job.compute_bytes, job.layout.micro_batch_size,
-                                      job.layout.seq_len, job.spec.model.attention)
+                                      job.layout.seq_len, job.attention)
 
 
 def _saved_through(job: Job, index: int, full: int) -> int:
@@ -245,11 +245,12 @@ def _saved_through(job: Job, index: int, full: int) -> int:
     fsdp, lay, g, b = job.spec.fsdp, job.layout, job.geometry, job.compute_bytes
     if fsdp.activation_checkpointing == "op":
         kept = levers.op_checkpointed_layer_bytes(g, b, lay.micro_batch_size, lay.seq_len,
-                                                  job.spec.model.attention)
+                                                  job.attention)
     else:
         kept = act.checkpointed_layer_bytes(g, b, lay.micro_batch_size, lay.seq_len)
     checkpointed = checkpointed_count(fsdp.activation_checkpointing, fsdp.ac_every, index + 1)
-    return checkpointed * kept + (index + 1 - checkpointed) * full
+    mask = act.checkpointed_mask_bytes(g, b, lay.micro_batch_size, lay.seq_len, job.attention)
+    return checkpointed * kept + (index + 1 - checkpointed) * full + (mask if checkpointed else 0)
 
 
 def _deferred_gather(job: Job) -> bool:
@@ -333,7 +334,7 @@ def _layer_point(job: Job, p: _Parts, index: int) -> Point:
     lay = job.layout
     gathered = p.root + (p.unit if lay.reshards_after_forward else (index + 1) * p.unit)
     temporaries = act.backward_temporaries(g, b, lay.micro_batch_size, lay.seq_len,
-                                           job.spec.model.attention)
+                                           job.attention)
     return Point(f"backward: layer {index}", {
         **p.persistent,
         "accumulated_gradients": p.accumulated,

@@ -50,7 +50,8 @@ def _candidates(job: Job, device: Accelerator) -> list[tuple[str, str]]:
         out.append((f"data.global_batch_size={data.micro_batch_size * w.world_size}",
                     f"no accumulation: no {carried} gradients are carried between "
                     "micro-batches (changes the effective batch size)"))
-    if spec.model.attention == "eager":
+    # Only where the model has SDPA (its `auto`): on Gemma 2 or gpt-oss, sdpa is FS410.
+    if job.attention == "eager" and job.geometry.auto_attention == "sdpa":
         out.append(("model.attention=sdpa", "fused attention: no sequence² probabilities"))
     if fsdp.mixed_precision.param_dtype == "float32" and device.supports_bf16:
         out.append(("fsdp.mixed_precision=bf16", "compute and gather in bfloat16"))

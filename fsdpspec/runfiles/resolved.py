@@ -83,7 +83,7 @@ def model_config_digest(spec: JobSpec) -> str | None:
     return hashlib.sha256(raw).hexdigest()
 
 
-def _job(spec: JobSpec) -> Job | None:
+def resolved_job(spec: JobSpec) -> Job | None:
     """The resolved job (None where the model config cannot be read here)."""
     try:
         return resolve(spec, _ROOT)
@@ -96,7 +96,7 @@ def resolved_document(spec: JobSpec, run_dir: Path, job: Job | None = None) -> d
     the resolved layout and FSDP unit names (so that a run can be checked against its
     plan; absent where the model config cannot be read here)."""
     digest = model_config_digest(spec)
-    resolved = job or _job(spec)
+    resolved = job or resolved_job(spec)
     return {
         "fsdpspec_version": __version__,
         "content_hash": content_hash(spec),
@@ -110,7 +110,7 @@ def resolved_document(spec: JobSpec, run_dir: Path, job: Job | None = None) -> d
 def write_resolved_spec(spec: JobSpec, run_dir: Path) -> Path:
     """Write run_dir/resolved-spec.json atomically (temp file, fsync, rename)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    job = _job(spec)
+    job = resolved_job(spec)
     if job is not None and job.config is not None and job.geometry is not None \
             and job.geometry.introspected:
         # Beside the run, so the engine's ranks read the model's geometry, not rebuild it.

@@ -163,8 +163,10 @@ class Model(_Section):
     weights: str | None = Field(default=None, min_length=1)
     """Directory of safetensors (or .bin) weights, or a cached Hub id `org/name[@revision]`
     (`fsdpspec run` fetches it when online); null for random init."""
-    attention: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
-    """Attention implementation."""
+    attention: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
+    """Attention implementation; `auto` is what transformers picks for the model: sdpa,
+    or eager for a model it builds without SDPA (Gemma 2, gpt-oss). `fsdpspec show`
+    prints what it resolves to."""
 
 
 class MixedPrecision(_Section):

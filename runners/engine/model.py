@@ -48,7 +48,7 @@ def build_model(job: Job, *, on_meta: bool, attention: str | None = None) -> nn.
         if spec.model.factory is not None:
             model = _call_factory(spec.model.factory)
         else:
-            model = _build_transformers_model(job, attention or spec.model.attention)
+            model = _build_transformers_model(job, attention or job.attention)
     if spec.peft is not None:
         from fsdpspec_runners.engine.lora import add_adapters
 

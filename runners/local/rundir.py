@@ -26,6 +26,7 @@ from fsdpspec.runfiles.resolved import (
     MODEL_CONFIG_DIGEST,
     RESOLVED_LIMITS,
     model_config_digest,
+    resolved_job,
     write_resolved_spec,
 )
 from fsdpspec.spec.v1 import JobSpec
@@ -91,6 +92,17 @@ def _previous_document(run_dir: Path) -> dict[str, Any] | None:
     return document
 
 
+def _builds_the_same_attention(spec: JobSpec, document: dict[str, Any]) -> bool:
+    """Whether the run recorded in ``document`` built the attention ``spec`` builds: a
+    run recorded before `auto` was the default wrote its then default, sdpa, and a run
+    since records what `auto` resolved to; `auto` is the same job as what it resolves to."""
+    recorded = document.get("job") or {}
+    written = document["spec"].get("model", {}).get("attention")
+    built = recorded.get("attention") or (written if written != "auto" else None)
+    job = resolved_job(spec)
+    return built is not None and job is not None and built == job.attention
+
+
 def _check_same_job(spec: JobSpec, run_dir: Path, document: dict[str, Any]) -> None:
     previous = document["spec"]
     name = previous["metadata"].get("name")
@@ -98,6 +110,8 @@ def _check_same_job(spec: JobSpec, run_dir: Path, document: dict[str, Any]) -> N
         raise RunDirError(f"{run_dir} holds a run of job {name!r}, not "
                           f"{spec.metadata.name!r}: set checkpoint.dir to another directory")
     differences = job_differences(previous, spec.as_json_data())
+    if "model.attention" in differences and _builds_the_same_attention(spec, document):
+        differences.remove("model.attention")
     if differences:
         shown = ", ".join(differences[:3]) + (" …" if len(differences) > 3 else "")
         raise RunDirError(f"{run_dir} holds a run of {name!r} with a different {shown}: "

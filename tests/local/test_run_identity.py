@@ -46,3 +46,25 @@ def test_every_spelling_of_checkpoint_dir_is_one_directory(tmp_path: Path, monke
     for spelling in others:
         spec = job(tmp_path, dir=spelling)
         assert prepare_run_dir(spec, run_dir_path(spec)) is True
+
+
+def test_a_run_from_before_auto_attention_resumes_when_auto_builds_the_same(
+        tmp_path: Path) -> None:
+    """A run directory written when `model.attention` defaulted to sdpa: the same spec
+    now defaults to `auto`, which builds sdpa for Llama, so it is the same job; a run
+    that built eager is another job (issue 33)."""
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    run_dir = tmp_path / "run"
+    spec = job(tmp_path)
+    assert prepare_run_dir(spec, run_dir) is False
+    resolved = run_dir / "resolved-spec.json"
+    for built, same in (("sdpa", True), ("eager", False)):
+        document = json.loads(resolved.read_text())
+        document["spec"]["model"]["attention"] = built  # as the older version wrote it
+        document.pop("job", None)
+        resolved.write_text(json.dumps(document))
+        if same:
+            assert prepare_run_dir(spec, run_dir) is True
+        else:
+            with pytest.raises(RunDirError, match="different model.attention"):
+                prepare_run_dir(spec, run_dir)

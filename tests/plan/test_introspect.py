@@ -150,3 +150,30 @@ def test_plan_reads_per_layer_attributes_of_a_resaved_gemma4(tmp_path: Path) -> 
     data = json.loads(found.stdout)
     assert data["parameters"]["source"] == "introspected"
     assert data["parameters"]["total"] == sum(p.numel() for p in built.parameters())
+
+
+def test_auto_attention_of_an_introspected_model_is_what_transformers_builds(
+        tmp_path: Path) -> None:
+    """A model_type without a family whose class has no SDPA (Granite SWA): `auto`
+    resolves to eager from the built class's `_supports_sdpa`, as transformers picks."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model(
+        "granite_swa", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=96, vocab_size=320)
+    config.save_pretrained(tmp_path / "granite")
+    (tmp_path / "granite" / "generation_config.json").unlink(missing_ok=True)
+    job = tmp_path / "job.yaml"
+    job.write_text("apiVersion: fsdpspec/v1\nkind: TrainingJob\nmetadata: {name: gs}\n"
+                   "resources: {gpus_per_node: 2}\nmodel: {hf_config: granite/}\n"
+                   "data: {seq_len: 64, micro_batch_size: 1, global_batch_size: 2}\n")
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
+
+    with torch_device_meta():
+        built = transformers.AutoModelForCausalLM.from_config(config)
+    assert built.config._attn_implementation == "eager"  # transformers' own choice
+    found = CliRunner().invoke(cli, ["show", str(job)])
+    assert found.exit_code == 0, found.output
+    line = next(x for x in found.stdout.splitlines() if x.strip().startswith("attention:"))
+    assert line.split() == ["attention:", "eager", "#", "default", "(auto", "→", "eager)"]

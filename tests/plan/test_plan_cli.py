@@ -125,6 +125,38 @@ def test_trace_compares_the_fake_tensor_run_with_the_plan(tmp_path: Path) -> Non
     assert abs(trace["error"]) <= 0.05
 
 
+def test_the_trace_of_attention_dropout_is_the_gpus_fused_kernel(tmp_path: Path) -> None:
+    """StarCoder2's published configs set attention_dropout 0.1, which the CPU's fused
+    SDPA kernel lacks: the trace took the math path and materialised the S² scores a
+    GPU's flash kernel never holds (StarCoder2-3B at 2048: −17.6 %, issue 33)."""
+    pytest.importorskip("transformers")
+    model = tmp_path / "starcoder2"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "starcoder2", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 320, "max_position_embeddings": 512, "attention_dropout": 0.1,
+        "residual_dropout": 0.1, "embedding_dropout": 0.1}))
+    path = tmp_path / "job.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        apiVersion: fsdpspec/v1
+        kind: TrainingJob
+        metadata: {{name: dropout}}
+        resources: {{nodes: 1, gpus_per_node: 2}}
+        model: {{hf_config: {model}}}
+        fsdp: {{mixed_precision: bf16, activation_checkpointing: full}}
+        data: {{seq_len: 512, micro_batch_size: 1, global_batch_size: 2}}
+    """))
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
+
+    # In-process: the command as typed, without starting torch a second time.
+    result = CliRunner().invoke(cli, ["plan", str(path), "--trace", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert abs(json.loads(result.stdout)["trace"]["error"]) <= 0.03
+
+
 def test_no_shard_in_full_precision_is_planned_and_named_as_ddp(job: Path) -> None:
     result = run_cli("plan", str(job), "--set", "fsdp.sharding_strategy=NO_SHARD",
                      "--set", "fsdp.mixed_precision=fp32")

@@ -25,10 +25,19 @@ def _recheck(*args: str) -> tuple[int, float, float, int]:
 
 
 @pytest.mark.parametrize(("mode", "traces", "rows"), [
-    ("--sweep", "plan_accuracy_sweep.traces.jsonl", 162),
+    ("--sweep", "plan_accuracy_sweep.traces.jsonl", 170),
     ("--levers", "plan_accuracy_levers.traces.jsonl", 30),
 ])
 def test_every_recorded_row_meets_the_targets(mode: str, traces: str, rows: int) -> None:
     code, median, largest, printed = _recheck(mode, "--traces", f"benchmarks/{traces}")
     assert printed == rows and median <= 1.0 and largest <= 3.0
     assert code == 0  # and no row under by more than 1 %
+
+
+def test_the_row_issue_19_named_meets_the_targets() -> None:
+    """StarCoder2-3B as published (attention dropout 0.1), FULL_SHARD over 8, bf16, full
+    checkpointing, sequence 2048, micro-batch 1: its trace was 8.60 GiB against a plan
+    of 7.08 (−17.6 %) until the trace took the GPU's fused dropout kernel (issue 33)."""
+    code, _, largest, printed = _recheck("--sweep", "--match", "starcoder2-3b-published",
+                                         "--traces", "benchmarks/plan_accuracy_sweep.traces.jsonl")
+    assert printed == 1 and largest <= 1.0 and code == 0

@@ -1,5 +1,6 @@
 """The exported PyTorchJob against the Kubeflow training SDK's models (kubeflow.org/v1),
-and what the manifest asks of the cluster: storage, resources, restarts, grace."""
+the training operator's CRD schema and Kubernetes' pod schema, and what the manifest asks
+of the cluster: storage, resources, restarts, grace."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kube_schemas import check_pod_template, check_resource, crd_errors
 from kubeflow.training import ApiClient
 from ruamel.yaml import YAML
 
@@ -33,10 +35,14 @@ def sdk_round_trip(job: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_every_example_validates_against_the_sdk_models(path: Path) -> None:
-    _, job, _ = export(path, "--set", "launch.kubernetes.volume=runs-pvc")
+def test_every_example_validates_against_the_sdk_models_and_the_schemas(path: Path) -> None:
+    config_map, job, _ = export(path, "--set", "launch.kubernetes.volume=runs-pvc")
     assert sdk_round_trip(job) == job
     assert job["spec"]["runPolicy"]["backoffLimit"] >= 0  # the CRD's runPolicy is present
+    assert crd_errors(job) == []  # the PyTorchJob CRD of training-operator v1.9.0
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        check_pod_template(replica["template"])
+    check_resource(config_map)
 
 
 def test_the_round_trip_catches_a_misplaced_field() -> None:
