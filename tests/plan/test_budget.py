@@ -52,16 +52,22 @@ def test_hours_for_a_trillion_tokens_agree_with_torchtitans_published_rate() -> 
     assert scaling["past"]["tokens_per_s_per_device"] < floor
 
 
-def test_plan_prints_hours_gpu_hours_and_the_scaling_line() -> None:
-    result = run_cli("plan", str(TORCHTITAN), "--tokens", "1e12")
+# The command docs/tune.md shows, run as written; its output lines are the doc's.
+SHOWN = "plan examples/torchtitan-llama3-8b.yaml --tokens 1e12 --price-per-gpu-hour 2.5"
+
+
+def test_plan_prints_hours_gpu_hours_cost_and_the_scaling_line_as_documented() -> None:
+    result = run_cli(*SHOWN.split())
     assert result.returncode == 0, result.stderr
-    budget = next(line for line in result.stdout.splitlines() if line.startswith("budget:"))
+    lines = result.stdout.splitlines()
+    budget = next(line for line in lines if line.startswith("budget:"))
     assert budget.startswith("budget: 1.00T tokens (--tokens) on 8 GPUs at 44,960 tokens/s: ")
-    assert " h (" in budget and "GPU-hours" in budget and "±15% on tokens/s" in budget
-    assert "cost" not in budget  # no price given
-    scaling = next(line for line in result.stdout.splitlines() if line.startswith("scaling:"))
+    assert " h (" in budget and "GPU-hours" in budget and "at 2.50 per GPU-hour" in budget
+    scaling = next(line for line in lines if line.startswith("scaling:"))
     assert scaling.startswith("scaling: tokens/s per GPU stays within 10% of 8 GPUs' 5,620 up to")
-    assert "; past it, " in scaling
+    doc = (ROOT / "docs" / "tune.md").read_text()
+    assert f"fsdpspec {SHOWN}\n" in doc
+    assert f"\n{budget}\n{scaling}\n" in doc
 
 
 def test_the_budget_defaults_to_the_specs_steps_times_its_global_batch() -> None:
