@@ -269,8 +269,11 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
     Searches sharding strategy and hybrid shard group, activation checkpointing,
     micro-batch (accumulation keeps the global batch) and CPU offload; keeps what fits
     with the spec's headroom and validates; prints the fastest with memory, step time,
-    what bounds it and the --set lines that make it. Exit 0 when a candidate fits, 1
-    when none does (or the spec has errors), 2 on usage errors. See docs/tune.md.
+    what bounds it and the --set lines that make it. --tokens N ranks by the time to
+    train N tokens; --max-gpus M also searches the GPU count up to M, leaving out counts
+    past where scaling pays (tokens/s per GPU down more than 10 %). Exit 0 when a
+    candidate fits, 1 when none does (or the spec has errors), 2 on usage errors. See
+    docs/tune.md.
     """
     from fsdpspec.tune.measure import MeasureError, spearman
     from fsdpspec.tune.write import WinnerNotWritten, write_winner
