@@ -288,6 +288,8 @@ def budget_lines(plan: Plan, budget: Budget | None, scaling: Scaling | None) -> 
     stops paying."""
     unit, units = ("GPU", "GPUs") if plan.accelerator.is_gpu else ("process", "processes")
     lines = []
+    if plan.step is None:
+        lines.append("budget: unknown (no predicted step: set resources.accelerator.bf16_tflops)")
     if budget is not None:
         hours, gpu_hours = budget.hours, budget.gpu_hours
         (fast, slow), (low, high) = budget.band(hours), budget.band(gpu_hours)

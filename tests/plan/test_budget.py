@@ -87,3 +87,16 @@ def test_scaling_stops_at_the_last_whole_node_within_the_loss() -> None:
     assert step_at(job, device, data["holds_to_gpus"]).tokens_per_s >= floor
     assert data["past"]["gpus"] == data["holds_to_gpus"] + 8  # bisected to one node
     assert step_at(job, device, data["past"]["gpus"]).tokens_per_s < floor
+
+
+def test_a_device_without_a_peak_says_the_budget_is_unknown(tmp_path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("apiVersion: fsdpspec/v1\nkind: TrainingJob\nmetadata: {name: job}\n"
+                    "resources: {gpus_per_node: 8, accelerator: {name: mine, memory_gib: 80.0}}"
+                    "\nmodel: {preset: llama3-8b}\nfsdp: {mixed_precision: bf16}\n"
+                    "data: {seq_len: 2048, global_batch_size: 8}\n")
+    result = run_cli("plan", str(spec), "--tokens", "1e12")
+    assert result.returncode == 0, result.stderr
+    assert ("budget: unknown (no predicted step: set resources.accelerator.bf16_tflops)"
+            in result.stdout.splitlines())
+    assert "scaling:" not in result.stdout
