@@ -81,20 +81,21 @@ def _table(ranking: Ranking, seconds: float, top: int, tokens: float | None = No
     assert spec is not None
     device = spec.device()
     unit = "GPU" if device.is_gpu else "process"
+    units = "GPUs" if device.is_gpu else "processes"
     levers = ", ".join(ranking.open_keys) or "none (every lever is set: use --vary)"
     lines = [f"tune {spec.metadata.name}: {spec.world_size} × {device.name}; varying {levers}"]
     if device.name == "cpu" and not device.is_gpu:
         lines.append("placeholder CPU rates: the times are relative; --measure calibrates "
                      "this machine")
     if tokens is not None:
-        within = f" on at most {max_gpus} {unit}s" if max_gpus else ""
+        within = f" on at most {max_gpus} {units}" if max_gpus else ""
         lines.append(f"ranked by the time to train {tokens:,.0f} tokens ({tokens_from})"
                      f"{within}; hours at the step-time model's prediction (docs/tune.md)")
     if ranking.past_scaling:
         lines.append(f"{ranking.past_scaling} candidate(s) left out past where scaling pays: "
                      f"tokens/s per {unit} more than {100 * SCALING_LOSS:.0f}% below the "
-                     f"same levers' at the fewest {unit}s that fit")
-    budget = f"{unit + 's':>5}  {'hours':>10}  {unit + '-hours':>11}  " if tokens else ""
+                     f"same levers' at the fewest {units} that fit")
+    budget = f"{units:>5}  {'hours':>10}  {unit + '-hours':>11}  " if tokens else ""
     lines += [
              f"{ranking.tried} candidates, {ranking.fitting} fit with "
              f"{100 * spec.resources.memory_headroom:.0f}% headroom; searched in "
