@@ -1,6 +1,7 @@
-"""The validation pipeline: load → overrides → version dispatch → JSON Schema + pydantic
-→ invariants → lint rules → positions. Every problem in the file is collected as a
-diagnostic; only a malformed --set raises (OverrideError, a usage error)."""
+"""The validation pipeline: load → overrides → version dispatch → pydantic (and the JSON
+Schema's words when it refuses) → invariants → lint rules → positions. Every problem in
+the file is collected as a diagnostic; only a malformed --set raises (OverrideError, a
+usage error)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,9 @@ from fsdpspec.spec import LATEST, SUPPORTED
 from fsdpspec.spec.diagnostics import Diagnostic, Severity, error, sort_key
 from fsdpspec.spec.load import Loaded, SourceMap, load_file
 from fsdpspec.spec.overrides import apply_overrides
-from fsdpspec.spec.schema import published
 from fsdpspec.spec.structure import (
     by_hand_invariants,
     invariants,
-    schema_diagnostics,
     typed_spec,
 )
 from fsdpspec.spec.suggest import closest
@@ -77,9 +76,7 @@ def _structural(data: dict[str, Any]) -> tuple[JobSpec | None, list[Diagnostic]]
     found = _dispatch(data)
     if found:
         return None, found
-    found = schema_diagnostics(data, published(data["apiVersion"]))
-    spec, extra = typed_spec(data, found)
-    found += extra
+    spec, found = typed_spec(data, data["apiVersion"])
     if spec is not None:
         found += list(invariants(spec))
     return spec, found

@@ -12,8 +12,9 @@ import click
 from fsdpspec.catalog.accelerators import accelerator_names
 from fsdpspec.cli.options import emit, exit_on_errors, resolve_format, set_option
 from fsdpspec.cli.output import force_option, write_output
+from fsdpspec.plan.budget import budget, scaling, spec_tokens
 from fsdpspec.plan.planner import Plan, plan_job
-from fsdpspec.plan.report import plan_json, plan_text
+from fsdpspec.plan.report import budget_json, plan_json, plan_text
 from fsdpspec.spec.overrides import OverrideError
 from fsdpspec.validate import FileReport, check_file
 
@@ -78,6 +79,18 @@ def _write_picture(plan: Plan, kind: str, target: Path, *, force: bool) -> None:
     write_output(target, data, replace=force)
 
 
+def _forecast(plan: Plan, tokens: float | None, price: float | None):
+    """The token budget on the plan's GPUs and where scaling stops paying (None, None
+    when the device's peak is unknown)."""
+    if plan.step is None:
+        return None, None
+    world = plan.job.layout.world_size
+    source = "--tokens" if tokens is not None else "train.max_steps × global batch"
+    found = budget(plan.step, world, tokens or spec_tokens(plan.spec), source, price)
+    limit = scaling(plan.job, plan.accelerator, plan.min_gpus or world)
+    return found, limit
+
+
 @click.command("plan")
 @click.argument("file", metavar="FILE")
 @click.option("--gpus", type=click.IntRange(min=1, max=2**31 - 1), default=None,
@@ -97,9 +110,14 @@ def _write_picture(plan: Plan, kind: str, target: Path, *, force: bool) -> None:
               help="Also write the device memory chart as PNG.")
 @click.option("-o", "--output", type=click.Path(), default=None,
               help="Where --html/--svg/--png write (default plan.html/.svg/.png).")
+@click.option("--tokens", type=click.FloatRange(min=1, max=1e18), default=None,
+              metavar="N", help="Tokens to train (e.g. 1e12) for the budget line; default "
+                                "train.max_steps × global batch × seq_len.")
+@click.option("--price-per-gpu-hour", "price", type=click.FloatRange(min=0, min_open=True),
+              default=None, metavar="PRICE", help="Also price the budget.")
 @force_option
 def command(file, gpus, accelerator, overrides, output_format, trace, picture,
-            output, force) -> None:
+            output, tokens, price, force) -> None:
     """Predict per-GPU and host memory of a job spec, term by term.
 
     Exit 0 when the job fits, 1 when it does not (or the spec has errors), 2 on usage
@@ -117,11 +135,14 @@ def command(file, gpus, accelerator, overrides, output_format, trace, picture,
     if picture is not None:
         _write_picture(plan, picture, Path(output or f"plan.{picture}"), force=force)
     traced = _trace(plan) if trace else None
+    forecast, limit = _forecast(plan, tokens, price)
     if output_format == "json":
-        data = plan_json(plan) | ({"trace": traced} if traced else {})
+        data = plan_json(plan) | budget_json(forecast, limit) | (
+            {"trace": traced} if traced else {})
         click.echo(json.dumps(data, indent=2))
     else:
-        click.echo(plan_text(plan) + (_trace_text(traced) if traced else ""), nl=False)
+        click.echo(plan_text(plan, forecast, limit) + (_trace_text(traced) if traced else ""),
+                   nl=False)
     _blocked(report)
     raise SystemExit(0 if plan.fits else 1)
 

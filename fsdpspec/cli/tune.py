@@ -15,11 +15,12 @@ import click
 from fsdpspec.catalog.accelerators import accelerator_names
 from fsdpspec.cli.options import exit_on_errors, set_option
 from fsdpspec.job.job import Job
+from fsdpspec.plan.budget import SCALING_LOSS, spec_tokens
 from fsdpspec.plan.memory import GIB
 from fsdpspec.spec.overrides import OverrideError
 from fsdpspec.tune.levers import LEVER_KEYS
 from fsdpspec.tune.pipeline import MEMORY_VERDICTS, Ranking, tune_file
-from fsdpspec.tune.search import Candidate
+from fsdpspec.tune.search import Candidate, gpu_counts
 from fsdpspec.validate import FileReport, check_file
 
 # `--measure K` validates up to this many times K candidates to find K that differ.
@@ -62,31 +63,46 @@ def _what_if(file: str, overrides: list[str], gpus: int | None, nodes: int | Non
     return extra
 
 
-def _row(rank: int, c: Candidate) -> str:
+def _row(rank: int, c: Candidate, tokens: float | None) -> str:
     s = c.step
     memory = f"{c.device_bytes / GIB:.1f} of {c.capacity / GIB:.1f}"
     sets = " ".join(f"--set {o}" for o in c.overrides) or "(the spec as written)"
-    return (f"{rank:>4}  {s.tokens_per_s:>12,.1f}  {s.seconds:>8.3f}  {100 * s.mfu:>5.1f}%  "
-            f"{s.bound:<14}  {memory:>16}  {sets}")
+    budget = ""
+    if tokens is not None:
+        hours = c.hours(tokens)
+        budget = f"{c.gpus:>5}  {hours:>10,.1f}  {hours * c.gpus:>11,.0f}  "
+    return (f"{rank:>4}  {budget}{s.tokens_per_s:>12,.1f}  {s.seconds:>8.3f}  "
+            f"{100 * s.mfu:>5.1f}%  {s.bound:<14}  {memory:>16}  {sets}")
 
 
-def _table(ranking: Ranking, seconds: float, top: int) -> str:
+def _table(ranking: Ranking, seconds: float, top: int, tokens: float | None = None,
+           tokens_from: str = "", max_gpus: int | None = None) -> str:
     spec = ranking.base.spec
     assert spec is not None
     device = spec.device()
     unit = "GPU" if device.is_gpu else "process"
+    units = "GPUs" if device.is_gpu else "processes"
     levers = ", ".join(ranking.open_keys) or "none (every lever is set: use --vary)"
     lines = [f"tune {spec.metadata.name}: {spec.world_size} × {device.name}; varying {levers}"]
     if device.name == "cpu" and not device.is_gpu:
         lines.append("placeholder CPU rates: the times are relative; --measure calibrates "
                      "this machine")
+    if tokens is not None:
+        within = f" on at most {max_gpus} {units}" if max_gpus else ""
+        lines.append(f"ranked by the time to train {tokens:,.0f} tokens ({tokens_from})"
+                     f"{within}; hours at the step-time model's prediction (docs/tune.md)")
+    if ranking.past_scaling:
+        lines.append(f"{ranking.past_scaling} candidate(s) left out past where scaling pays: "
+                     f"tokens/s per {unit} more than {100 * SCALING_LOSS:.0f}% below the "
+                     f"same levers' at the fewest {units} that fit")
+    budget = f"{units:>5}  {'hours':>10}  {unit + '-hours':>11}  " if tokens else ""
     lines += [
              f"{ranking.tried} candidates, {ranking.fitting} fit with "
              f"{100 * spec.resources.memory_headroom:.0f}% headroom; searched in "
              f"{seconds:.2f} s; the {len(ranking.ranked[:top])} fastest that validate:",
-             f"rank  tokens/s/{unit:<4}  step (s)    MFU  bound           memory GiB        "
-             "--set"]
-    lines += [_row(i, c) for i, c in enumerate(ranking.ranked[:top], 1)]
+             f"rank  {budget}tokens/s/{unit:<4}  step (s)    MFU  bound           memory GiB"
+             "        --set"]
+    lines += [_row(i, c, tokens) for i, c in enumerate(ranking.ranked[:top], 1)]
     for candidate, problem in ranking.rejected:
         sets = " ".join(f"--set {o}" for o in candidate.overrides)
         lines.append(f"  not shown, does not validate: {sets}: {problem.code} {problem.message}")
@@ -95,19 +111,24 @@ def _table(ranking: Ranking, seconds: float, top: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _candidate_json(rank: int, c: Candidate) -> dict[str, Any]:
+def _candidate_json(rank: int, c: Candidate, tokens: float | None) -> dict[str, Any]:
     s = c.step
-    return {"rank": rank, "overrides": c.overrides, "tokens_per_s_per_device": s.tokens_per_s,
+    data = {"rank": rank, "overrides": c.overrides, "tokens_per_s_per_device": s.tokens_per_s,
             "step_seconds": s.seconds, "mfu": s.mfu, "bound": s.bound,
             "device_bytes": c.device_bytes, "capacity_bytes": c.capacity,
-            "host_bytes": c.host_bytes}
+            "host_bytes": c.host_bytes, "gpus": c.gpus}
+    if tokens is not None:
+        data |= {"hours": c.hours(tokens), "gpu_hours": c.hours(tokens) * c.gpus}
+    return data
 
 
-def _json(ranking: Ranking, measured: list[dict[str, Any]] | None, top: int) -> dict[str, Any]:
+def _json(ranking: Ranking, measured: list[dict[str, Any]] | None, top: int,
+          tokens: float | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {
         "open_levers": list(ranking.open_keys), "tried": ranking.tried,
-        "fitting": ranking.fitting,
-        "candidates": [_candidate_json(i, c) for i, c in enumerate(ranking.ranked[:top], 1)],
+        "fitting": ranking.fitting, "past_scaling": ranking.past_scaling, "tokens": tokens,
+        "candidates": [_candidate_json(i, c, tokens)
+                       for i, c in enumerate(ranking.ranked[:top], 1)],
         "rejected": [{"overrides": c.overrides, "code": d.code, "message": d.message}
                      for c, d in ranking.rejected]}
     if measured is not None:
@@ -237,21 +258,34 @@ def _measured_text(rows: list[dict[str, Any]], rho: float | None) -> str:
               help="Runs per measured candidate, in alternating order.")
 @click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
               help="With --measure: reuse this calibration (an accelerator.yaml it wrote).")
+@click.option("--tokens", type=click.FloatRange(min=1, max=1e18), default=None, metavar="N",
+              help="Rank by the time to train N tokens (default with --max-gpus: "
+                   "train.max_steps × global batch × seq_len).")
+@click.option("--max-gpus", type=click.IntRange(min=1, max=2**20), default=None, metavar="M",
+              help="Also search the GPU count, up to M (whole nodes), ranked by time to train.")
 def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format, output,
-            force, measure_k, steps, rounds, calibration) -> None:
+            force, measure_k, steps, rounds, calibration, tokens, max_gpus) -> None:
     """Rank the configurations of a job spec that fit by predicted tokens/s.
 
     Searches sharding strategy and hybrid shard group, activation checkpointing,
     micro-batch (accumulation keeps the global batch) and CPU offload; keeps what fits
     with the spec's headroom and validates; prints the fastest with memory, step time,
-    what bounds it and the --set lines that make it. Exit 0 when a candidate fits, 1
-    when none does (or the spec has errors), 2 on usage errors. See docs/tune.md.
+    what bounds it and the --set lines that make it. --tokens N ranks by the time to
+    train N tokens; --max-gpus M also searches the GPU count up to M, leaving out counts
+    past where scaling pays (tokens/s per GPU down more than 10 %). Exit 0 when a
+    candidate fits, 1 when none does (or the spec has errors), 2 on usage errors. See
+    docs/tune.md.
     """
     from fsdpspec.tune.measure import MeasureError, spearman
     from fsdpspec.tune.write import WinnerNotWritten, write_winner
 
     if calibration is not None and measure_k is None:
         raise click.UsageError("--calibration needs --measure")
+    if max_gpus is not None and (gpus is not None or nodes is not None):
+        raise click.UsageError("--max-gpus searches the GPU count: drop --gpus/--nodes")
+    if max_gpus is not None and measure_k is not None:
+        raise click.UsageError("--measure trains on this machine's processes: it cannot "
+                               "measure other GPU counts (drop --max-gpus)")
 
     def echo(text: str) -> None:
         click.echo(text, err=True)
@@ -263,10 +297,16 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
         if measure_k is not None:
             settings = [*chosen, *_calibrated(file, base, calibration, echo)]
             base = _load(file, settings)
+        spec = base.spec
+        assert spec is not None
+        counts = gpu_counts(spec.resources.gpus_per_node, max_gpus) if max_gpus else []
+        tokens_from = "--tokens" if tokens is not None else "train.max_steps × global batch"
+        if tokens is None and max_gpus is not None:
+            tokens = spec_tokens(spec)
         start = time.perf_counter()
         # Measuring ranks deeper: the candidates it measures must differ (m.distinct).
         ranking = tune_file(Path(file), settings, base, vary,
-                            max(top, MEASURE_DEPTH * (measure_k or 0)))
+                            max(top, MEASURE_DEPTH * (measure_k or 0)), counts)
         seconds = time.perf_counter() - start
         winner = ranking.ranked[0] if ranking.ranked else None
         if measure_k is not None and winner is not None:
@@ -278,12 +318,12 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
     except MeasureError as exc:
         raise click.ClickException(str(exc)) from None
     if output_format == "json":
-        data = _json(ranking, measured, top)
+        data = _json(ranking, measured, top, tokens)
         if measured is not None:
             data["spearman"] = rho
         click.echo(json.dumps(data, indent=2))
     else:
-        click.echo(_table(ranking, seconds, top), nl=False)
+        click.echo(_table(ranking, seconds, top, tokens, tokens_from, max_gpus), nl=False)
         if measured is not None:
             click.echo(_measured_text(measured, rho), nl=False)
     if winner is None:

@@ -4,6 +4,7 @@ suggestions. Pure: a Job in, a Plan out; no torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from fsdpspec.catalog.accelerators import CATALOG, Accelerator
 from fsdpspec.job.geometry import Geometry
@@ -35,9 +36,15 @@ class Plan:
     step: StepTime | None  # None when the device's peak is unknown
     min_gpus: int | None  # in whole nodes of the spec's gpus_per_node
     min_single_gpus: int | None  # counting single GPUs
-    suggestions: tuple[Suggestion, ...]
     # The cheapest combination of memory levers that fits, when the job does not.
     fitting_levers: Fit | None = None
+
+    @cached_property
+    def suggestions(self) -> tuple[Suggestion, ...]:
+        """Changes that save device memory, most saved first: computed when read (each
+        re-validates the spec with one change; `validate` of a job that fits never
+        reads them)."""
+        return tuple(suggestions(self.job, self.device, self.capacity, self.accelerator))
 
     @property
     def spec(self) -> JobSpec:
@@ -137,7 +144,6 @@ def plan_job(job: Job, *, world_size: int | None = None,
         step=step_time(job, compute, device, dtype),
         min_gpus=fewest_gpus(job, device) if device.is_gpu else None,
         min_single_gpus=fewest_gpus(job, device, per_node=1) if device.is_gpu else None,
-        suggestions=tuple(suggestions(job, memory, capacity, device)),
         fitting_levers=(cheapest_fit(job, memory, capacity, device)
                         if memory.total > capacity * (1.0 - spec.resources.memory_headroom)
                         else None),

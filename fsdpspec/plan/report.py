@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fsdpspec.plan.adapters import base_bytes_per_element, trainable_numel
+from fsdpspec.plan.budget import SCALING_LOSS
 from fsdpspec.plan.memory import GIB
 from fsdpspec.plan.planner import MAX_NODES
+from fsdpspec.plan.steptime import STEP_TIME_BAND
 
 if TYPE_CHECKING:
+    from fsdpspec.plan.budget import Budget, Scaling
     from fsdpspec.plan.planner import Plan
 
 
@@ -198,8 +201,8 @@ def step_line(plan: Plan) -> str:
     return line
 
 
-def _count(n: int) -> str:
-    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+def _count(n: float) -> str:
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
         if n >= scale:
             return f"{n / scale:.2f}{suffix}"
     return str(n)
@@ -233,8 +236,9 @@ def _adapter_lines(plan: Plan) -> list[str]:
     return lines
 
 
-def plan_text(plan: Plan) -> str:
-    """The table `fsdpspec plan` prints."""
+def plan_text(plan: Plan, budget: Budget | None = None, scaling: Scaling | None = None) -> str:
+    """The table `fsdpspec plan` prints (with the budget and scaling lines after the
+    predicted step when given)."""
     w = plan.job.layout
     layout = "as DDP" if w.ddp else f"over {w.shard_size}"
     head = [f"{plan.spec.metadata.name}: {_parameters(plan)}, "
@@ -248,7 +252,7 @@ def plan_text(plan: Plan) -> str:
     host += [f"  {k.replace('_', ' '):<28}{amount(v, GIB)}"
              for k, v in plan.host.terms.items() if v]
     lines = (head + _device_rows(plan, unit, name) + host + _verdict(plan, unit, name)
-             + _compute_lines(plan) + [step_line(plan)])
+             + _compute_lines(plan) + [step_line(plan)] + budget_lines(plan, budget, scaling))
     if plan.suggestions:
         lines.append("cheapest changes, by memory saved:")
         lines += [f"  --set {s.override:<40} saves {s.saves_bytes / unit:7.2f} {name}"
@@ -266,3 +270,72 @@ def _fitting_lines(plan: Plan, unit: int, name: str) -> list[str]:
             f"saves {fit.saves_bytes / unit:.2f} {name}, costs "
             f"{fit.extra_seconds:+.3f} s per step):",
             *[f"  --set {o}" for o in fit.overrides]]
+
+
+def _duration(hours: float) -> str:
+    """Hours, or minutes or seconds when under one."""
+    if hours >= 1:
+        return f"{hours:,.1f} h"
+    return f"{60 * hours:.1f} min" if hours * 60 >= 1 else f"{3600 * hours:.1f} s"
+
+
+def _amount(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def budget_lines(plan: Plan, budget: Budget | None, scaling: Scaling | None) -> list[str]:
+    """Time, GPU-hours and cost of the token budget at the model's band; where scaling
+    stops paying."""
+    unit, units = ("GPU", "GPUs") if plan.accelerator.is_gpu else ("process", "processes")
+    lines = []
+    if plan.step is None:
+        lines.append("budget: unknown (no predicted step: set resources.accelerator.bf16_tflops)")
+    if budget is not None:
+        hours, gpu_hours = budget.hours, budget.gpu_hours
+        (fast, slow), (low, high) = budget.band(hours), budget.band(gpu_hours)
+        line = (f"budget: {_count(budget.tokens)} tokens ({budget.tokens_from}) on "
+                f"{budget.gpus} {units} at {budget.tokens_per_s:,.0f} tokens/s: "
+                f"{_duration(hours)} ({_duration(fast)} to {_duration(slow)}), "
+                f"{_amount(gpu_hours)} {unit}-hours ({_amount(low)} to {_amount(high)})")
+        if budget.cost is not None:
+            low, high = budget.band(budget.cost)
+            line += (f", cost {_amount(budget.cost)} at {budget.price_per_gpu_hour:,.2f} per "
+                     f"{unit}-hour ({_amount(low)} to {_amount(high)})")
+        lines.append(line + f"; ranges: the step-time model's ±{100 * STEP_TIME_BAND:.0f}% "
+                     "on tokens/s")
+    if scaling is not None:
+        line = (f"scaling: tokens/s per {unit} stays within {100 * SCALING_LOSS:.0f}% of "
+                f"{scaling.start} {units}' {scaling.start_rate:,.0f} up to "
+                f"{scaling.holds_to:,} {units} ({scaling.holds_rate:,.0f})")
+        if scaling.past is None:
+            line += ", the end of the scan"
+        else:
+            count, rate = scaling.past
+            line += (f"; past it, {count:,} {units}: {rate:,.0f} "
+                     f"({100 * (rate / scaling.start_rate - 1):+.1f}%)")
+        lines.append(line)
+    return lines
+
+
+def budget_json(budget: Budget | None, scaling: Scaling | None) -> dict[str, Any]:
+    """The same as `budget_lines`, as the documented JSON keys."""
+    data: dict[str, Any] = {"budget": None, "scaling": None}
+    if budget is not None:
+        cost = budget.cost
+        data["budget"] = {
+            "tokens": budget.tokens, "tokens_from": budget.tokens_from, "gpus": budget.gpus,
+            "tokens_per_s": budget.tokens_per_s, "band": STEP_TIME_BAND,
+            "hours": budget.hours, "hours_range": list(budget.band(budget.hours)),
+            "gpu_hours": budget.gpu_hours,
+            "gpu_hours_range": list(budget.band(budget.gpu_hours)),
+            "price_per_gpu_hour": budget.price_per_gpu_hour, "cost": cost,
+            "cost_range": None if cost is None else list(budget.band(cost))}
+    if scaling is not None:
+        data["scaling"] = {
+            "loss": SCALING_LOSS, "start_gpus": scaling.start,
+            "start_tokens_per_s_per_device": scaling.start_rate,
+            "holds_to_gpus": scaling.holds_to,
+            "holds_tokens_per_s_per_device": scaling.holds_rate,
+            "past": None if scaling.past is None else {
+                "gpus": scaling.past[0], "tokens_per_s_per_device": scaling.past[1]}}
+    return data

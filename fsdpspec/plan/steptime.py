@@ -59,6 +59,10 @@ HOST_OPTIMIZER_GBPS = 10.0
 # draws, to first order). The spread is a prior (power-capped GPUs run at slightly
 # different clocks), not fitted: docs/tune.md.
 DEVICE_SPREAD = 0.01
+# The model's stated error band on tokens/s: every published run it is judged on lies
+# within it (benchmarks/step_time.py; the judged rows are within 2.2 %), and so did every
+# candidate `tune --measure` trained after calibrating the machine (docs/tune.md).
+STEP_TIME_BAND = 0.15
 # Past this many unit copies a micro-batch is timed by extrapolation (_micro_batch_seconds).
 SIMULATED_COPIES = 96
 BOUNDS = ("compute", "communication", "host transfers", "optimizer")

@@ -26,7 +26,7 @@ from ruamel.yaml.composer import Composer
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
-from ruamel.yaml.scanner import RoundTripScanner
+from ruamel.yaml.scanner import Scanner
 
 from fsdpspec.spec.diagnostics import Diagnostic, Position, error
 
@@ -258,7 +258,7 @@ class _BoundedComposer(Composer):
         return super().compose_node(parent, index)
 
 
-class _BoundedScanner(RoundTripScanner):
+class _BoundedScanner(Scanner):
     """Refuses flow nesting past MAX_DEPTH as the bracket is read: the scanner looks up to
     1,024 characters ahead inside flow brackets, at a cost that grows with their depth."""
 
@@ -292,7 +292,9 @@ def _compose(text: str) -> tuple[Node | None, Diagnostic | None]:
     problem = _directive_problem(text)
     if problem is not None:
         return None, problem
-    yaml = YAML(typ="rt")
+    # The safe scanner and parser, not the round-trip ones: only the nodes and their
+    # marks are read here, and gathering comments was a quarter of a spec's validation.
+    yaml = YAML(typ="safe", pure=True)
     yaml.Composer = _BoundedComposer
     yaml.Scanner = _BoundedScanner
     documents = yaml.compose_all(text)

@@ -1,24 +1,26 @@
-"""Structural checks: JSON Schema (what editors see), then pydantic (the typed JobSpec),
-merged into one list of diagnostics without duplicates, then the structural invariants
-the schema cannot express."""
+"""Structural checks: pydantic (the typed JobSpec); when it refuses, JSON Schema (what
+editors see) says where and why, merged with pydantic's errors into one list without
+duplicates; then the structural invariants the schema cannot express."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError as SchemaError
 from pydantic import ValidationError
 
 from fsdpspec.convert.accelerate_vocab import KEY_TO_FIELD, value_alias
 from fsdpspec.semantics import DEFAULT_RDZV_PORT
 from fsdpspec.spec.diagnostics import Diagnostic, error, normalize_prefix
 from fsdpspec.spec.load import join
+from fsdpspec.spec.schema import published
 from fsdpspec.spec.suggest import closest
 from fsdpspec.spec.v1 import INPUT_FIELDS, Data, JobSpec, field_value
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError as SchemaError
 
 _JSON_TYPES = {
     bool: "boolean", int: "integer", float: "number", str: "string",
@@ -171,6 +173,10 @@ def _constraint_message(err: SchemaError) -> str:
 
 def schema_diagnostics(data: Any, schema: dict[str, Any]) -> list[Diagnostic]:
     """Every JSON Schema violation as a diagnostic at its pointer."""
+    # Imported here: a spec the models accept never needs it (a third of validate's
+    # imports), as the schema is generated from the models.
+    from jsonschema import Draft202012Validator
+
     validator = Draft202012Validator(schema)
     by_place: dict[tuple[str, str], Diagnostic] = {}
     for err in validator.iter_errors(data):
@@ -214,19 +220,20 @@ def _overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
-def typed_spec(data: Any, already: list[Diagnostic]) -> tuple[JobSpec | None, list[Diagnostic]]:
-    """Validate with pydantic; return the spec and the errors schema checks missed."""
+def typed_spec(data: Any, version: str) -> tuple[JobSpec | None, list[Diagnostic]]:
+    """Validate with pydantic. When it refuses, the JSON Schema's diagnostics (worded for
+    the user) and then pydantic's errors at places the schema did not flag."""
     try:
         return JobSpec.model_validate(data), []
     except ValidationError as exc:
-        extra = []
+        found = schema_diagnostics(data, published(version))
         for item in exc.errors(include_url=False):
             pointer = _data_pointer(data, item["loc"], item["type"] == "missing")
-            if any(_overlaps(pointer, d.path) for d in already + extra):
+            if any(_overlaps(pointer, d.path) for d in found):
                 continue
             message = item["msg"][:1].lower() + item["msg"][1:]
-            extra.append(error(_pydantic_code(item["type"]), message, pointer))
-        return None, extra
+            found.append(error(_pydantic_code(item["type"]), message, pointer))
+        return None, found
 
 
 # The run directory and every input (one table: INPUT_FIELDS).

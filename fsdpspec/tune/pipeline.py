@@ -13,7 +13,7 @@ from pathlib import Path
 from fsdpspec.spec.diagnostics import Diagnostic
 from fsdpspec.spec.load import Loaded, join, load_file
 from fsdpspec.tune.levers import LEVER_KEYS
-from fsdpspec.tune.search import Candidate, search
+from fsdpspec.tune.search import Candidate, search, search_counts
 from fsdpspec.validate import FileReport, check_loaded
 
 # The memory verdicts are what tune decides by itself: a base job that does not fit is
@@ -31,6 +31,8 @@ class Ranking:
     fitting: int
     ranked: list[Candidate] = field(default_factory=list)
     rejected: list[tuple[Candidate, Diagnostic]] = field(default_factory=list)
+    # With GPU counts: candidates left out as past where scaling pays.
+    past_scaling: int = 0
 
 
 def written_keys(report: FileReport) -> set[str]:
@@ -66,13 +68,18 @@ def validated(loaded: Loaded, path: Path, overrides: Sequence[str],
 
 
 def tune_file(path: Path, overrides: Sequence[str], base: FileReport, vary: Sequence[str],
-              top: int) -> Ranking:
+              top: int, counts: Sequence[int] = ()) -> Ranking:
     """Rank ``base`` (the validated ``path`` with ``overrides``, its job resolved with a
-    geometry)'s candidates and keep the ``top`` fastest that validate."""
+    geometry)'s candidates and keep the ``top`` fastest that validate; with ``counts``,
+    at each of those GPU counts, fastest to train first."""
     assert base.job is not None and base.job.geometry is not None
     keys = open_levers(base, vary)
-    found, tried = search(base.job, set(keys))
-    ranking = Ranking(base, keys, tried, len(found))
+    past = 0
+    if counts:
+        found, tried, past = search_counts(base.job, set(keys), list(counts))
+    else:
+        found, tried = search(base.job, set(keys))
+    ranking = Ranking(base, keys, tried, len(found) + past, past_scaling=past)
     loaded = load_file(path)
     for candidate in found:
         if len(ranking.ranked) == top:

@@ -1,16 +1,18 @@
 """Every combination of the open levers, kept when it fits (the memory walk, with the
-spec's headroom), ranked by predicted tokens/s per device. Pure and torch-free: a
+spec's headroom), ranked by predicted tokens/s per device; or, given a GPU budget, at
+every GPU count up to it, ranked by the time a token budget takes. Pure and torch-free: a
 resolved job in, candidates out (each the job with its spec changed, `Job.with_spec`);
 what validates is the caller's to check."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
+from fsdpspec.plan.budget import SCALING_LOSS
 from fsdpspec.plan.compute import step_compute
 from fsdpspec.plan.host import host_memory
 from fsdpspec.plan.memory import GIB, device_memory
@@ -30,6 +32,14 @@ class Candidate:
     capacity: int
     host_bytes: int
     step: StepTime
+
+    @property
+    def gpus(self) -> int:
+        return self.spec.world_size
+
+    def hours(self, tokens: float) -> float:
+        """Hours to train ``tokens`` on the candidate's GPUs."""
+        return tokens / (self.step.tokens_per_s * self.gpus) / 3600
 
     @property
     def overrides(self) -> list[str]:
@@ -109,3 +119,59 @@ def search(job: Job, open_keys: set[str]) -> tuple[list[Candidate], int]:
     return kept, tried
 
 
+
+
+# The keys a GPU count sets: the resources, and the global batch where the ranks need a
+# larger one (every rank at least one micro-batch a step).
+COUNT_KEYS = ("resources.nodes", "resources.gpus_per_node", "data.global_batch_size")
+
+
+def gpu_counts(per_node: int, max_gpus: int) -> list[int]:
+    """Whole nodes of ``per_node`` GPUs, doubling up to ``max_gpus`` (and its whole nodes
+    themselves); under one node, 1, 2, 4 … GPUs of one node up to ``max_gpus``."""
+    step = per_node if max_gpus >= per_node else 1
+    counts, n = {max_gpus // step * step}, step
+    while n <= max_gpus:
+        counts.add(n)
+        n *= 2
+    return sorted(counts)
+
+
+def count_choice(spec: JobSpec, world: int) -> Choice:
+    """The spec on ``world`` GPUs: whole nodes of its gpus_per_node (or one node of
+    ``world``), the global batch kept where it gives every rank a whole number of
+    micro-batches, else the batch the ranks make at that accumulation (`Job.at_world`'s)."""
+    per_node = spec.resources.gpus_per_node
+    nodes, per = (world // per_node, per_node) if world >= per_node else (1, world)
+    micro = spec.data.micro_batch_size
+    accumulation = max(1, spec.data.global_batch_size // (micro * world))
+    return {"resources.nodes": nodes, "resources.gpus_per_node": per,
+            "data.global_batch_size": micro * world * accumulation}
+
+
+def search_counts(job: Job, open_keys: set[str], counts: list[int]
+                  ) -> tuple[list[Candidate], int, int]:
+    """The candidates at each GPU count that fit and still scale, fastest to train
+    first (most tokens/s over all GPUs); how many were tried; how many were dropped
+    because their tokens/s per GPU fell more than SCALING_LOSS below the same levers'
+    at the fewest GPUs that fit them (past where scaling pays)."""
+    kept, tried = [], 0
+    for world in counts:
+        choice = count_choice(job.spec, world)
+        spec = with_choice(job.spec, choice)
+        at = job.at_world(world).with_spec(spec)
+        found, n = search(at, open_keys)
+        tried += n
+        count = tuple((k, v) for k, v in choice.items() if v != value_of(job.spec, {}, k))
+        kept += [replace(c, changes=count + c.changes) for c in found]
+    first: dict[tuple, float] = {}
+    scaling, past = [], 0
+    for c in sorted(kept, key=lambda c: c.gpus):
+        levers = tuple(kv for kv in c.changes if kv[0] not in COUNT_KEYS)
+        floor = (1 - SCALING_LOSS) * first.setdefault(levers, c.step.tokens_per_s)
+        if c.step.tokens_per_s < floor:
+            past += 1
+        else:
+            scaling.append(c)
+    scaling.sort(key=lambda c: (-c.step.tokens_per_s * c.gpus, c.gpus, len(c.changes)))
+    return scaling, tried, past

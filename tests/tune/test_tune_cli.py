@@ -125,6 +125,7 @@ SHOWN = (
     "--set launch.rdzv_endpoint=node0:29500 --vary fsdp.activation_checkpointing",
     "fsdpspec tune examples/llama3-8b-h100.yaml --vary fsdp.activation_checkpointing "
     "-o best.yaml",
+    "fsdpspec tune examples/torchtitan-llama3-8b.yaml --tokens 1e12 --max-gpus 64",
 )
 MEASURE = ("fsdpspec tune job.yaml --measure 2 --steps 2 --rounds 1 "
            "--vary data.micro_batch_size")
@@ -134,11 +135,12 @@ MEASURE = ("fsdpspec tune job.yaml --measure 2 --steps 2 --rounds 1 "
 def test_the_documented_commands_run_as_shown(command: str, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "examples").mkdir()
-    (tmp_path / "examples" / EXAMPLE.name).write_text(EXAMPLE.read_text())
+    for example in (EXAMPLE, ROOT / "examples" / "torchtitan-llama3-8b.yaml"):
+        (tmp_path / "examples" / example.name).write_text(example.read_text())
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, shlex.split(command)[1:], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert "rank  tokens/s/GPU" in result.output
+    assert "rank  " in result.output and "  tokens/s/GPU" in result.output
     assert ("best.yaml" in command) == (tmp_path / "best.yaml").is_file()
 
 

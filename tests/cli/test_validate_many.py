@@ -1,0 +1,27 @@
+"""`fsdpspec validate FILE…` with a hundred files in one call: one process answers for
+every file, each at its own path (the time against one file is
+`benchmarks/cli_latency.py`'s, not a test's)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from conftest import ROOT, run_cli
+
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+
+
+def test_a_hundred_files_in_one_call_each_answered_at_its_own_path(tmp_path: Path) -> None:
+    files = [shutil.copy(QUICKSTART, tmp_path / f"job-{i:03}.yaml") for i in range(100)]
+    broken = tmp_path / "job-050.yaml"
+    broken.write_text(QUICKSTART.read_text().replace("global_batch_size:", "global_batch:"))
+    result = run_cli("validate", "--format", "json", *map(str, files))
+    assert result.returncode == 1, result.stderr
+    reports = json.loads(result.stdout)["files"]
+    assert [r["file"] for r in reports] == list(map(str, files))
+    assert [r["file"] for r in reports if not r["valid"]] == [str(broken)]
+    (wrong,) = [d for r in reports for d in r["diagnostics"] if d["severity"] == "error"]
+    assert (wrong["file"], wrong["code"]) == (str(broken), "FS020")
+    assert wrong["message"] == "unknown field 'global_batch' in data"
