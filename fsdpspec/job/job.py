@@ -19,6 +19,7 @@ from fsdpspec.catalog.modelconfig import (
     model_config,
     resolve_input_path,
 )
+from fsdpspec.job.batch import Batch
 from fsdpspec.job.geometry import Geometry, GeometryError
 from fsdpspec.job.layout import Layout, layout
 from fsdpspec.job.lora import Adapters, adapters_of, targets_of
@@ -49,6 +50,11 @@ class Job:
     # A LoRA / QLoRA fine-tune's adapters on the geometry (None: every parameter trains,
     # or there is no geometry to place them on).
     adapters: Adapters | None
+
+    @property
+    def batch(self) -> Batch:
+        """Micro-batch, sequence, global batch and accumulation (`Layout.batch`)."""
+        return self.layout.batch
 
     @property
     def builds_transformers_model(self) -> bool:
@@ -110,7 +116,7 @@ class Job:
         if g is None:
             return None
         return model_flops_per_token(parameters=g.active_params, num_layers=g.num_layers,
-                                     q_width=g.q_width, seq_len=self.spec.data.seq_len)
+                                     q_width=g.q_width, seq_len=self.batch.seq)
 
     def at_world(self, world_size: int) -> Job:
         """The same job on another number of ranks (the units do not change)."""

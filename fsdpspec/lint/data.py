@@ -53,7 +53,7 @@ def batch_not_divisible(ctx: LintContext) -> Iterator[Diagnostic]:
     """
     spec = ctx.spec
     step = spec.data.micro_batch_size * spec.world_size
-    if not ctx.job.layout.divides_batch:
+    if not ctx.job.batch.divides:
         choices = " or ".join(map(str, _nearest_multiples(spec.data.global_batch_size, step)))
         yield diagnostic("FS501", f"global_batch_size {spec.data.global_batch_size} is not a "
                          f"multiple of micro_batch_size {spec.data.micro_batch_size} × "

@@ -138,7 +138,7 @@ def _units(job: Job, c: Compute, device: Accelerator, rate: float) -> _Units:
     *layers, root = unit_traffic(job)
     copies = sum(t.count for t in layers)
     total = sum(t.shard_numel * t.count for t in layers) + root.shard_numel
-    micro = job.layout.accumulation_steps
+    micro = job.batch.accumulation
     rate /= 1 + DEVICE_SPREAD * math.sqrt(2 * math.log(job.layout.world_size))
     forward = c.model_flops / 3 / micro / rate
     forward += (ELEMENTWISE_PASSES * job.geometry.num_layers * layer_bytes(job)
@@ -301,7 +301,7 @@ def step_time(job: Job, c: Compute, device: Accelerator, compute_dtype: str) -> 
     if not rate:
         return None
     units = _units(job, c, device, rate)
-    micro, synced = job.layout.accumulation_steps, job.layout.synced_micro_batches
+    micro, synced = job.batch.accumulation, job.layout.synced_micro_batches
     runs = [(_micro_batch_seconds(job, units, device, True), synced)]
     if synced < micro:
         runs.append((_micro_batch_seconds(job, units, device, False), micro - synced))
@@ -315,7 +315,7 @@ def step_time(job: Job, c: Compute, device: Accelerator, compute_dtype: str) -> 
     exposed_host = exposed * host_share / busy if busy else 0.0
     optimizer = optimizer_seconds(job, device, units.shard_numel)
     seconds = total + optimizer
-    tokens = job.layout.tokens * micro / seconds
+    tokens = job.batch.tokens * micro / seconds
     shares = dict(zip(BOUNDS, (computing, exposed - exposed_host, exposed_host, optimizer),
                       strict=True))
     return StepTime(
@@ -323,7 +323,7 @@ def step_time(job: Job, c: Compute, device: Accelerator, compute_dtype: str) -> 
         exposed_communication_seconds=exposed - exposed_host,
         exposed_host_seconds=exposed_host, optimizer_seconds=optimizer,
         tokens_per_s=tokens,
-        mfu=mfu(tokens, c.model_flops / (job.layout.tokens * micro),
+        mfu=mfu(tokens, c.model_flops / (job.batch.tokens * micro),
                 device.peak_tflops(compute_dtype)),
         bound=max(shares, key=shares.__getitem__),
     )

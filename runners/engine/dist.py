@@ -15,9 +15,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from fsdpspec.job.job import Job
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.errors import EngineError
 
@@ -120,17 +118,6 @@ def leave(status: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
-
-
-def build_mesh(job: Job, runtime: Runtime) -> DeviceMesh:
-    """1-D mesh for the sharded strategies; 2-D (replicate, shard) for hybrid and NO_SHARD."""
-    world, shape = runtime.world_size, job.layout.mesh
-    if len(shape) == 1:
-        return init_device_mesh(runtime.device.type, shape, mesh_dim_names=("shard",))
-    if world % shape[1]:
-        group = job.layout.requested_group
-        raise EngineError(f"fsdp.shard_group_size {group} does not divide {world} processes")
-    return init_device_mesh(runtime.device.type, shape, mesh_dim_names=("replicate", "shard"))
 
 
 def console(runtime: Runtime, message: str) -> None:

@@ -80,8 +80,9 @@ def trace_job(job: Job) -> TraceResult:
     import torch
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from fsdpspec_runners.engine.mesh import shard_group_mesh
 
     shard = job.layout.shard_size
     if dist.is_initialized():
@@ -90,7 +91,7 @@ def trace_job(job: Job) -> TraceResult:
     try:
         # The mesh must exist before FakeTensorMode (it is real process-group state), and
         # so must the meta model: some modules create meta buffers FakeTensorMode rejects.
-        mesh = init_device_mesh("cpu", (shard,))
+        mesh = shard_group_mesh("cpu", shard)
         from fsdpspec_runners.engine.model import build_model
 
         model = build_model(job, on_meta=True)
@@ -150,8 +151,8 @@ def train_step(job: Job, model: Any, optimizer: Any, device: Any,
     from fsdpspec_runners.engine.adapter import Fsdp2
     from fsdpspec_runners.engine.loss import causal_lm_loss
 
-    micro = min(2, job.layout.accumulation_steps)
-    shape = (job.layout.micro_batch_size, job.layout.seq_len)
+    micro = min(2, job.batch.accumulation)
+    shape = (job.batch.micro, job.batch.seq)
     for index in range(micro):
         if index and between_micro_batches is not None:
             between_micro_batches()

@@ -31,7 +31,6 @@ from fsdpspec_runners.engine.data import Batches, SequenceSource
 from fsdpspec_runners.engine.datasource import as_data_error, dataset_sources
 from fsdpspec_runners.engine.dist import (
     Runtime,
-    build_mesh,
     console,
     fail_together,
     first_to_fail,
@@ -41,6 +40,7 @@ from fsdpspec_runners.engine.dist import (
 from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.loop import Trainer, export_final, train
 from fsdpspec_runners.engine.lora import is_quantised
+from fsdpspec_runners.engine.mesh import build_mesh, fsdp_mesh
 from fsdpspec_runners.engine.metrics import (
     MetricsSink,
     flops_per_token,
@@ -55,7 +55,8 @@ from fsdpspec_runners.engine.wrap import DDP_BUCKET_MB, fsdp1_syncs_states, para
 def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
     """The model, checkpointed, sharded and initialised (or loaded) as the job says."""
     spec = job.spec
-    mesh = build_mesh(job, runtime)
+    dims = job.layout.dims
+    mesh = fsdp_mesh(build_mesh(dims, runtime.device.type), dims)
     if spec.fsdp.version == 2:
         model, num_units = parallelize(build_model(job, on_meta=True), job, mesh,
                                        runtime.device)
@@ -80,12 +81,19 @@ def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
 
 
 def _describe(job: Job, runtime: Runtime, num_units: int, quantised: int = 0) -> None:
-    fsdp = job.spec.fsdp
-    wrapped = (f"as DDP ({DDP_BUCKET_MB} MiB buckets)" if job.layout.ddp
+    fsdp, lay = job.spec.fsdp, job.layout
+    wrapped = (f"as DDP ({DDP_BUCKET_MB} MiB buckets)" if lay.ddp
                else f"{num_units} units + root ({fsdp.auto_wrap_policy} policy)")
+    # The strategy that runs (FSDP1's hybrid groups of one rank run NO_SHARD), and the
+    # named mesh it runs over.
+    dims = lay.dims
+    written = (f" (written {dims.written_strategy})"
+               if dims.written_strategy != dims.strategy else "")
+    mesh = " × ".join(f"{name} {size}" for name, size in
+                      zip(dims.mesh_names, dims.mesh_shape, strict=True))
     console(
         runtime,
-        f"fsdp{fsdp.version} {fsdp.sharding_strategy}: {wrapped}, "
+        f"fsdp{lay.fsdp_version} {dims.strategy}{written}: {wrapped}, mesh {mesh}, "
         f"activation checkpointing {fsdp.activation_checkpointing}, "
         f"params {fsdp.mixed_precision.param_dtype}, {runtime.world_size} processes on "
         f"{runtime.device.type}" + (f", QLoRA: {quantised} base weights in 4-bit NF4"
@@ -115,7 +123,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
                                 spec.optimizer)
     vocab_size = job.config["vocab_size"] if job.config else None
     source, eval_sequences = _data_sources(spec, vocab_size, run_dir, runtime)
-    batches = Batches(source, job.layout, spec.data.global_batch_size, runtime.rank)
+    batches = Batches(source, job.batch, job.layout.dims.dp_rank(runtime.rank))
     state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches,
                        trainable_only=spec.peft is not None)
     resume_from = choose_resume_checkpoint(spec.checkpoint.resume, run_dir, runtime)

@@ -22,7 +22,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from fsdpspec.job.introspect import module_tree
 from fsdpspec.job.job import Job, wrap_of
 from fsdpspec.job.units import Units, choose_units
-from fsdpspec.semantics import DTYPE_BYTES, HYBRID_STRATEGIES, fsdp1_option
+from fsdpspec.semantics import DTYPE_BYTES, fsdp1_option
 from fsdpspec.spec.v1 import Fsdp, MixedPrecision
 from fsdpspec_runners.engine.errors import EngineError
 
@@ -33,14 +33,14 @@ def parallelize(model: nn.Module, job: Job, mesh: DeviceMesh,
                 device: torch.device) -> tuple[nn.Module, int]:
     """torchtitan's order: activation checkpointing, then compile, then FSDP2 (each unit,
     then the root) or FSDP1. The units and the checkpointed layers are the job's, by
-    module name. Returns the wrapped model and its number of units besides the root."""
+    module name; ``mesh`` is the sub-mesh FSDP runs over (`mesh.fsdp_mesh`). Returns the
+    wrapped model and its number of units besides the root."""
     spec = job.spec
     units_of = model_units(model, job)
     layers = [model.get_submodule(name) for name in units_of.layer_names()]
     units = [model.get_submodule(name) for name in units_of.names()]
     checkpointed = {id(model.get_submodule(name)) for name in units_of.checkpointed()}
-    wrapped = apply_activation_checkpointing(model, checkpointed,
-                                             spec.fsdp.activation_checkpointing)
+    wrapped = apply_activation_checkpointing(model, checkpointed, units_of.ac_mode)
     layers = [wrapped.get(id(m), m) for m in layers]
     units = [wrapped.get(id(m), m) for m in units]
     if spec.train.compile:
@@ -136,10 +136,9 @@ def replicate_ddp(model: nn.Module, mesh: DeviceMesh, device: torch.device) -> n
     `gradient buckets`)."""
     from torch.distributed._composable.replicate import replicate
 
-    # The group of the mesh's first dimension (the replicas; the trace's one-rank mesh),
-    # not a sliced mesh: replicate() takes that for DDP beside tensor parallelism and
-    # converts DTensors around every forward.
-    return replicate(model, process_group=mesh.get_group(0), device_id=device,
+    # The replicas' process group, not a sliced mesh: replicate() takes that for DDP
+    # beside tensor parallelism and converts DTensors around every forward.
+    return replicate(model, process_group=mesh.get_group("dp_replicate"), device_id=device,
                      bucket_cap_mb=DDP_BUCKET_MB, gradient_as_bucket_view=True)
 
 
@@ -190,7 +189,7 @@ def wrap_fsdp1(
     )
     # A hybrid layout of one-rank groups runs as NO_SHARD (`fsdpspec.job.layout`).
     strategy = job.layout.strategy
-    hybrid_mesh = mesh if strategy in HYBRID_STRATEGIES else None
+    hybrid_mesh = mesh if job.layout.hybrid else None
     on_meta = any(p.is_meta for p in model.parameters())
     return FSDP(
         model,

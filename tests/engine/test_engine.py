@@ -287,7 +287,7 @@ def test_ranks_split_each_global_batch_exactly() -> None:
     def step_rows(world: int) -> list[tuple[int, ...]]:
         rows = []
         for rank in range(world):
-            batches = Batches(source, layout(spec, world), 4, rank)
+            batches = Batches(source, layout(spec, world).batch, rank)
             batches.load_state_dict({"position": 4})  # the second step
             rows += [tuple(b["input_ids"][0].tolist()) for b in batches.next_step()]
         return sorted(rows)
