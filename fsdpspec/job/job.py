@@ -188,18 +188,16 @@ def read_model_config(spec: JobSpec, base_dir: Path) -> dict[str, Any] | None:
 
 
 def resolve(spec: JobSpec, base_dir: Path, *, world_size: int | None = None,
-            config: dict[str, Any] | None = None, geometry: Geometry | None = None,
-            cache_dirs: tuple[Path, ...] = ()) -> Job:
+            config: dict[str, Any] | None = None, geometry: Geometry | None = None) -> Job:
     """The job of ``spec`` (input paths relative to ``base_dir``), optionally on another
-    number of ranks; ``config`` / ``geometry`` when the caller read them already;
-    ``cache_dirs``: run directories that may hold the model's introspected geometry.
+    number of ranks; ``config`` / ``geometry`` when the caller read them already.
     Raises ModelConfigError for a model config that cannot be read."""
     if config is None:
         config = read_model_config(spec, base_dir)
     error = None
     if geometry is None and config is not None:
         try:
-            geometry = model_geometry(config, cache_dirs)
+            geometry = model_geometry(config)
         except GeometryError as exc:
             error = exc
     return Job(spec=spec, base_dir=base_dir, config=config, geometry=geometry,

@@ -67,7 +67,8 @@ class Layout:
                 "strategy": self.strategy, "shard_size": self.shard_size,
                 "mesh": list(self.mesh), "accumulation_steps": self.batch.accumulation,
                 "synced_micro_batches": self.synced_micro_batches, "ddp": self.ddp,
-                "dims": self.dims.as_json(), "batch": self.batch.as_json()}
+                "gpus_per_node": self.gpus_per_node, "dims": self.dims.as_json(),
+                "batch": self.batch.as_json()}
 
 
 def runs_as_ddp(spec: JobSpec, strategy: str) -> bool:

@@ -122,7 +122,8 @@ class ParallelDims:
         """The named degrees, as resolved-spec.json records them."""
         return {"dp_replicate": self.dp_replicate, "dp_shard": self.dp_shard, "cp": self.cp,
                 "tp": self.tp, "pp": self.pp, "ep": self.ep,
-                "mesh_names": list(self.mesh_names)}
+                "mesh_names": list(self.mesh_names), "written_strategy": self.written_strategy,
+                "requested_shard": self.requested_shard}
 
 
 def parallel_dims(*, world_size: int, strategy: str, shard_group_size: int | None,

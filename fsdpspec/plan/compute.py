@@ -69,7 +69,7 @@ def _flops_per_token(job: Job, parameters: int) -> tuple[float, float]:
     shape = dict(parameters=parameters, num_layers=job.geometry.num_layers,
                  q_width=job.geometry.q_width, seq_len=job.batch.seq)
     return model_flops_per_token(**shape), recompute_flops_per_token(
-        **shape, mode=job.spec.fsdp.activation_checkpointing, ac_every=job.spec.fsdp.ac_every)
+        **shape, mode=job.units.ac_mode, ac_every=job.units.ac_every)
 
 
 def step_flops(job: Job, parameters: int) -> float:

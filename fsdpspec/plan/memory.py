@@ -22,8 +22,6 @@ from fsdpspec.plan.adapters import adapted_parts
 from fsdpspec.plan.units import Sharding, sharding
 from fsdpspec.semantics import (
     MASTER_BYTES,
-    checkpointed_count,
-    is_checkpointed,
     syncs_gradients,
 )
 
@@ -242,13 +240,14 @@ def layer_bytes(job: Job) -> int:
 def _saved_through(job: Job, index: int, full: int) -> int:
     """Bytes layers 0..index hold for backward (a checkpointed layer: its input; under
     op-level checkpointing also the outputs its policy saves)."""
-    fsdp, g, b = job.spec.fsdp, job.geometry, job.compute_bytes
-    if fsdp.activation_checkpointing == "op":
+    units, g, b = job.units, job.geometry, job.compute_bytes
+    assert units is not None  # the planner plans only jobs with a geometry
+    if units.ac_mode == "op":
         kept = levers.op_checkpointed_layer_bytes(g, b, job.batch.micro, job.batch.seq,
                                                   job.spec.model.attention)
     else:
         kept = act.checkpointed_layer_bytes(g, b, job.batch.micro, job.batch.seq)
-    checkpointed = checkpointed_count(fsdp.activation_checkpointing, fsdp.ac_every, index + 1)
+    checkpointed = units.checkpointed_count(index + 1)
     return checkpointed * kept + (index + 1 - checkpointed) * full
 
 
@@ -328,7 +327,7 @@ def _layer_point(job: Job, p: _Parts, index: int) -> Point:
     if job.spec.fsdp.activation_offload:
         # Only the layer in backward has its saved tensors back on the device.
         activations -= _saved_through(job, index - 1, p.layer) if index else 0
-    if is_checkpointed(job.spec.fsdp.activation_checkpointing, job.spec.fsdp.ac_every, index):
+    if job.units.is_checkpointed(index):
         activations += p.layer
     lay = job.layout
     gathered = p.root + (p.unit if lay.reshards_after_forward else (index + 1) * p.unit)

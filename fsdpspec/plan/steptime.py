@@ -40,8 +40,6 @@ from fsdpspec.plan.compute import Compute, UnitTraffic, unit_traffic
 from fsdpspec.plan.memory import layer_bytes
 from fsdpspec.semantics import (
     MASTER_BYTES,
-    checkpointed_count,
-    is_checkpointed,
     mfu,
 )
 
@@ -178,21 +176,21 @@ def _one_unit_per_layer(job: Job, copies: int) -> bool:
 def _checkpointed(job: Job, index: int, copies: int) -> bool:
     """Whether unit copy ``index`` recomputes: its layer's checkpointing under the
     transformer policy, every unit alike under the others."""
-    fsdp = job.spec.fsdp
-    if fsdp.activation_checkpointing == "none":
+    units = job.units
+    if units.ac_mode == "none":
         return False
     if _one_unit_per_layer(job, copies):
-        return is_checkpointed(fsdp.activation_checkpointing, fsdp.ac_every, index)
+        return units.is_checkpointed(index)
     return True
 
 
 def _recomputing_copies(job: Job, copies: int) -> int:
     """How many unit copies recompute in backward (closed form, any depth)."""
-    fsdp = job.spec.fsdp
-    if fsdp.activation_checkpointing == "none":
+    units = job.units
+    if units.ac_mode == "none":
         return 0
     if _one_unit_per_layer(job, copies):
-        return checkpointed_count(fsdp.activation_checkpointing, fsdp.ac_every, copies)
+        return units.checkpointed_count(copies)
     return copies
 
 

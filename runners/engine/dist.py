@@ -16,7 +16,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from fsdpspec.spec.v1 import JobSpec
+from fsdpspec.job.job import Job
 from fsdpspec_runners.engine.errors import EngineError
 
 
@@ -55,8 +55,9 @@ def _default_single_process_env() -> None:
     )
 
 
-def init_runtime(spec: JobSpec) -> Runtime:
+def init_runtime(job: Job) -> Runtime:
     """Join the process group and pick this rank's device."""
+    spec, world = job.spec, job.layout.world_size
     _default_single_process_env()
     backend = choose_backend(spec.launch.backend)
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -73,9 +74,9 @@ def init_runtime(spec: JobSpec) -> Runtime:
     runtime = Runtime(dist.get_rank(), dist.get_world_size(), local_rank, device)
     if not runtime.is_main:
         warnings.simplefilter("ignore")  # library warnings once (rank 0), not N times
-    if runtime.world_size != spec.world_size:
+    if runtime.world_size != world:
         raise EngineError(
-            f"the spec asks for {spec.world_size} processes (resources.nodes × gpus_per_node) "
+            f"the spec asks for {world} processes (resources.nodes × gpus_per_node) "
             f"but {runtime.world_size} were started"
         )
     return runtime

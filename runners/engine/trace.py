@@ -19,8 +19,6 @@ from unittest import mock
 
 from fsdpspec.catalog.families import family
 from fsdpspec.job.job import Job
-from fsdpspec.job.layout import layout
-from fsdpspec.spec.v1 import JobSpec
 
 TRACED_STEPS = 2
 
@@ -40,11 +38,13 @@ class TraceResult:
     micro_batches: int
 
 
-def check_traceable(spec: JobSpec, config: dict[str, Any]) -> None:
-    """Raise TraceError for the specs the fake-tensor trace cannot represent."""
-    if spec.fsdp.version != 2:
+def check_traceable(job: Job) -> None:
+    """Raise TraceError for the jobs the fake-tensor trace cannot represent."""
+    spec, config = job.spec, job.config
+    assert config is not None
+    if job.layout.fsdp_version != 2:
         raise TraceError("--trace measures FSDP2 (fully_shard); this spec uses fsdp.version 1")
-    if layout(spec).ddp:
+    if job.layout.ddp:
         raise TraceError("--trace measures FSDP2 on fake tensors; NO_SHARD in full precision "
                          "runs as DDP, whose C++ reducer needs real tensors; trace it with "
                          "fsdp.mixed_precision bf16 or a sharded strategy")
@@ -74,9 +74,7 @@ def check_traceable(spec: JobSpec, config: dict[str, Any]) -> None:
 
 def trace_job(job: Job) -> TraceResult:
     """Trace one rank of the job; see the module docstring."""
-    spec = job.spec
-    assert job.config is not None
-    check_traceable(spec, job.config)
+    check_traceable(job)
     import torch
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode

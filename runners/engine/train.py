@@ -17,10 +17,11 @@ import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
 from fsdpspec.job.job import Job
+from fsdpspec.job.units import Units
 from fsdpspec.jsonfile import JsonFileError
 from fsdpspec.runfiles.events import append_event
 from fsdpspec.runfiles.outcome import tell_stopped
-from fsdpspec.runfiles.resolved import read_resolved_spec
+from fsdpspec.runfiles.resolved import read_resolved_job
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.checkpoint import (
     TrainState,
@@ -46,7 +47,7 @@ from fsdpspec_runners.engine.metrics import (
     flops_per_token,
     peak_tflops,
 )
-from fsdpspec_runners.engine.model import build_model, engine_job, load_weights, materialise
+from fsdpspec_runners.engine.model import build_model, load_weights, materialise
 from fsdpspec_runners.engine.optim import build_grad_scaler, build_optimizer, build_scheduler
 from fsdpspec_runners.engine.signals import StopRequest
 from fsdpspec_runners.engine.wrap import DDP_BUCKET_MB, fsdp1_syncs_states, parallelize
@@ -57,10 +58,9 @@ def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
     spec = job.spec
     dims = job.layout.dims
     mesh = fsdp_mesh(build_mesh(dims, runtime.device.type), dims)
-    if spec.fsdp.version == 2:
-        model, num_units = parallelize(build_model(job, on_meta=True), job, mesh,
-                                       runtime.device)
-        _describe(job, runtime, num_units, sum(map(is_quantised, model.parameters())))
+    if job.layout.fsdp_version == 2:
+        model, units = parallelize(build_model(job, on_meta=True), job, mesh, runtime.device)
+        _describe(job, runtime, units, sum(map(is_quantised, model.parameters())))
         materialise(model, runtime.device, spec.train.seed)
         if spec.model.weights:
             load_weights(model, spec, runtime, sharded=True)
@@ -68,22 +68,23 @@ def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
     # FSDP1 shards a built model: rank 0 holds it and the others start on meta when
     # FSDP1 can broadcast (GPU); on the CPU every rank builds the same seeded model.
     on_meta = (
-        fsdp1_syncs_states(spec.fsdp, runtime.device)
+        fsdp1_syncs_states(spec.fsdp.sync_module_states, runtime.device)
         and spec.fsdp.cpu_ram_efficient_loading
         and not runtime.is_main
     )
     model = build_model(job, on_meta=on_meta)
     if spec.model.weights:
         load_weights(model, spec, runtime, sharded=False)
-    model, num_units = parallelize(model, job, mesh, runtime.device)
-    _describe(job, runtime, num_units)
+    model, units = parallelize(model, job, mesh, runtime.device)
+    _describe(job, runtime, units)
     return model
 
 
-def _describe(job: Job, runtime: Runtime, num_units: int, quantised: int = 0) -> None:
-    fsdp, lay = job.spec.fsdp, job.layout
+def _describe(job: Job, runtime: Runtime, units: Units, quantised: int = 0) -> None:
+    lay = job.layout
     wrapped = (f"as DDP ({DDP_BUCKET_MB} MiB buckets)" if lay.ddp
-               else f"{num_units} units + root ({fsdp.auto_wrap_policy} policy)")
+               else f"{len(list(units.names()))} units + root "
+                    f"({job.spec.fsdp.auto_wrap_policy} policy)")
     # The strategy that runs (FSDP1's hybrid groups of one rank run NO_SHARD), and the
     # named mesh it runs over.
     dims = lay.dims
@@ -94,8 +95,8 @@ def _describe(job: Job, runtime: Runtime, num_units: int, quantised: int = 0) ->
     console(
         runtime,
         f"fsdp{lay.fsdp_version} {dims.strategy}{written}: {wrapped}, mesh {mesh}, "
-        f"activation checkpointing {fsdp.activation_checkpointing}, "
-        f"params {fsdp.mixed_precision.param_dtype}, {runtime.world_size} processes on "
+        f"activation checkpointing {units.ac_mode}, "
+        f"params {job.spec.fsdp.mixed_precision.param_dtype}, {runtime.world_size} processes on "
         f"{runtime.device.type}" + (f", QLoRA: {quantised} base weights in 4-bit NF4"
                                     if quantised else ""),
     )
@@ -113,9 +114,9 @@ def _open_sink(spec: JobSpec, run_dir: Path, runtime: Runtime, step: int) -> Met
     return sink
 
 
-def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
+def build_trainer(job: Job, run_dir: Path, runtime: Runtime) -> Trainer:
     """Model, optimizer, schedule, data, and the state resumed from a checkpoint."""
-    job = engine_job(spec, runtime.world_size, run_dir)
+    spec = job.spec
     model = build_fsdp_model(job, runtime)
     torch.manual_seed(spec.train.seed)
     # Frozen parameters (the base of a LoRA) have no gradient and take no optimizer state.
@@ -164,12 +165,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _read_spec(path: Path) -> tuple[JobSpec, Path]:
+def _read_job(path: Path) -> tuple[Job, Path]:
+    """The job the launcher resolved and recorded: every rank runs it, none resolves it
+    again."""
     try:
-        spec, run_dir, _ = read_resolved_spec(path)
+        return read_resolved_job(path)
     except JsonFileError as exc:
         raise EngineError(exc.coded()) from None
-    return spec, run_dir
 
 
 def _cause(exc: BaseException) -> str:
@@ -206,9 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     run_dir: Path | None = None
     clean = False
     try:
-        spec, run_dir = _read_spec(args.spec)
-        runtime = init_runtime(spec)
-        trainer = build_trainer(spec, run_dir, runtime)
+        job, run_dir = _read_job(args.spec)
+        runtime = init_runtime(job)
+        trainer = build_trainer(job, run_dir, runtime)
         try:
             finished = train(trainer)
         finally:

@@ -314,7 +314,7 @@ def test_size_policy_skips_containers() -> None:
     from fsdpspec.job.units import Wrap, choose_units
 
     model = nn.Sequential(nn.ModuleList([nn.Linear(10, 10), nn.Linear(10, 10)]), nn.Linear(4, 4))
-    units = choose_units(module_tree(model), Wrap("size", 100, ()))
+    units = choose_units(module_tree(model), Wrap("size", 100, (), ac_mode="none", ac_every=2))
     assert list(units.names()) == ["0.0", "0.1"]
 
 
