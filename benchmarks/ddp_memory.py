@@ -53,9 +53,9 @@ def measure(model_dir: Path, micro_batches: int, seq_len: int) -> tuple[int, int
     })
     job = resolve(spec, model_dir)
     assert job.layout.ddp
-    from torch.distributed.device_mesh import init_device_mesh
+    from fsdpspec_runners.engine.mesh import build_mesh, fsdp_mesh
 
-    mesh = init_device_mesh("cpu", (1, 1), mesh_dim_names=("replicate", "shard"))
+    mesh = fsdp_mesh(build_mesh(job.layout.dims, "cpu"), job.layout.dims)
     cpu = torch.device("cpu")
     model = build_model(job, on_meta=True)
     optimizer = shard_job(job, model, mesh, cpu)

@@ -98,14 +98,15 @@ def worker(spec_path: Path, steps: int) -> None:
     """Alternate engine and hand-written steps; rank 0 prints the comparison."""
     import torch
 
-    from fsdpspec.runfiles.resolved import read_resolved_spec
+    from fsdpspec.runfiles.resolved import read_resolved_job
     from fsdpspec_runners.engine.dist import init_runtime, teardown
     from fsdpspec_runners.engine.loop import train_step
     from fsdpspec_runners.engine.train import build_trainer
 
-    spec, run_dir, _ = read_resolved_spec(spec_path)
-    runtime = init_runtime(spec)
-    trainer = build_trainer(spec, run_dir, runtime)
+    job, run_dir = read_resolved_job(spec_path)
+    spec = job.spec
+    runtime = init_runtime(job)
+    trainer = build_trainer(job, run_dir, runtime)
     hand_step = hand_written(spec_path)
     times: dict[str, list[float]] = {"engine": [], "hand": []}
     for index in range(WARMUP_STEPS + steps):

@@ -91,14 +91,14 @@ def accelerate_loop(args: argparse.Namespace):  # noqa: ANN201 - returns a step 
 
 def worker(spec_path: Path, args: argparse.Namespace) -> None:
     """Alternate engine and accelerate steps; rank 0 prints the comparison."""
-    from fsdpspec.runfiles.resolved import read_resolved_spec
+    from fsdpspec.runfiles.resolved import read_resolved_job
     from fsdpspec_runners.engine.dist import init_runtime, teardown
     from fsdpspec_runners.engine.loop import train_step
     from fsdpspec_runners.engine.train import build_trainer
 
-    spec, run_dir, _ = read_resolved_spec(spec_path)
-    runtime = init_runtime(spec)
-    trainer = build_trainer(spec, run_dir, runtime)
+    job, run_dir = read_resolved_job(spec_path)
+    runtime = init_runtime(job)
+    trainer = build_trainer(job, run_dir, runtime)
     accelerate_step = accelerate_loop(args)
     times: dict[str, list[float]] = {"engine": [], "accelerate": []}
     for index in range(WARMUP_STEPS + args.steps):

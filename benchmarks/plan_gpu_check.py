@@ -31,9 +31,9 @@ GIB = 1 << 30
 def measure(row: tuple, torch) -> tuple[int, int, int, int]:
     """(plan allocated, plan reserved, measured allocated, measured reserved) of a row."""
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
+    from fsdpspec_runners.engine.mesh import shard_group_mesh
     from fsdpspec_runners.engine.model import build_model
     from fsdpspec_runners.engine.trace import shard_job, train_step
 
@@ -43,7 +43,7 @@ def measure(row: tuple, torch) -> tuple[int, int, int, int]:
     dist.init_process_group("fake", rank=0, world_size=shard, store=FakeStore())
     try:
         cuda = torch.device("cuda")
-        mesh = init_device_mesh("cuda", (shard,))
+        mesh = shard_group_mesh("cuda", shard)
         model = build_model(job, on_meta=True)
         optimizer = shard_job(job, model, mesh, cuda)
         train_step(job, model, optimizer, cuda)

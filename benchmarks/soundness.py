@@ -390,10 +390,8 @@ if (out / "config.json").is_file():
     AutoModelForCausalLM.from_pretrained(out)
 if (out / "adapter").is_dir():
     from peft import PeftModel
-    from fsdpspec_runners.engine.model import engine_job
-    from fsdpspec.runfiles.resolved import read_resolved_spec
-    config = AutoConfig.for_model(**engine_job(read_resolved_spec(
-        run / "resolved-spec.json")[0]).config)
+    from fsdpspec.runfiles.resolved import read_resolved_job
+    config = AutoConfig.for_model(**read_resolved_job(run / "resolved-spec.json")[0].config)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         PeftModel.from_pretrained(AutoModelForCausalLM.from_config(config), out / "adapter")

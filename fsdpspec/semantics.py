@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fsdpspec.spec.v1 import Fsdp, JobSpec
+    from fsdpspec.spec.v1 import Fsdp
 
 # The byte-level tokenizer (used when `data.tokenizer` is null): ids 0–255 are the UTF-8
 # bytes, 256 ends a document.
@@ -47,38 +47,6 @@ def fsdp1_option(fsdp: Fsdp, name: str) -> bool:
     """An FSDP1-only option (`limit_all_gathers`, `use_orig_params`), FSDP1's default when null."""
     value = getattr(fsdp, name)
     return FSDP1_DEFAULTS[name] if value is None else value
-
-
-def requested_shard_group(spec: JobSpec) -> int:
-    """The shard group a hybrid strategy asks for: the written size, else one node."""
-    return spec.fsdp.shard_group_size or spec.resources.gpus_per_node
-
-
-def shard_group_size(spec: JobSpec, world_size: int | None = None) -> int:
-    """Ranks one parameter is sharded over: all, a group (hybrid) or one (NO_SHARD)."""
-    world = world_size or spec.world_size
-    strategy = spec.fsdp.sharding_strategy
-    if strategy == "NO_SHARD":
-        return 1
-    if strategy in HYBRID_STRATEGIES:
-        return min(world, requested_shard_group(spec))
-    return world
-
-
-def mesh_shape(spec: JobSpec, world_size: int | None = None) -> tuple[int, ...]:
-    """The device mesh: ``(world,)`` for the sharded strategies, ``(replicas, group)`` for
-    hybrid ones and NO_SHARD (a group of one)."""
-    world = world_size or spec.world_size
-    if spec.fsdp.sharding_strategy in (*HYBRID_STRATEGIES, "NO_SHARD"):
-        group = shard_group_size(spec, world)
-        return (world // group, group)
-    return (world,)
-
-
-def accumulation_steps(spec: JobSpec, world_size: int | None = None) -> int:
-    """Micro-batches per optimizer step (at least 1)."""
-    per_step = spec.data.micro_batch_size * (world_size or spec.world_size)
-    return max(1, spec.data.global_batch_size // per_step)
 
 
 def is_checkpointed(mode: str, ac_every: int, index: int) -> bool:

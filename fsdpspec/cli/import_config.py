@@ -4,7 +4,6 @@ line, every assumption is marked, and a feature the spec lacks stops the import.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import click
@@ -13,11 +12,8 @@ from fsdpspec.catalog.accelerators import accelerator_names
 from fsdpspec.catalog.presets import preset_names
 from fsdpspec.cli.init import check_name
 from fsdpspec.cli.output import deliver, output_option
+from fsdpspec.convert.registry import KINDS, importer
 from fsdpspec.spec.names import kubernetes_name
-
-# source kind → the fsdpspec.convert module that reads it.
-KINDS = {"accelerate": "accelerate", "trainer": "trainer", "axolotl": "axolotl",
-         "torchtitan": "torchtitan"}
 
 
 def _where(config: str, note) -> str:
@@ -53,11 +49,11 @@ def command(kind, config, output, name, preset, hf_config, accelerator, gpus_per
 
     if preset and hf_config:
         raise click.UsageError("give --preset or --hf-config, not both")
-    reader = importlib.import_module(f"fsdpspec.convert.{KINDS[kind]}")
+    import_config = importer(kind).import_config()
     assumed = Assumptions(accelerator=accelerator, gpus_per_node=gpus_per_node,
                           preset=preset, hf_config=hf_config)
     try:
-        imported = reader.import_config(
+        imported = import_config(
             Path(config), name=name or kubernetes_name(Path(config).stem), assumed=assumed,
             base_dir=Path.cwd())
     except SourceError as exc:

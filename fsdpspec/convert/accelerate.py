@@ -18,12 +18,12 @@ from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Not
 from fsdpspec.convert.fsdpkeys import FsdpReading, apply_fsdp, read_keys, take_layers
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import Document, SourceError, read_yaml
+from fsdpspec.job.layout import layout
 from fsdpspec.semantics import (
     DEFAULT_RDZV_PORT,
     HYBRID_STRATEGIES,
     fsdp1_option,
     reshards_after_forward,
-    shard_group_size,
 )
 from fsdpspec.spec.load import join
 from fsdpspec.spec.v1 import JobSpec, MixedPrecision
@@ -204,9 +204,9 @@ def _fsdp2(spec: JobSpec) -> tuple[dict[str, Any], dict[str, int], list[str]]:
     strategy = spec.fsdp.sharding_strategy
     keys = {"fsdp_reshard_after_forward": reshards_after_forward(strategy)}
     if strategy in HYBRID_STRATEGIES:
-        group = shard_group_size(spec)
-        return keys, {"parallelism_config_dp_replicate_size": spec.world_size // group,
-                      "parallelism_config_dp_shard_size": group}, []
+        dims = layout(spec).dims
+        return keys, {"parallelism_config_dp_replicate_size": dims.dp_replicate,
+                      "parallelism_config_dp_shard_size": dims.dp_shard}, []
     if strategy == "NO_SHARD":
         return keys, {}, ["fsdp.sharding_strategy NO_SHARD has no accelerate FSDP2 "
                           "equivalent; wrote fsdp_reshard_after_forward: true"]

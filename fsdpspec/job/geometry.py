@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from fsdpspec.catalog.families import CUSTOM, NORMS, Bias, Family, family
+from fsdpspec.catalog.families import CUSTOM, NORMS, Bias, Family, Moe, family
 from fsdpspec.job.tree import Node, Shape
 
 _COMMON_DEFAULTS = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -32,15 +32,13 @@ class UnknownFamilyError(GeometryError):
 @dataclass(frozen=True)
 class Experts:
     """The Mixture-of-Experts block of every layer: ``count`` experts of MLP width
-    ``width``, ``active`` of them routed per token."""
+    ``width``, ``active`` of them routed per token; ``block``: the family's router and
+    biases, and what each routed token saves (declared once, in the family registry)."""
 
     count: int
     active: int
     width: int
-    router_bias: bool = False
-    expert_bias: bool = False
-    router: str = "gate"
-    width_saves: int = 4
+    block: Moe
 
 
 @dataclass(frozen=True)
@@ -213,10 +211,10 @@ def _expert_tensors(g: Geometry) -> list[tuple[str, Shape]]:
     dim 0, so FSDP2 shards whole experts and pads their count)."""
     e, h = g.experts, g.hidden_size
     assert e is not None
-    out = _linear(f"mlp.{e.router}", e.count, h, e.router_bias)
+    out = _linear(f"mlp.{e.block.router}", e.count, h, e.block.router_bias)
     out += [("mlp.experts.gate_up_proj", (e.count, 2 * e.width, h)),
             ("mlp.experts.down_proj", (e.count, h, e.width))]
-    if e.expert_bias:
+    if e.block.expert_bias:
         out += [("mlp.experts.gate_up_proj_bias", (e.count, 2 * e.width)),
                 ("mlp.experts.down_proj_bias", (e.count, h))]
     return out
@@ -335,8 +333,7 @@ def _experts(fam: Family, merged: dict[str, Any]) -> Experts | None:
     return Experts(count=count, active=_positive_int("num_experts_per_tok",
                                                      merged.get("num_experts_per_tok")),
                    width=_positive_int(m.width_key, merged.get(m.width_key)),
-                   router_bias=m.router_bias, expert_bias=m.expert_bias, router=m.router,
-                   width_saves=m.width_saves)
+                   block=m)
 
 
 def _window(fam: Family, merged: dict[str, Any]) -> int | None:

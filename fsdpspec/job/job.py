@@ -19,6 +19,7 @@ from fsdpspec.catalog.modelconfig import (
     model_config,
     resolve_input_path,
 )
+from fsdpspec.job.batch import Batch
 from fsdpspec.job.geometry import Geometry, GeometryError
 from fsdpspec.job.layout import Layout, layout
 from fsdpspec.job.lora import Adapters, adapters_of, targets_of
@@ -49,6 +50,11 @@ class Job:
     # A LoRA / QLoRA fine-tune's adapters on the geometry (None: every parameter trains,
     # or there is no geometry to place them on).
     adapters: Adapters | None
+
+    @property
+    def batch(self) -> Batch:
+        """Micro-batch, sequence, global batch and accumulation (`Layout.batch`)."""
+        return self.layout.batch
 
     @property
     def builds_transformers_model(self) -> bool:
@@ -120,7 +126,7 @@ class Job:
         if g is None:
             return None
         return model_flops_per_token(parameters=g.active_params, num_layers=g.num_layers,
-                                     q_width=g.q_width, seq_len=self.spec.data.seq_len)
+                                     q_width=g.q_width, seq_len=self.batch.seq)
 
     def at_world(self, world_size: int) -> Job:
         """The same job on another number of ranks (the units do not change)."""
@@ -192,18 +198,16 @@ def read_model_config(spec: JobSpec, base_dir: Path) -> dict[str, Any] | None:
 
 
 def resolve(spec: JobSpec, base_dir: Path, *, world_size: int | None = None,
-            config: dict[str, Any] | None = None, geometry: Geometry | None = None,
-            cache_dirs: tuple[Path, ...] = ()) -> Job:
+            config: dict[str, Any] | None = None, geometry: Geometry | None = None) -> Job:
     """The job of ``spec`` (input paths relative to ``base_dir``), optionally on another
-    number of ranks; ``config`` / ``geometry`` when the caller read them already;
-    ``cache_dirs``: run directories that may hold the model's introspected geometry.
+    number of ranks; ``config`` / ``geometry`` when the caller read them already.
     Raises ModelConfigError for a model config that cannot be read."""
     if config is None:
         config = read_model_config(spec, base_dir)
     error = None
     if geometry is None and config is not None:
         try:
-            geometry = model_geometry(config, cache_dirs)
+            geometry = model_geometry(config)
         except GeometryError as exc:
             error = exc
     return Job(spec=spec, base_dir=base_dir, config=config, geometry=geometry,

@@ -3,7 +3,8 @@ introspected once on the meta device and cached on disk by the config's sha256.
 
 The cache lets `validate` give a memory verdict for a model it cannot count without
 torch: `fsdpspec plan` (or `validate`) on a machine with the train extra fills it, in
-the user's cache directory and beside a run; a registered family never touches it.
+the user's cache directory (a run records the geometry in its resolved spec); a
+registered family never touches it.
 """
 
 from __future__ import annotations
@@ -12,18 +13,16 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from fsdpspec.atomicio import write_text
+from fsdpspec.catalog.families import Moe
 from fsdpspec.job.geometry import Experts, Geometry, UnknownFamilyError, geometry_from_config
 from fsdpspec.job.tree import Node
 
 # Bumped when the cached form changes: older entries are then computed again.
 CACHE_VERSION = 2
-# The file beside a run (the engine reads it instead of building the model twice).
-RUN_FILE = "model-geometry.json"
 
 
 def config_digest(config: dict[str, Any]) -> str:
@@ -56,7 +55,7 @@ def _from_json(data: Any, digest: str) -> Geometry | None:
             return None
         fields = dict(data["geometry"])
         fields["built_tree"] = Node.from_json(fields["built_tree"])
-        fields["experts"] = Experts(**fields["experts"]) if fields["experts"] else None
+        fields["experts"] = experts_from_json(fields["experts"])
         for key in ("built_layer", "built_root"):
             fields[key] = tuple((n, tuple(s)) for n, s in fields[key])
         for key in ("norm_names", "built_layer_classes"):
@@ -66,24 +65,27 @@ def _from_json(data: Any, digest: str) -> Geometry | None:
         return None
 
 
-def cached_geometry(config: dict[str, Any], where: Sequence[Path] = ()) -> Geometry | None:
-    """The introspected geometry of ``config`` from the user's cache or a run directory
-    in ``where``; None when neither holds it (an unreadable entry counts as absent)."""
+def experts_from_json(data: dict[str, Any] | None) -> Experts | None:
+    """`Experts` from `dataclasses.asdict` (its family block nested)."""
+    if data is None:
+        return None
+    return Experts(**{**data, "block": Moe(**data["block"])})
+
+
+def cached_geometry(config: dict[str, Any]) -> Geometry | None:
+    """The introspected geometry of ``config`` from the user's cache; None when it holds
+    none (an unreadable entry counts as absent)."""
     digest = config_digest(config)
-    for path in [user_cache_dir() / f"{digest}.json", *(d / RUN_FILE for d in where)]:
-        try:
-            found = _from_json(json.loads(path.read_text(encoding="utf-8")), digest)
-        except (OSError, ValueError):
-            continue
-        if found is not None:
-            return found
-    return None
+    try:
+        return _from_json(json.loads(_cache_file(config).read_text(encoding="utf-8")), digest)
+    except (OSError, ValueError):
+        return None
 
 
-def store_geometry(config: dict[str, Any], g: Geometry, target: Path | None = None) -> None:
-    """Cache an introspected geometry (in the user's cache, or at ``target``). A cache
-    that cannot be written is skipped: it only saves time."""
-    path = target or _cache_file(config)
+def store_geometry(config: dict[str, Any], g: Geometry) -> None:
+    """Cache an introspected geometry in the user's cache. A cache that cannot be
+    written is skipped: it only saves time."""
+    path = _cache_file(config)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, json.dumps(_to_json(g, config_digest(config))) + "\n")
@@ -91,7 +93,7 @@ def store_geometry(config: dict[str, Any], g: Geometry, target: Path | None = No
         pass
 
 
-def model_geometry(config: dict[str, Any], where: Sequence[Path] = ()) -> Geometry:
+def model_geometry(config: dict[str, Any]) -> Geometry:
     """The analytic geometry of ``config``; for a model_type without a family, the cached
     or (torch importable) freshly introspected geometry. Raises GeometryError, and
     NotIntrospected when the model has neither a family, a cache entry nor torch."""
@@ -99,7 +101,7 @@ def model_geometry(config: dict[str, Any], where: Sequence[Path] = ()) -> Geomet
         return geometry_from_config(config)
     except UnknownFamilyError:
         pass
-    cached = cached_geometry(config, where)
+    cached = cached_geometry(config)
     if cached is not None:
         return cached
     from fsdpspec.job.introspect import introspected_geometry

@@ -49,8 +49,9 @@ class Wrap:
     policy: str  # transformer | size | none
     min_num_params: int
     layer_classes: tuple[str, ...]
-    ac_mode: str = "none"
-    ac_every: int = 2
+    # `fsdp.activation_checkpointing` and `fsdp.ac_every` (whose default is the spec's).
+    ac_mode: str
+    ac_every: int
     # FSDP1: nothing inside a checkpointed layer becomes a unit (FSDP1 cannot map
     # optimizer state to names through a checkpoint wrapper with units inside it, so
     # such a run could never resume).
@@ -65,8 +66,8 @@ class Units:
     units: tuple[Unit, ...]
     root: Unit
     layers: tuple[tuple[str, int], ...]
-    ac_mode: str = "none"
-    ac_every: int = 2
+    ac_mode: str
+    ac_every: int
 
     @property
     def num_layers(self) -> int:
@@ -87,8 +88,16 @@ class Units:
     def checkpointed(self) -> Iterator[str]:
         """The layers wrapped in activation checkpointing."""
         for index, name in enumerate(self.layer_names()):
-            if is_checkpointed(self.ac_mode, self.ac_every, index):
+            if self.is_checkpointed(index):
                 yield name
+
+    def is_checkpointed(self, index: int) -> bool:
+        """Whether decoder layer ``index`` is wrapped in activation checkpointing."""
+        return is_checkpointed(self.ac_mode, self.ac_every, index)
+
+    def checkpointed_count(self, num_layers: int) -> int:
+        """How many of layers 0..num_layers-1 are checkpointed (closed form, any depth)."""
+        return checkpointed_count(self.ac_mode, self.ac_every, num_layers)
 
 
 def _selects(layers: str, mode: str, every: int, index: int) -> bool:

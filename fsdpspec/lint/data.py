@@ -51,13 +51,13 @@ def batch_not_divisible(ctx: LintContext) -> Iterator[Diagnostic]:
         resources: {gpus_per_node: 2}
         data: {micro_batch_size: 2, global_batch_size: 8}
     """
-    spec = ctx.spec
-    step = spec.data.micro_batch_size * spec.world_size
-    if not ctx.job.layout.divides_batch:
-        choices = " or ".join(map(str, _nearest_multiples(spec.data.global_batch_size, step)))
-        yield diagnostic("FS501", f"global_batch_size {spec.data.global_batch_size} is not a "
-                         f"multiple of micro_batch_size {spec.data.micro_batch_size} × "
-                         f"{spec.world_size} ranks = {step}",
+    batch = ctx.job.batch
+    if not batch.divides:
+        step = batch.per_pass
+        choices = " or ".join(map(str, _nearest_multiples(batch.global_size, step)))
+        yield diagnostic("FS501", f"global_batch_size {batch.global_size} is not a "
+                         f"multiple of micro_batch_size {batch.micro} × "
+                         f"{batch.dp_size} ranks = {step}",
                          ctx.first_set("/data/global_batch_size", "/data/micro_batch_size",
                                        "/resources/gpus_per_node"),
                          f"use global_batch_size {choices}")

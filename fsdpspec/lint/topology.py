@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from fsdpspec.job.parallel import ParallelDims, ParallelDimsError
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
-from fsdpspec.semantics import HYBRID_STRATEGIES, requested_shard_group
+from fsdpspec.semantics import HYBRID_STRATEGIES
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
 from fsdpspec.spec.v1 import JobSpec
 
@@ -90,13 +91,21 @@ def hybrid_single_group(ctx: LintContext) -> Iterator[Diagnostic]:
         resources: {nodes: 1, gpus_per_node: 2}
         fsdp: {sharding_strategy: FULL_SHARD}
     """
-    spec = ctx.spec
-    strategy = spec.fsdp.sharding_strategy
-    if strategy in HYBRID_STRATEGIES and requested_shard_group(spec) == spec.world_size:
-        yield diagnostic("FS103", f"{strategy} with one shard group of {spec.world_size} "
+    dims = ctx.job.layout.dims
+    strategy, world = dims.written_strategy, dims.world_size
+    if strategy in HYBRID_STRATEGIES and _fits(dims) and not dims.dp_replicate_enabled:
+        yield diagnostic("FS103", f"{strategy} with one shard group of {world} "
                          f"ranks is {_FLAT_EQUIVALENT[strategy]}", "/fsdp/sharding_strategy",
                          f"use {_FLAT_EQUIVALENT[strategy]}, or a shard_group_size that "
-                         f"divides {spec.world_size} into several groups")
+                         f"divides {world} into several groups")
+
+
+def _fits(dims: ParallelDims) -> bool:
+    try:
+        dims.validate()
+    except ParallelDimsError:
+        return False
+    return True
 
 
 @rule("FS104", "hybrid-degree", Severity.ERROR,
@@ -117,13 +126,14 @@ def hybrid_degree(ctx: LintContext) -> Iterator[Diagnostic]:
         resources: {nodes: 1, gpus_per_node: 4}
         fsdp: {sharding_strategy: HYBRID_SHARD, shard_group_size: 2}
     """
-    spec = ctx.spec
-    group, world = requested_shard_group(spec), spec.world_size
-    if spec.fsdp.sharding_strategy in HYBRID_STRATEGIES and world % group:
+    dims = ctx.job.layout.dims
+    try:
+        dims.validate()
+    except ParallelDimsError as exc:
+        world = dims.world_size
         divisors = [d for d in range(1, world + 1) if world % d == 0]
         # The default group (one node) always divides: only a written size can fail.
-        yield diagnostic("FS104", f"shard group of {group} ranks does not divide the world "
-                         f"size {world}", "/fsdp/shard_group_size",
+        yield diagnostic("FS104", str(exc), exc.field,
                          f"use a shard_group_size among {divisors}")
 
 

@@ -98,7 +98,8 @@ def mlp_activation_bytes(g: Geometry, b: int, t: int) -> int:
     if e is None:
         return (2 if g.mlp == "plain" else 4) * b * t * g.intermediate_size
     rows = t * e.active
-    return b * rows * (2 * g.hidden_size + e.width_saves * e.width) + 4 * t * e.count + 40 * rows
+    saved = 2 * g.hidden_size + e.block.width_saves * e.width
+    return b * rows * saved + 4 * t * e.count + 40 * rows
 
 
 def layer_activation_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) -> int:

@@ -114,7 +114,7 @@ def adapted_parts(p: Any, job: Job, sh: Sharding,
     layer_trainable = sum(math.prod(s) for s in job.adapters.layer_shapes())
     root_trainable = sum(math.prod(s) for s in job.adapters.root_shapes(g))
     carried, unsharded_carry = 0, False
-    if job.layout.accumulation_steps > 1:
+    if job.batch.accumulation > 1:
         if syncs_gradients(job.layout.strategy, last_micro_batch=False):
             carried = on_device * grad_shard
         else:
@@ -165,10 +165,9 @@ def adapted_layer_activations(job: Job) -> tuple[int, int]:
     The first layer's input needs no gradient (the embeddings are frozen), so its first
     norm saves only what an adapter reads; a frozen lm_head keeps neither the final
     norm's normalised value nor its output."""
-    a, g, b, t = job.adapters, job.geometry, job.compute_bytes, job.layout.tokens
+    a, g, b, t = job.adapters, job.geometry, job.compute_bytes, job.batch.tokens
     assert a is not None
-    lay = job.layout
-    full = act.layer_activation_bytes(g, b, lay.micro_batch_size, lay.seq_len,
+    full = act.layer_activation_bytes(g, b, job.batch.micro, job.batch.seq,
                                       job.attention)
     norm_value = 0 if g.norm_bias else (4 if g.fp32_norm else b)
     frozen_norms = norm_value * t * (g.norms_per_layer * g.hidden_size

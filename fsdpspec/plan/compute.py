@@ -67,15 +67,15 @@ def _flops_per_token(job: Job, parameters: int) -> tuple[float, float]:
     """(model FLOPs, recomputed FLOPs) per token."""
     assert job.geometry is not None  # the planner plans only jobs with a geometry
     shape = dict(parameters=parameters, num_layers=job.geometry.num_layers,
-                 q_width=job.geometry.q_width, seq_len=job.layout.seq_len)
+                 q_width=job.geometry.q_width, seq_len=job.batch.seq)
     return model_flops_per_token(**shape), recompute_flops_per_token(
-        **shape, mode=job.spec.fsdp.activation_checkpointing, ac_every=job.spec.fsdp.ac_every)
+        **shape, mode=job.units.ac_mode, ac_every=job.units.ac_every)
 
 
 def step_flops(job: Job, parameters: int) -> float:
     """FLOPs of one rank's optimizer step (all its micro-batches)."""
-    return float(sum(_flops_per_token(job, parameters)) * job.layout.tokens
-                 * job.layout.accumulation_steps) + chunked_loss_flops(job)
+    return float(sum(_flops_per_token(job, parameters)) * job.batch.tokens
+                 * job.batch.accumulation) + chunked_loss_flops(job)
 
 
 def unit_traffic(job: Job) -> tuple[UnitTraffic, ...]:
@@ -97,7 +97,7 @@ def unit_traffic(job: Job) -> tuple[UnitTraffic, ...]:
 def step_compute(job: Job, parameters: int, device: Accelerator, compute_dtype: str) -> Compute:
     """Work and traffic of one step, timed at the device's peaks."""
     traffic = unit_traffic(job)
-    micro = job.layout.accumulation_steps
+    micro = job.batch.accumulation
     synced = job.layout.synced_micro_batches
     *layers, root = traffic
     # Units freed after forward are gathered again in backward; the root never is.
@@ -113,6 +113,6 @@ def step_compute(job: Job, parameters: int, device: Accelerator, compute_dtype: 
              if job.layout.shard_size <= job.layout.gpus_per_node else 0)
     inter = all_reduce + (0 if intra else all_gather + reduce_scatter)
     seconds = intra / (device.intra_node_gbps * 1e9) + inter / (device.inter_node_gbps * 1e9)
-    return Compute(flops, float(model * job.layout.tokens * micro), all_gather, reduce_scatter,
+    return Compute(flops, float(model * job.batch.tokens * micro), all_gather, reduce_scatter,
                    all_reduce, flops / (peak * 1e12) if peak else None, seconds,
                    offload_seconds(saved_activation_bytes(job), job))

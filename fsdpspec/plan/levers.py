@@ -42,13 +42,13 @@ def chunked_loss_flops(job: Job) -> float:
     backward (2 · H · V per token)."""
     if job.spec.train.loss_chunks == 1:
         return 0.0
-    g, lay = job.geometry, job.layout
-    return 2.0 * g.hidden_size * g.vocab_size * lay.tokens * lay.accumulation_steps
+    g = job.geometry
+    return 2.0 * g.hidden_size * g.vocab_size * job.batch.tokens * job.batch.accumulation
 
 
 def chunk_tokens(job: Job) -> int:
     """Tokens of one loss chunk: ``torch.chunk`` over the micro-batch's tokens."""
-    return math.ceil(job.layout.tokens / job.spec.train.loss_chunks)
+    return math.ceil(job.batch.tokens / job.spec.train.loss_chunks)
 
 
 def chunked_head_terms(job: Job) -> dict[str, dict[str, int]]:
@@ -61,7 +61,7 @@ def chunked_head_terms(job: Job) -> dict[str, dict[str, int]]:
     chunk's arrives)."""
     g, b, tokens = job.geometry, job.compute_bytes, chunk_tokens(job)
     forward = act.logits_forward_bytes(g, b, 1, tokens)
-    hidden_grads = b * job.layout.tokens * g.hidden_size
+    hidden_grads = b * job.batch.tokens * g.hidden_size
     backward = act.logits_backward_bytes(g, b, 1, tokens)
     if not g.tie_word_embeddings:
         # Read off the trace: an untied head's chunk also holds its recomputed logits and
@@ -69,7 +69,7 @@ def chunked_head_terms(job: Job) -> dict[str, dict[str, int]]:
         backward += 2 * b * tokens * g.vocab_size
     return {
         "forward: lm_head": {"logits_and_loss": act.router_loss_bytes(
-            g, b, job.layout.micro_batch_size, job.layout.seq_len)},
+            g, b, job.batch.micro, job.batch.seq)},
         "forward: loss": {"logits_and_loss": forward},
         "backward: loss": {"logits_and_loss": backward + hidden_grads},
         "backward: lm_head": {"logits_and_loss": hidden_grads},
@@ -110,7 +110,7 @@ def offload_seconds(saved: int, job: Job) -> float:
     in backward, per micro-batch (overlapped with compute in forward)."""
     if not job.spec.fsdp.activation_offload:
         return 0.0
-    return 2 * saved * job.layout.accumulation_steps / (PCIE_GBPS * 1e9)
+    return 2 * saved * job.batch.accumulation / (PCIE_GBPS * 1e9)
 
 
 def shard_tensors(sh: Sharding) -> list[tuple[int, int]]:

@@ -22,8 +22,6 @@ from fsdpspec.plan.adapters import adapted_parts
 from fsdpspec.plan.units import Sharding, sharding
 from fsdpspec.semantics import (
     MASTER_BYTES,
-    checkpointed_count,
-    is_checkpointed,
     syncs_gradients,
 )
 
@@ -134,7 +132,7 @@ def _carried_gradients(job: Job, sh: Sharding, sharded: int) -> tuple[int, bool]
     sharded gradients accumulate in place; under NO_SHARD it skips the reduction until the
     last micro-batch, and FSDP keeps every unsharded gradient, upcast to the reduce dtype
     (FSDP2) or kept in the parameters' dtype (FSDP1)."""
-    if job.layout.accumulation_steps == 1:
+    if job.batch.accumulation == 1:
         return 0, False
     if syncs_gradients(job.layout.strategy, last_micro_batch=False):
         return sharded, False
@@ -156,7 +154,7 @@ def _ddp_parts(job: Job, sh: Sharding) -> _Parts:
     # order backward readied the gradients): the first micro-batch's gradients live on
     # in the old buckets until backward copies each into its new one, 4 · P more than at
     # any later step (measured: benchmarks/ddp_memory.py).
-    rebuilt = params if job.layout.accumulation_steps > 1 else 0
+    rebuilt = params if job.batch.accumulation > 1 else 0
     return _Parts(
         persistent={"sharded_parameters": params, "gradient_buckets": params,
                     "optimizer_states": levers.optimizer_state_bytes(job, tensors)},
@@ -235,21 +233,22 @@ def saved_activation_bytes(job: Job) -> int:
 def layer_bytes(job: Job) -> int:
     """Activation bytes one layer saves for backward without checkpointing (the memory
     walk's, and the step-time model's elementwise traffic)."""
-    return act.layer_activation_bytes(job.geometry, job.compute_bytes, job.layout.micro_batch_size,
-                                      job.layout.seq_len, job.attention)
+    return act.layer_activation_bytes(job.geometry, job.compute_bytes, job.batch.micro,
+                                      job.batch.seq, job.attention)
 
 
 def _saved_through(job: Job, index: int, full: int) -> int:
     """Bytes layers 0..index hold for backward (a checkpointed layer: its input; under
     op-level checkpointing also the outputs its policy saves)."""
-    fsdp, lay, g, b = job.spec.fsdp, job.layout, job.geometry, job.compute_bytes
-    if fsdp.activation_checkpointing == "op":
-        kept = levers.op_checkpointed_layer_bytes(g, b, lay.micro_batch_size, lay.seq_len,
-                                                  job.attention)
+    units, g, b = job.units, job.geometry, job.compute_bytes
+    assert units is not None  # the planner plans only jobs with a geometry
+    micro, seq = job.batch.micro, job.batch.seq
+    if units.ac_mode == "op":
+        kept = levers.op_checkpointed_layer_bytes(g, b, micro, seq, job.attention)
     else:
-        kept = act.checkpointed_layer_bytes(g, b, lay.micro_batch_size, lay.seq_len)
-    checkpointed = checkpointed_count(fsdp.activation_checkpointing, fsdp.ac_every, index + 1)
-    mask = act.checkpointed_mask_bytes(g, b, lay.micro_batch_size, lay.seq_len, job.attention)
+        kept = act.checkpointed_layer_bytes(g, b, micro, seq)
+    checkpointed = units.checkpointed_count(index + 1)
+    mask = act.checkpointed_mask_bytes(g, b, micro, seq, job.attention)
     return checkpointed * kept + (index + 1 - checkpointed) * full + (mask if checkpointed else 0)
 
 
@@ -271,7 +270,7 @@ def _forward_points(job: Job, p: _Parts) -> list[Point]:
         return []
     b, lay, layers = job.compute_bytes, job.layout, job.geometry.num_layers
     # The hidden states entering a layer and the rotary cos/sin, alive from the embedding on.
-    entering = b * lay.tokens * (job.geometry.hidden_size + 2 * job.geometry.head_dim)
+    entering = b * job.batch.tokens * (job.geometry.hidden_size + 2 * job.geometry.head_dim)
     base = p.persistent | {"accumulated_gradients": p.accumulated}
     points = [Point("forward: root all-gather", base | {"gathered_parameters": 2 * p.root})]
     for index in sorted({0, layers - 1}):
@@ -289,7 +288,7 @@ def _head_points(job: Job, p: _Parts) -> list[Point]:
     """From the lm_head's forward to its backward: logits and loss, the root gathered
     throughout."""
     g, b = job.geometry, job.compute_bytes
-    batch, seq = job.layout.micro_batch_size, job.layout.seq_len
+    batch, seq = job.batch.micro, job.batch.seq
     logits = b * batch * seq * g.vocab_size
     acts = p.saved + act.root_activation_bytes(g, b, batch, seq)
     base = p.persistent | {"accumulated_gradients": p.accumulated, "activations": acts,
@@ -315,7 +314,7 @@ def _head_points(job: Job, p: _Parts) -> list[Point]:
         # and their sum at once, beside the hidden states' gradients.
         points["backward: loss, head gradient sum"] = base | {
             "unsharded_gradients": 3 * p.head_grads,
-            "logits_and_loss": b * job.layout.tokens * g.hidden_size}
+            "logits_and_loss": b * job.batch.tokens * g.hidden_size}
     return [Point(name, terms) for name, terms in points.items()]
 
 
@@ -329,11 +328,11 @@ def _layer_point(job: Job, p: _Parts, index: int) -> Point:
     if job.spec.fsdp.activation_offload:
         # Only the layer in backward has its saved tensors back on the device.
         activations -= _saved_through(job, index - 1, p.layer) if index else 0
-    if is_checkpointed(job.spec.fsdp.activation_checkpointing, job.spec.fsdp.ac_every, index):
+    if job.units.is_checkpointed(index):
         activations += p.layer
     lay = job.layout
     gathered = p.root + (p.unit if lay.reshards_after_forward else (index + 1) * p.unit)
-    temporaries = act.backward_temporaries(g, b, lay.micro_batch_size, lay.seq_len,
+    temporaries = act.backward_temporaries(g, b, job.batch.micro, job.batch.seq,
                                            job.attention)
     return Point(f"backward: layer {index}", {
         **p.persistent,
@@ -353,7 +352,7 @@ def _experts_point(job: Job, p: _Parts, index: int) -> Point:
     every expert's gradients exist at once (the grouped matmul computes whole expert
     tensors), while the layer's expert activations are freed but for the rows gathered
     for the experts."""
-    g, b, t = job.geometry, job.compute_bytes, job.layout.tokens
+    g, b, t = job.geometry, job.compute_bytes, job.batch.tokens
     e = g.experts
     assert e is not None
     rows = t * e.active
@@ -433,7 +432,7 @@ def _idle_logits_block(job: Job, peak: Point) -> int:
     if (peak.name != "backward: loss" or job.spec.train.loss_chunks > 1
             or job.compute_bytes >= MASTER_BYTES):
         return 0
-    return job.compute_bytes * job.layout.tokens * job.geometry.vocab_size
+    return job.compute_bytes * job.batch.tokens * job.geometry.vocab_size
 
 
 def device_memory(job: Job, *, is_gpu: bool = True) -> DeviceMemory:

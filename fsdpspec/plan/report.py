@@ -35,7 +35,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                        "source": "introspected" if plan.geometry.introspected else "analytic"},
         "world_size": plan.job.layout.world_size,
         "shard_size": plan.job.layout.shard_size,
-        "accumulation_steps": plan.job.layout.accumulation_steps,
+        "accumulation_steps": plan.job.batch.accumulation,
         "accelerator": plan.accelerator.name,
         "peft": _peft_json(plan),
         "memory": {
@@ -243,8 +243,8 @@ def plan_text(plan: Plan, budget: Budget | None = None, scaling: Scaling | None 
     layout = "as DDP" if w.ddp else f"over {w.shard_size}"
     head = [f"{plan.spec.metadata.name}: {_parameters(plan)}, "
             f"{w.world_size} × {plan.accelerator.name}, {w.written_strategy} {layout}, "
-            f"micro-batch {w.micro_batch_size} × {w.seq_len}, "
-            f"{w.accumulation_steps} accumulation step(s)",
+            f"micro-batch {plan.job.batch.micro} × {plan.job.batch.seq}, "
+            f"{plan.job.batch.accumulation} accumulation step(s)",
             *_adapter_lines(plan),
             f"per-rank device memory at its peak ({plan.device.peak.name}):"]
     unit, name = _unit(plan)

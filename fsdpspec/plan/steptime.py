@@ -40,8 +40,6 @@ from fsdpspec.plan.compute import Compute, UnitTraffic, unit_traffic
 from fsdpspec.plan.memory import layer_bytes
 from fsdpspec.semantics import (
     MASTER_BYTES,
-    checkpointed_count,
-    is_checkpointed,
     mfu,
 )
 
@@ -142,7 +140,7 @@ def _units(job: Job, c: Compute, device: Accelerator, rate: float) -> _Units:
     *layers, root = unit_traffic(job)
     copies = sum(t.count for t in layers)
     total = sum(t.shard_numel * t.count for t in layers) + root.shard_numel
-    micro = job.layout.accumulation_steps
+    micro = job.batch.accumulation
     rate /= 1 + DEVICE_SPREAD * math.sqrt(2 * math.log(job.layout.world_size))
     forward = c.model_flops / 3 / micro / rate
     forward += (ELEMENTWISE_PASSES * job.geometry.num_layers * layer_bytes(job)
@@ -182,21 +180,21 @@ def _one_unit_per_layer(job: Job, copies: int) -> bool:
 def _checkpointed(job: Job, index: int, copies: int) -> bool:
     """Whether unit copy ``index`` recomputes: its layer's checkpointing under the
     transformer policy, every unit alike under the others."""
-    fsdp = job.spec.fsdp
-    if fsdp.activation_checkpointing == "none":
+    units = job.units
+    if units.ac_mode == "none":
         return False
     if _one_unit_per_layer(job, copies):
-        return is_checkpointed(fsdp.activation_checkpointing, fsdp.ac_every, index)
+        return units.is_checkpointed(index)
     return True
 
 
 def _recomputing_copies(job: Job, copies: int) -> int:
     """How many unit copies recompute in backward (closed form, any depth)."""
-    fsdp = job.spec.fsdp
-    if fsdp.activation_checkpointing == "none":
+    units = job.units
+    if units.ac_mode == "none":
         return 0
     if _one_unit_per_layer(job, copies):
-        return checkpointed_count(fsdp.activation_checkpointing, fsdp.ac_every, copies)
+        return units.checkpointed_count(copies)
     return copies
 
 
@@ -305,7 +303,7 @@ def step_time(job: Job, c: Compute, device: Accelerator, compute_dtype: str) -> 
     if not rate:
         return None
     units = _units(job, c, device, rate)
-    micro, synced = job.layout.accumulation_steps, job.layout.synced_micro_batches
+    micro, synced = job.batch.accumulation, job.layout.synced_micro_batches
     runs = [(_micro_batch_seconds(job, units, device, True), synced)]
     if synced < micro:
         runs.append((_micro_batch_seconds(job, units, device, False), micro - synced))
@@ -319,7 +317,7 @@ def step_time(job: Job, c: Compute, device: Accelerator, compute_dtype: str) -> 
     exposed_host = exposed * host_share / busy if busy else 0.0
     optimizer = optimizer_seconds(job, device, units.shard_numel)
     seconds = total + optimizer
-    tokens = job.layout.tokens * micro / seconds
+    tokens = job.batch.tokens * micro / seconds
     shares = dict(zip(BOUNDS, (computing, exposed - exposed_host, exposed_host, optimizer),
                       strict=True))
     return StepTime(
@@ -327,7 +325,7 @@ def step_time(job: Job, c: Compute, device: Accelerator, compute_dtype: str) -> 
         exposed_communication_seconds=exposed - exposed_host,
         exposed_host_seconds=exposed_host, optimizer_seconds=optimizer,
         tokens_per_s=tokens,
-        mfu=mfu(tokens, c.model_flops / (job.layout.tokens * micro),
+        mfu=mfu(tokens, c.model_flops / (job.batch.tokens * micro),
                 device.peak_tflops(compute_dtype)),
         bound=max(shares, key=shares.__getitem__),
     )

@@ -44,10 +44,10 @@ def _candidates(job: Job, device: Accelerator) -> list[tuple[str, str]]:
     if data.micro_batch_size > 1:
         out.append((f"data.micro_batch_size={data.micro_batch_size // 2}",
                     "halve the micro-batch (more accumulation steps, same global batch)"))
-    if w.accumulation_steps > 1:
+    if job.batch.accumulation > 1:
         carried = ("sharded" if syncs_gradients(w.strategy, last_micro_batch=False)
                    else "unsharded")
-        out.append((f"data.global_batch_size={data.micro_batch_size * w.world_size}",
+        out.append((f"data.global_batch_size={job.batch.per_pass}",
                     f"no accumulation: no {carried} gradients are carried between "
                     "micro-batches (changes the effective batch size)"))
     # Only where the model has SDPA (its `auto`): on Gemma 2 or gpt-oss, sdpa is FS410.

@@ -21,9 +21,9 @@ from fsdpspec.catalog.modelconfig import (
     resolve_model_input,
 )
 from fsdpspec.job.job import Job, resolve
-from fsdpspec.job.model import RUN_FILE, store_geometry
+from fsdpspec.job.record import job_from_record, job_record
 from fsdpspec.job.rundir import RESOLVED_SPEC
-from fsdpspec.jsonfile import JsonFileError, Limits, load_object
+from fsdpspec.jsonfile import JsonFileError, Limits, RecordError, load_object
 from fsdpspec.spec.v1 import MODEL_HUB_INPUTS, JobSpec
 
 FILENAME = RESOLVED_SPEC
@@ -91,32 +91,28 @@ def resolved_job(spec: JobSpec) -> Job | None:
         return None
 
 
-def resolved_document(spec: JobSpec, run_dir: Path, job: Job | None = None) -> dict[str, Any]:
+def resolved_document(spec: JobSpec, run_dir: Path) -> dict[str, Any]:
     """What resolved-spec.json holds: the spec with absolute inputs, its identity, and
-    the resolved layout and FSDP unit names (so that a run can be checked against its
-    plan; absent where the model config cannot be read here)."""
+    the job resolved once (`fsdpspec.job.record`: the layout and the FSDP unit names a
+    run is checked against its plan by, and what the engine's ranks run; absent where
+    the model config cannot be read here)."""
     digest = model_config_digest(spec)
-    resolved = job or resolved_job(spec)
+    resolved = resolved_job(spec)
     return {
         "fsdpspec_version": __version__,
         "content_hash": content_hash(spec),
         **({MODEL_CONFIG_DIGEST: digest} if digest else {}),  # only with a config.json
         "run_dir": str(run_dir.resolve()),
         "spec": spec.as_json_data(),
-        **({"job": resolved.as_json()} if resolved else {}),
+        **({"job": job_record(resolved)} if resolved else {}),
     }
 
 
 def write_resolved_spec(spec: JobSpec, run_dir: Path) -> Path:
     """Write run_dir/resolved-spec.json atomically (temp file, fsync, rename)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    job = resolved_job(spec)
-    if job is not None and job.config is not None and job.geometry is not None \
-            and job.geometry.introspected:
-        # Beside the run, so the engine's ranks read the model's geometry, not rebuild it.
-        store_geometry(job.config, job.geometry, run_dir / RUN_FILE)
     target = run_dir / FILENAME
-    write_text(target, json.dumps(resolved_document(spec, run_dir, job), indent=2) + "\n")
+    write_text(target, json.dumps(resolved_document(spec, run_dir), indent=2) + "\n")
     return target
 
 
@@ -136,3 +132,21 @@ def read_resolved_spec(path: Path) -> tuple[JobSpec, Path, dict[str, Any]]:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise JsonFileError(f"{path}: not a valid spec: {where}: {first['msg']}") from None
+
+
+def read_resolved_job(path: Path) -> tuple[Job, Path]:
+    """(the recorded job, run_dir) of a resolved-spec.json: what every rank of the engine
+    runs, resolved once by the launcher. Checked once against the spec it came from: the
+    same fsdpspec derived it (another version may derive otherwise) from this very spec
+    (its content hash). JsonFileError (one line naming the file) otherwise."""
+    spec, run_dir, document = read_resolved_spec(path)
+    if document.get("fsdpspec_version") != __version__:
+        raise RecordError(f"{path}: written by fsdpspec {document.get('fsdpspec_version')}, "
+                          f"not {__version__}: `fsdpspec run` writes it again")
+    if document.get("content_hash") != content_hash(spec):
+        raise RecordError(f"{path}: the recorded job is not its spec's (content_hash "
+                          "differs): `fsdpspec run` writes it again")
+    if "job" not in document:
+        raise RecordError(f"{path}: records no job (the model config could not be read "
+                          "when it was written): `fsdpspec run` writes it again")
+    return job_from_record(spec, document["job"], _ROOT, Path(path)), run_dir

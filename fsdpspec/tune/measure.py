@@ -91,7 +91,7 @@ def calibrate(job: Job, resolved: Path, out: Path, env: dict[str, str]) -> dict[
     model (its ``resolved`` spec) for the fixed time per layer; its JSON result."""
     spec, g = job.spec, job.geometry
     assert g is not None  # tune plans only jobs with a geometry
-    tokens = min(job.layout.tokens, 4096)
+    tokens = min(job.batch.tokens, 4096)
     argv = [*LAUNCHER, "--standalone", "--nnodes", "1", "--nproc-per-node",
             str(job.layout.gpus_per_node), "-m", CALIBRATE, "--out", str(out),
             "--tokens", str(tokens), "--hidden", str(g.hidden_size),

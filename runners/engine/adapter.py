@@ -8,10 +8,10 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from fsdpspec.job.layout import Layout
 from fsdpspec.semantics import syncs_gradients
 
 
@@ -29,7 +29,12 @@ class FsdpAdapter(Protocol):
 
 class Fsdp2:
     """``fully_shard`` (DTensor gradients) or DDP (`runs_as_ddp`, plain ones); the norm
-    comes from the step's all-reduce."""
+    comes from the step's all-reduce, summed over every rank."""
+
+    def __init__(self, replicas: int = 1) -> None:
+        # Ranks that hold the same gradient shard: the dp_replicate degree (HSDP's and
+        # NO_SHARD's replicas; DDP's, where every rank holds all of the gradients).
+        self._replicas = replicas
 
     def gradient_sync(self, model: nn.Module, strategy: str,
                       last_micro_batch: bool) -> AbstractContextManager[None]:
@@ -42,14 +47,8 @@ class Fsdp2:
             return 0.0
         locals_ = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
         square = torch.stack([n.double() for n in torch._foreach_norm(locals_)]).square().sum()
-        # Replicas (HSDP, NO_SHARD) hold the same shard: count each shard once. Plain
-        # gradients are DDP's (`runs_as_ddp`): every rank holds the whole of them.
-        mesh = getattr(grads[0], "device_mesh", None)
-        if mesh is None:
-            replicas = dist.get_world_size() if dist.is_initialized() else 1
-        else:
-            replicas = mesh.size(0) if mesh.ndim == 2 else 1
-        return square.item() / replicas
+        # Replicas hold the same shard: count each shard once.
+        return square.item() / self._replicas
 
     def clip(self, model: nn.Module, summed_square: float, max_norm: float | None) -> float:
         total_norm = math.sqrt(summed_square)
@@ -73,6 +72,6 @@ class Fsdp1:
         # Measured also when clipping is off, for the metrics and the non-finite check.
         return float(model.clip_grad_norm_(math.inf if max_norm is None else max_norm))
 
-def fsdp_adapter(version: int) -> FsdpAdapter:
-    """The adapter of `fsdp.version`."""
-    return Fsdp2() if version == 2 else Fsdp1()
+def fsdp_adapter(layout: Layout) -> FsdpAdapter:
+    """The adapter of the layout's FSDP version."""
+    return Fsdp2(layout.dims.dp_replicate) if layout.fsdp_version == 2 else Fsdp1()

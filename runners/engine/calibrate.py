@@ -138,11 +138,10 @@ def layer_overhead_us(resolved: Path, fp32_tflops: float, device: torch.device) 
     (built as the engine builds it, unsharded) at _OVERHEAD_TOKENS tokens, less those
     tokens' FLOPs at the measured rate: the framework's fixed time per micro-batch
     (Python, op dispatch, autograd), the root's share spread over the layers."""
-    from fsdpspec.runfiles.resolved import read_resolved_spec
-    from fsdpspec_runners.engine.model import build_model, engine_job
+    from fsdpspec.runfiles.resolved import read_resolved_job
+    from fsdpspec_runners.engine.model import build_model
 
-    spec, run_dir, _ = read_resolved_spec(resolved)
-    job = engine_job(spec, run_dir=run_dir)
+    job, _ = read_resolved_job(resolved)
     assert job.geometry is not None  # tune calibrates only jobs with a geometry
     model = build_model(job, on_meta=False).to(device)
     ids = torch.randint(0, job.geometry.vocab_size, (1, _OVERHEAD_TOKENS), device=device)

@@ -3,8 +3,9 @@
 
 Documents are tokenised, joined with EOS and packed into ``seq_len`` sequences. Step
 ``s`` takes global sequences ``[s·G, (s+1)·G)`` of a seeded permutation (one per epoch);
-rank ``r`` takes every ``world``-th of them. The order depends only on the seed, so the
-position — sequences consumed — is all a checkpoint needs to continue exactly.
+data-parallel rank ``r`` takes every ``dp_size``-th of them (`ParallelDims.dp_rank`). The
+order depends only on the seed, so the position — sequences consumed — is all a
+checkpoint needs to continue exactly.
 
 A sequence is a dict of ``[seq_len]`` tensors: ``input_ids``, and for chat /
 prompt_completion data also ``labels`` and ``position_ids`` (see ``packing``).
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from fsdpspec.job.layout import Layout
+from fsdpspec.job.batch import Batch
 from fsdpspec.jsonfile import JsonFileError, Limits, parse
 from fsdpspec.runfiles.datafiles import DataFilesError, data_files
 from fsdpspec.semantics import BYTE_EOS, BYTE_VOCAB
@@ -179,20 +180,18 @@ class SequenceSource:
 class Batches:
     """Micro-batches for each optimizer step of this rank; resumable by position."""
 
-    def __init__(self, source: SequenceSource, layout: Layout, global_batch_size: int,
-                 rank: int) -> None:
-        if not layout.divides_batch:  # FS501 says so before a run
-            per_step = layout.micro_batch_size * layout.world_size
+    def __init__(self, source: SequenceSource, batch: Batch, dp_rank: int) -> None:
+        if not batch.divides:  # FS501 says so before a run
             raise EngineError(
-                f"data.global_batch_size {global_batch_size} is not a multiple of "
-                f"micro_batch_size × processes = {per_step}"
+                f"data.global_batch_size {batch.global_size} is not a multiple of "
+                f"micro_batch_size × data-parallel ranks = {batch.per_pass}"
             )
-        self.accumulation_steps = layout.accumulation_steps
+        self.accumulation_steps = batch.accumulation
         self._source = source
-        self._micro = layout.micro_batch_size
-        self._global = global_batch_size
-        self._rank = rank
-        self._world = layout.world_size
+        self._micro = batch.micro
+        self._global = batch.global_size
+        self._rank = dp_rank
+        self._dp_size = batch.dp_size
         self.position = 0  # global sequences consumed
 
     def next_step(self) -> list[dict[str, torch.Tensor]]:
@@ -200,7 +199,7 @@ class Batches:
         micro, start = self._micro, self.position
         batches = []
         for accum in range(self.accumulation_steps):
-            first = start + (accum * self._world + self._rank) * micro
+            first = start + (accum * self._dp_size + self._rank) * micro
             batches.append(stack([self._source.sequence(first + j) for j in range(micro)]))
         self.position += self._global
         return batches

@@ -15,10 +15,8 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from fsdpspec.job.job import Job
-from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.errors import EngineError
 
 
@@ -57,8 +55,9 @@ def _default_single_process_env() -> None:
     )
 
 
-def init_runtime(spec: JobSpec) -> Runtime:
+def init_runtime(job: Job) -> Runtime:
     """Join the process group and pick this rank's device."""
+    spec, world = job.spec, job.layout.world_size
     _default_single_process_env()
     backend = choose_backend(spec.launch.backend)
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -75,9 +74,9 @@ def init_runtime(spec: JobSpec) -> Runtime:
     runtime = Runtime(dist.get_rank(), dist.get_world_size(), local_rank, device)
     if not runtime.is_main:
         warnings.simplefilter("ignore")  # library warnings once (rank 0), not N times
-    if runtime.world_size != spec.world_size:
+    if runtime.world_size != world:
         raise EngineError(
-            f"the spec asks for {spec.world_size} processes (resources.nodes × gpus_per_node) "
+            f"the spec asks for {world} processes (resources.nodes × gpus_per_node) "
             f"but {runtime.world_size} were started"
         )
     return runtime
@@ -120,17 +119,6 @@ def leave(status: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
-
-
-def build_mesh(job: Job, runtime: Runtime) -> DeviceMesh:
-    """1-D mesh for the sharded strategies; 2-D (replicate, shard) for hybrid and NO_SHARD."""
-    world, shape = runtime.world_size, job.layout.mesh
-    if len(shape) == 1:
-        return init_device_mesh(runtime.device.type, shape, mesh_dim_names=("shard",))
-    if world % shape[1]:
-        group = job.layout.requested_group
-        raise EngineError(f"fsdp.shard_group_size {group} does not divide {world} processes")
-    return init_device_mesh(runtime.device.type, shape, mesh_dim_names=("replicate", "shard"))
 
 
 def console(runtime: Runtime, message: str) -> None:

@@ -1,9 +1,11 @@
 """Evaluation under FSDP: forward passes without gradients over the evaluation set.
 
-Rank ``r`` takes sequences ``r, r + world, …`` in micro-batches of the training size.
+Data-parallel rank ``r`` takes sequences ``r, r + dp_size, …`` in micro-batches of the
+training size (`ParallelDims.dp_rank`).
 Every rank runs the same number of forwards (FSDP all-gathers in each one), so a rank
 whose share runs out runs a batch whose labels are all ignored. The token losses and
-counts are summed over ranks: ``eval_loss`` is the mean over every target token of the
+counts are summed over every rank (the ranks of one data-parallel rank add the same
+share to both): ``eval_loss`` is the mean over every target token of the
 set, whatever the number of ranks.
 """
 
@@ -14,6 +16,8 @@ import math
 import torch
 from torch import nn
 
+from fsdpspec.job.batch import Batch
+from fsdpspec.job.parallel import ParallelDims
 from fsdpspec_runners.engine.data import stack
 from fsdpspec_runners.engine.dist import Runtime, all_reduce_sum
 from fsdpspec_runners.engine.examples import IGNORE
@@ -22,15 +26,15 @@ from fsdpspec_runners.engine.packing import Sequences
 
 
 def evaluate(
-    model: nn.Module, sequences: Sequences, micro_batch_size: int, runtime: Runtime,
-    *, loss_chunks: int = 1,
+    model: nn.Module, sequences: Sequences, batch: Batch, dims: ParallelDims,
+    runtime: Runtime, *, loss_chunks: int = 1,
 ) -> dict[str, float]:
     """``eval_loss`` and ``eval_perplexity`` of the model on ``sequences`` (the loss in
     training's chunks, so evaluation never holds more logits than training does)."""
 
-    count = len(sequences["input_ids"])
-    mine = list(range(runtime.rank, count, runtime.world_size))
-    rounds = math.ceil(math.ceil(count / runtime.world_size) / micro_batch_size)
+    count, micro_batch_size = len(sequences["input_ids"]), batch.micro
+    mine = list(range(dims.dp_rank(runtime.rank), count, dims.dp_size))
+    rounds = math.ceil(math.ceil(count / dims.dp_size) / micro_batch_size)
     was_training = model.training
     model.eval()
     loss_sum, tokens = 0.0, 0.0

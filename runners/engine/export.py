@@ -32,7 +32,7 @@ from fsdpspec.job.rundir import FINAL
 from fsdpspec.jsonfile import JsonFileError
 from fsdpspec_runners.engine.checkpoint import FULL_FILE
 from fsdpspec_runners.engine.errors import EngineError, first_line
-from fsdpspec_runners.engine.model import build_model, engine_job, tied_weight_keys
+from fsdpspec_runners.engine.model import build_model, tied_weight_keys
 from fsdpspec_runners.engine.wrap import DTYPES
 
 FINAL_DIR = FINAL
@@ -104,7 +104,7 @@ def write_model_dir(checkpoint: Path, units: list[dict[str, Any]], module: nn.Mo
 def export_run(run_dir: Path, step: int | None, target: Path, *, replace: bool = False) -> Path:
     """``fsdpspec export hf``: a run's checkpoint (the newest complete one, or ``step``),
     verified against its manifest, as a Hugging Face directory at ``target``."""
-    from fsdpspec.runfiles.resolved import FILENAME, read_resolved_spec
+    from fsdpspec.runfiles.resolved import FILENAME, read_resolved_job
     from fsdpspec_runners.engine.checkpoint import (
         ENTRY_FILES,
         complete_checkpoints,
@@ -113,7 +113,7 @@ def export_run(run_dir: Path, step: int | None, target: Path, *, replace: bool =
     from fsdpspec_runners.engine.manifest import verification_problem
 
     try:
-        spec, _, _ = read_resolved_spec(run_dir / FILENAME)
+        job, _ = read_resolved_job(run_dir / FILENAME)
     except JsonFileError as exc:
         raise EngineError(f"{run_dir} is not a run directory: {exc.coded()}") from None
     found = complete_checkpoints(run_dir)
@@ -127,7 +127,7 @@ def export_run(run_dir: Path, step: int | None, target: Path, *, replace: bool =
     if problem:
         raise CheckpointUnverified(f"{found[-1]} does not verify: {problem}; nothing was "
                                    "written")
-    return export_checkpoint(found[-1], engine_job(spec), target, replace=replace)
+    return export_checkpoint(found[-1], job, target, replace=replace)
 
 
 def saved_keys(checkpoint: Path) -> dict[str, Any]:

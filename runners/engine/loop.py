@@ -84,7 +84,7 @@ def train_step(trainer: Trainer) -> StepResult:
     state, runtime = trainer.state, trainer.runtime
     faults.at_step_start(state.step + 1)
     micro_batches = state.batches.next_step()
-    adapter = fsdp_adapter(trainer.spec.fsdp.version)
+    adapter = fsdp_adapter(trainer.job.layout)
     losses = []
     for index, batch in enumerate(micro_batches):
         last = index == len(micro_batches) - 1
@@ -100,6 +100,8 @@ def train_step(trainer: Trainer) -> StepResult:
         runtime.device,
     )
     grad_norm = adapter.clip(state.model, squares, max_norm)
+    # Every rank adds its loss, and the ranks of one data-parallel rank (cp, tp) the same
+    # one: the mean over every rank is the mean over the data-parallel ranks.
     loss = total / (len(micro_batches) * runtime.world_size)
     # float(): torchao keeps the learning rate as a tensor (no recompile when it changes).
     lr = float(state.scheduler.get_last_lr()[0])
@@ -205,8 +207,8 @@ def _eval_due(trainer: Trainer) -> bool:
 def _evaluate(trainer: Trainer) -> None:
     """Evaluate and log ``eval_loss`` and ``eval_perplexity`` at the current step."""
     assert trainer.eval_sequences is not None
-    result = evaluate(trainer.state.model, trainer.eval_sequences,
-                      trainer.spec.data.micro_batch_size, trainer.runtime,
+    result = evaluate(trainer.state.model, trainer.eval_sequences, trainer.job.batch,
+                      trainer.job.layout.dims, trainer.runtime,
                       loss_chunks=trainer.spec.train.loss_chunks)
     trainer.sink.write({"step": trainer.state.step, **result})
 
@@ -239,9 +241,9 @@ class _Clock:
 
 def _record(trainer: Trainer, result: StepResult, clock: _Clock) -> dict[str, Any]:
     """A metrics record: the step's numbers plus throughput since the last record."""
-    spec, runtime = trainer.spec, trainer.runtime
+    runtime, batch = trainer.runtime, trainer.job.batch
     steps, seconds, cpu_seconds = clock.lap(trainer.state.step)
-    tokens_per_s = steps * spec.data.global_batch_size * spec.data.seq_len / max(seconds, 1e-9)
+    tokens_per_s = steps * batch.global_size * batch.seq / max(seconds, 1e-9)
     memory = peak_memory_gib(runtime.device)
     memory = dict(zip(memory, all_reduce_max(list(memory.values()), runtime.device), strict=True))
     return {

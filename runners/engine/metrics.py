@@ -36,7 +36,7 @@ def flops_per_token(model: nn.Module, job: Job) -> float:
     if planned is not None:
         return planned
     return model_flops_per_token(parameters=sum(p.numel() for p in model.parameters()),
-                                 num_layers=0, q_width=0, seq_len=job.spec.data.seq_len)
+                                 num_layers=0, q_width=0, seq_len=job.batch.seq)
 
 
 def peak_tflops(spec: JobSpec) -> float:

@@ -16,26 +16,14 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from fsdpspec.catalog.modelconfig import ModelConfigError
-from fsdpspec.job.job import Job, resolve
+from fsdpspec.job.job import Job
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.dist import Runtime, fail_together
 from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.lora import is_quantised, quantised_shard
 
-_ROOT = Path("/")  # input paths in a resolved spec are already absolute
 # Module names that activation checkpointing and torch.compile insert into parameter names.
 _WRAPPER_PARTS = r"(_checkpoint_wrapped_module|_orig_mod)\."
-
-
-def engine_job(spec: JobSpec, world_size: int | None = None, run_dir: Path | None = None) -> Job:
-    """The resolved job of a resolved spec (its input paths are absolute), read once; an
-    introspected model's geometry comes from beside the run."""
-    try:
-        return resolve(spec, _ROOT, world_size=world_size,
-                       cache_dirs=(run_dir,) if run_dir else ())
-    except ModelConfigError as exc:
-        raise EngineError(f"model.hf_config: {exc}") from None
 
 
 def build_model(job: Job, *, on_meta: bool, attention: str | None = None) -> nn.Module:

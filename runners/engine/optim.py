@@ -12,17 +12,17 @@ from torch.optim.lr_scheduler import LambdaLR
 from fsdpspec.spec.v1 import JobSpec, Optimizer, Scheduler
 
 
-def build_optimizer(params: Iterable[nn.Parameter], spec: Optimizer) -> torch.optim.Optimizer:
+def build_optimizer(params: Iterable[nn.Parameter], opt: Optimizer) -> torch.optim.Optimizer:
     """AdamW (its moments in ``state_dtype``) or SGD with the spec's hyper-parameters."""
-    if spec.name == "sgd":
+    if opt.name == "sgd":
         return torch.optim.SGD(
-            params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay
+            params, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay
         )
-    options = dict(lr=spec.lr, betas=tuple(spec.betas), eps=spec.eps,
-                   weight_decay=spec.weight_decay)
-    if spec.state_dtype == "bfloat16":
+    options = dict(lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps,
+                   weight_decay=opt.weight_decay)
+    if opt.state_dtype == "bfloat16":
         return AdamWBf16States(params, **options)
-    if spec.state_dtype == "int8":
+    if opt.state_dtype == "int8":
         from torchao.optim import AdamW8bit
 
         return AdamW8bit(params, **options)

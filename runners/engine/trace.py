@@ -20,7 +20,6 @@ from unittest import mock
 
 from fsdpspec.catalog.families import family
 from fsdpspec.job.job import Job
-from fsdpspec.job.layout import layout
 
 TRACED_STEPS = 2
 
@@ -41,12 +40,12 @@ class TraceResult:
 
 
 def check_traceable(job: Job) -> None:
-    """Raise TraceError for the specs the fake-tensor trace cannot represent."""
+    """Raise TraceError for the jobs the fake-tensor trace cannot represent."""
     spec, config = job.spec, job.config
     assert config is not None
-    if spec.fsdp.version != 2:
+    if job.layout.fsdp_version != 2:
         raise TraceError("--trace measures FSDP2 (fully_shard); this spec uses fsdp.version 1")
-    if layout(spec).ddp:
+    if job.layout.ddp:
         raise TraceError("--trace measures FSDP2 on fake tensors; NO_SHARD in full precision "
                          "runs as DDP, whose C++ reducer needs real tensors; trace it with "
                          "fsdp.mixed_precision bf16 or a sharded strategy")
@@ -80,8 +79,9 @@ def trace_job(job: Job) -> TraceResult:
     import torch
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from fsdpspec_runners.engine.mesh import shard_group_mesh
 
     shard = job.layout.shard_size
     if dist.is_initialized():
@@ -90,7 +90,7 @@ def trace_job(job: Job) -> TraceResult:
     try:
         # The mesh must exist before FakeTensorMode (it is real process-group state), and
         # so must the meta model: some modules create meta buffers FakeTensorMode rejects.
-        mesh = init_device_mesh("cpu", (shard,))
+        mesh = shard_group_mesh("cpu", shard)
         from fsdpspec_runners.engine.model import build_model
 
         model = build_model(_fused_attention_dropout(job), on_meta=True)
@@ -169,8 +169,8 @@ def train_step(job: Job, model: Any, optimizer: Any, device: Any,
     from fsdpspec_runners.engine.adapter import Fsdp2
     from fsdpspec_runners.engine.loss import causal_lm_loss
 
-    micro = min(2, job.layout.accumulation_steps)
-    shape = (job.layout.micro_batch_size, job.layout.seq_len)
+    micro = min(2, job.batch.accumulation)
+    shape = (job.batch.micro, job.batch.seq)
     for index in range(micro):
         if index and between_micro_batches is not None:
             between_micro_batches()

@@ -17,10 +17,11 @@ import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
 from fsdpspec.job.job import Job
+from fsdpspec.job.units import Units
 from fsdpspec.jsonfile import JsonFileError
 from fsdpspec.runfiles.events import append_event
 from fsdpspec.runfiles.outcome import tell_stopped
-from fsdpspec.runfiles.resolved import read_resolved_spec
+from fsdpspec.runfiles.resolved import read_resolved_job
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine.checkpoint import (
     TrainState,
@@ -31,7 +32,6 @@ from fsdpspec_runners.engine.data import Batches, SequenceSource
 from fsdpspec_runners.engine.datasource import as_data_error, dataset_sources
 from fsdpspec_runners.engine.dist import (
     Runtime,
-    build_mesh,
     console,
     fail_together,
     first_to_fail,
@@ -41,12 +41,13 @@ from fsdpspec_runners.engine.dist import (
 from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.loop import Trainer, export_final, train
 from fsdpspec_runners.engine.lora import is_quantised
+from fsdpspec_runners.engine.mesh import build_mesh, fsdp_mesh
 from fsdpspec_runners.engine.metrics import (
     MetricsSink,
     flops_per_token,
     peak_tflops,
 )
-from fsdpspec_runners.engine.model import build_model, engine_job, load_weights, materialise
+from fsdpspec_runners.engine.model import build_model, load_weights, materialise
 from fsdpspec_runners.engine.optim import build_grad_scaler, build_optimizer, build_scheduler
 from fsdpspec_runners.engine.signals import StopRequest
 from fsdpspec_runners.engine.wrap import DDP_BUCKET_MB, fsdp1_syncs_states, parallelize
@@ -55,11 +56,11 @@ from fsdpspec_runners.engine.wrap import DDP_BUCKET_MB, fsdp1_syncs_states, para
 def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
     """The model, checkpointed, sharded and initialised (or loaded) as the job says."""
     spec = job.spec
-    mesh = build_mesh(job, runtime)
-    if spec.fsdp.version == 2:
-        model, num_units = parallelize(build_model(job, on_meta=True), job, mesh,
-                                       runtime.device)
-        _describe(job, runtime, num_units, sum(map(is_quantised, model.parameters())))
+    dims = job.layout.dims
+    mesh = fsdp_mesh(build_mesh(dims, runtime.device.type), dims)
+    if job.layout.fsdp_version == 2:
+        model, units = parallelize(build_model(job, on_meta=True), job, mesh, runtime.device)
+        _describe(job, runtime, units, sum(map(is_quantised, model.parameters())))
         materialise(model, runtime.device, spec.train.seed)
         if spec.model.weights:
             load_weights(model, spec, runtime, sharded=True)
@@ -67,27 +68,35 @@ def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
     # FSDP1 shards a built model: rank 0 holds it and the others start on meta when
     # FSDP1 can broadcast (GPU); on the CPU every rank builds the same seeded model.
     on_meta = (
-        fsdp1_syncs_states(spec.fsdp, runtime.device)
+        fsdp1_syncs_states(spec.fsdp.sync_module_states, runtime.device)
         and spec.fsdp.cpu_ram_efficient_loading
         and not runtime.is_main
     )
     model = build_model(job, on_meta=on_meta)
     if spec.model.weights:
         load_weights(model, spec, runtime, sharded=False)
-    model, num_units = parallelize(model, job, mesh, runtime.device)
-    _describe(job, runtime, num_units)
+    model, units = parallelize(model, job, mesh, runtime.device)
+    _describe(job, runtime, units)
     return model
 
 
-def _describe(job: Job, runtime: Runtime, num_units: int, quantised: int = 0) -> None:
-    fsdp = job.spec.fsdp
-    wrapped = (f"as DDP ({DDP_BUCKET_MB} MiB buckets)" if job.layout.ddp
-               else f"{num_units} units + root ({fsdp.auto_wrap_policy} policy)")
+def _describe(job: Job, runtime: Runtime, units: Units, quantised: int = 0) -> None:
+    lay = job.layout
+    wrapped = (f"as DDP ({DDP_BUCKET_MB} MiB buckets)" if lay.ddp
+               else f"{len(list(units.names()))} units + root "
+                    f"({job.spec.fsdp.auto_wrap_policy} policy)")
+    # The strategy that runs (FSDP1's hybrid groups of one rank run NO_SHARD), and the
+    # named mesh it runs over.
+    dims = lay.dims
+    written = (f" (written {dims.written_strategy})"
+               if dims.written_strategy != dims.strategy else "")
+    mesh = " × ".join(f"{name} {size}" for name, size in
+                      zip(dims.mesh_names, dims.mesh_shape, strict=True))
     console(
         runtime,
-        f"fsdp{fsdp.version} {fsdp.sharding_strategy}: {wrapped}, "
-        f"activation checkpointing {fsdp.activation_checkpointing}, "
-        f"params {fsdp.mixed_precision.param_dtype}, {runtime.world_size} processes on "
+        f"fsdp{lay.fsdp_version} {dims.strategy}{written}: {wrapped}, mesh {mesh}, "
+        f"activation checkpointing {units.ac_mode}, "
+        f"params {job.spec.fsdp.mixed_precision.param_dtype}, {runtime.world_size} processes on "
         f"{runtime.device.type}" + (f", QLoRA: {quantised} base weights in 4-bit NF4"
                                     if quantised else ""),
     )
@@ -105,9 +114,9 @@ def _open_sink(spec: JobSpec, run_dir: Path, runtime: Runtime, step: int) -> Met
     return sink
 
 
-def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
+def build_trainer(job: Job, run_dir: Path, runtime: Runtime) -> Trainer:
     """Model, optimizer, schedule, data, and the state resumed from a checkpoint."""
-    job = engine_job(spec, runtime.world_size, run_dir)
+    spec = job.spec
     model = build_fsdp_model(job, runtime)
     torch.manual_seed(spec.train.seed)
     # Frozen parameters (the base of a LoRA) have no gradient and take no optimizer state.
@@ -115,7 +124,7 @@ def build_trainer(spec: JobSpec, run_dir: Path, runtime: Runtime) -> Trainer:
                                 spec.optimizer)
     vocab_size = job.config["vocab_size"] if job.config else None
     source, eval_sequences = _data_sources(spec, vocab_size, run_dir, runtime)
-    batches = Batches(source, job.layout, spec.data.global_batch_size, runtime.rank)
+    batches = Batches(source, job.batch, job.layout.dims.dp_rank(runtime.rank))
     state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches,
                        trainable_only=spec.peft is not None)
     resume_from = choose_resume_checkpoint(spec.checkpoint.resume, run_dir, runtime)
@@ -156,12 +165,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _read_spec(path: Path) -> tuple[JobSpec, Path]:
+def _read_job(path: Path) -> tuple[Job, Path]:
+    """The job the launcher resolved and recorded: every rank runs it, none resolves it
+    again."""
     try:
-        spec, run_dir, _ = read_resolved_spec(path)
+        return read_resolved_job(path)
     except JsonFileError as exc:
         raise EngineError(exc.coded()) from None
-    return spec, run_dir
 
 
 def _cause(exc: BaseException) -> str:
@@ -198,9 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     run_dir: Path | None = None
     clean = False
     try:
-        spec, run_dir = _read_spec(args.spec)
-        runtime = init_runtime(spec)
-        trainer = build_trainer(spec, run_dir, runtime)
+        job, run_dir = _read_job(args.spec)
+        runtime = init_runtime(job)
+        trainer = build_trainer(job, run_dir, runtime)
         try:
             finished = train(trainer)
         finally:

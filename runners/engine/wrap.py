@@ -22,34 +22,34 @@ from torch.distributed.device_mesh import DeviceMesh
 from fsdpspec.job.introspect import module_tree
 from fsdpspec.job.job import Job, wrap_of
 from fsdpspec.job.units import Units, choose_units
-from fsdpspec.semantics import DTYPE_BYTES, HYBRID_STRATEGIES, fsdp1_option
-from fsdpspec.spec.v1 import Fsdp, MixedPrecision
+from fsdpspec.semantics import DTYPE_BYTES, fsdp1_option
+from fsdpspec.spec.v1 import MixedPrecision
 from fsdpspec_runners.engine.errors import EngineError
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_BYTES}
 
 
 def parallelize(model: nn.Module, job: Job, mesh: DeviceMesh,
-                device: torch.device) -> tuple[nn.Module, int]:
+                device: torch.device) -> tuple[nn.Module, Units]:
     """torchtitan's order: activation checkpointing, then compile, then FSDP2 (each unit,
     then the root) or FSDP1. The units and the checkpointed layers are the job's, by
-    module name. Returns the wrapped model and its number of units besides the root."""
+    module name; ``mesh`` is the sub-mesh FSDP runs over (`mesh.fsdp_mesh`). Returns the
+    wrapped model and its units besides the root (none under DDP)."""
     spec = job.spec
     units_of = model_units(model, job)
     layers = [model.get_submodule(name) for name in units_of.layer_names()]
     units = [model.get_submodule(name) for name in units_of.names()]
     checkpointed = {id(model.get_submodule(name)) for name in units_of.checkpointed()}
-    wrapped = apply_activation_checkpointing(model, checkpointed,
-                                             spec.fsdp.activation_checkpointing)
+    wrapped = apply_activation_checkpointing(model, checkpointed, units_of.ac_mode)
     layers = [wrapped.get(id(m), m) for m in layers]
     units = [wrapped.get(id(m), m) for m in units]
     if spec.train.compile:
         compile_layers(layers)
     if job.layout.ddp:
-        return replicate_ddp(model, mesh, device), 0
-    if spec.fsdp.version == 2:
-        return shard_fsdp2(model, units, job, mesh, device), len(units)
-    return wrap_fsdp1(model, units, job, mesh, device), len(units)
+        return replicate_ddp(model, mesh, device), units_of
+    if job.layout.fsdp_version == 2:
+        return shard_fsdp2(model, units, job, mesh, device), units_of
+    return wrap_fsdp1(model, units, job, mesh, device), units_of
 
 
 def model_units(model: nn.Module, job: Job) -> Units:
@@ -136,10 +136,9 @@ def replicate_ddp(model: nn.Module, mesh: DeviceMesh, device: torch.device) -> n
     `gradient buckets`)."""
     from torch.distributed._composable.replicate import replicate
 
-    # The group of the mesh's first dimension (the replicas; the trace's one-rank mesh),
-    # not a sliced mesh: replicate() takes that for DDP beside tensor parallelism and
-    # converts DTensors around every forward.
-    return replicate(model, process_group=mesh.get_group(0), device_id=device,
+    # The replicas' process group, not a sliced mesh: replicate() takes that for DDP
+    # beside tensor parallelism and converts DTensors around every forward.
+    return replicate(model, process_group=mesh.get_group("dp_replicate"), device_id=device,
                      bucket_cap_mb=DDP_BUCKET_MB, gradient_as_bucket_view=True)
 
 
@@ -190,7 +189,7 @@ def wrap_fsdp1(
     )
     # A hybrid layout of one-rank groups runs as NO_SHARD (`fsdpspec.job.layout`).
     strategy = job.layout.strategy
-    hybrid_mesh = mesh if strategy in HYBRID_STRATEGIES else None
+    hybrid_mesh = mesh if job.layout.hybrid else None
     on_meta = any(p.is_meta for p in model.parameters())
     return FSDP(
         model,
@@ -204,7 +203,7 @@ def wrap_fsdp1(
         forward_prefetch=fsdp.forward_prefetch,
         limit_all_gathers=fsdp1_option(fsdp, "limit_all_gathers"),
         use_orig_params=fsdp1_option(fsdp, "use_orig_params"),
-        sync_module_states=fsdp1_syncs_states(fsdp, device),
+        sync_module_states=fsdp1_syncs_states(fsdp.sync_module_states, device),
         param_init_fn=(lambda m: m.to_empty(device=device, recurse=False)) if on_meta else None,
         device_id=device,
         device_mesh=hybrid_mesh,
@@ -219,10 +218,10 @@ def _fsdp1_strategy(name: str) -> Any:
     return members[name] if name in members else members[f"_{name}"]
 
 
-def fsdp1_syncs_states(fsdp: Fsdp, device: torch.device) -> bool:
+def fsdp1_syncs_states(sync_module_states: bool, device: torch.device) -> bool:
     """FSDP1 broadcasts rank 0's states only from GPU memory; on the CPU every rank builds
     the same seeded model instead, so there is nothing to synchronise."""
-    return fsdp.sync_module_states and device.type == "cuda"
+    return sync_module_states and device.type == "cuda"
 
 
 def _fsdp1_precision(precision: MixedPrecision) -> Any:

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from conftest import ROOT, run_cli
 from fsdpspec.cli.main import cli
+from fsdpspec.convert.registry import KINDS
 from fsdpspec.lint.environment import missing_packages
 from fsdpspec.validate import check_file
 
@@ -174,7 +175,7 @@ def test_every_corpus_file_is_expected_and_cited() -> None:
     files = _corpus()
     assert files == sorted(EXPECTED)
     assert [f for f in files if f"`{f}`" not in readme] == []
-    for kind in ("accelerate", "trainer", "axolotl", "torchtitan"):
+    for kind in KINDS:
         assert len([f for f in files if f.startswith(kind + "/")]) >= 8, kind
 
 
@@ -280,3 +281,13 @@ def test_docs_name_every_key_each_importer_reads_or_refuses() -> None:
             *axolotl._REFUSED_SWITCHES, *axolotl._ATTENTION_FLAGS, *adapters.KEYS,
             *adapters._BNB_KEYS, *hftrain._STATE_DTYPES, *torchtitan._REFUSED_DEGREES]
     assert [k for k in keys if f"`{k}" not in text and f" {k}" not in text] == []
+
+
+def test_the_docs_name_the_registry_s_kinds() -> None:
+    """README's command table and the import command's own line list the declared kinds
+    (`fsdpspec.convert.registry.KINDS`), in order."""
+    listed = "|".join(KINDS)
+    assert f"fsdpspec import {listed.replace('|', chr(92) + '|')} FILE" in (
+        ROOT / "README.md").read_text()
+    assert f"`fsdpspec import {listed} FILE" in (
+        ROOT / "fsdpspec" / "cli" / "import_config.py").read_text()

@@ -287,7 +287,7 @@ def test_ranks_split_each_global_batch_exactly() -> None:
     def step_rows(world: int) -> list[tuple[int, ...]]:
         rows = []
         for rank in range(world):
-            batches = Batches(source, layout(spec, world), 4, rank)
+            batches = Batches(source, layout(spec, world).batch, rank)
             batches.load_state_dict({"position": 4})  # the second step
             rows += [tuple(b["input_ids"][0].tolist()) for b in batches.next_step()]
         return sorted(rows)
@@ -314,7 +314,7 @@ def test_size_policy_skips_containers() -> None:
     from fsdpspec.job.units import Wrap, choose_units
 
     model = nn.Sequential(nn.ModuleList([nn.Linear(10, 10), nn.Linear(10, 10)]), nn.Linear(4, 4))
-    units = choose_units(module_tree(model), Wrap("size", 100, ()))
+    units = choose_units(module_tree(model), Wrap("size", 100, (), ac_mode="none", ac_every=2))
     assert list(units.names()) == ["0.0", "0.1"]
 
 

@@ -48,7 +48,9 @@ def test_fsdp1_hybrid_zero2_full_state_dict_is_one_rank0_file_that_resumes_exact
     fsdp = {"version": 1, "sharding_strategy": "HYBRID_SHARD_ZERO2", "shard_group_size": 1,
             "state_dict_type": "FULL_STATE_DICT"}
     out = run(cli, tmp_path, job("hybrid", fsdp))
-    assert "fsdp1 HYBRID_SHARD_ZERO2" in out
+    # What runs: FSDP1 given one-rank shard groups runs NO_SHARD over both ranks.
+    assert "fsdp1 NO_SHARD (written HYBRID_SHARD_ZERO2): " in out
+    assert "mesh dp_replicate 2 × dp_shard 1" in out
     first = tmp_path / "runs" / "hybrid"
     step2 = first / "checkpoints" / "step-00000002"
     # One file written by rank 0, and the manifest that verifies it.

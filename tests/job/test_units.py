@@ -84,11 +84,12 @@ def test_job_units_are_the_built_models_modules(preset: str) -> None:
 def fake_group():
     """A fake process group of 2 ranks (no communication) and its 1-D mesh."""
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
+    from fsdpspec_runners.engine.mesh import shard_group_mesh
+
     dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
-    yield init_device_mesh("cpu", (2,))
+    yield shard_group_mesh("cpu", 2)
     dist.destroy_process_group()
 
 

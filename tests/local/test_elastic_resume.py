@@ -80,7 +80,7 @@ def test_each_step_takes_the_same_sequences_on_any_layout() -> None:
         source = SequenceSource(spec.data, vocab_size=320, seed=3)
         rows = []
         for rank in range(world):
-            batches = Batches(source, layout(spec, world), 6, rank)
+            batches = Batches(source, layout(spec, world).batch, rank)
             batches.load_state_dict({"position": position})
             rows += [tuple(r.tolist()) for b in batches.next_step() for r in b["input_ids"]]
         return sorted(rows)

@@ -11,6 +11,7 @@ import pytest
 from fsdpspec import semantics
 from fsdpspec.catalog.presets import preset_config, preset_names
 from fsdpspec.job.job import resolve
+from fsdpspec.job.layout import layout
 from fsdpspec.plan.planner import plan_job
 from fsdpspec.spec.v1 import JobSpec
 
@@ -35,7 +36,7 @@ def _spec(preset: str, **fsdp: object) -> JobSpec:
 @pytest.mark.parametrize("preset", preset_names())
 def test_engine_mfu_flops_equal_the_plans(preset: str) -> None:
     plan = plan_job(resolve(_spec(preset), BASE, config=preset_config(preset)))
-    tokens = plan.job.layout.tokens * plan.job.layout.accumulation_steps
+    tokens = plan.job.batch.tokens * plan.job.batch.accumulation
     engine = flops_per_token(torch.nn.Linear(1, 1), plan.job)
     assert plan.compute.flops / tokens == pytest.approx(engine, rel=1e-12)
 
@@ -46,7 +47,7 @@ def test_gemma2_attention_flops_use_the_query_width() -> None:
     q_width = config["num_attention_heads"] * config["head_dim"]
     assert q_width != config["hidden_size"]
     plan = plan_job(resolve(_spec("gemma2-9b"), BASE, config=config))
-    per_token = plan.compute.flops / (plan.job.layout.tokens * plan.job.layout.accumulation_steps)
+    per_token = plan.compute.flops / (plan.job.batch.tokens * plan.job.batch.accumulation)
     assert per_token - 6 * plan.parameters == 12 * config["num_hidden_layers"] * q_width * SEQ_LEN
 
 
@@ -71,8 +72,9 @@ def test_mesh_shape_and_shard_group(strategy: str, group: int | None,
         "model": {"preset": "tiny-llama"},
         "fsdp": {"sharding_strategy": strategy, "shard_group_size": group},
     })
-    assert semantics.mesh_shape(spec) == shape
-    assert semantics.shard_group_size(spec) == shape[-1]
+    dims = layout(spec).dims
+    assert dims.mesh_shape == shape
+    assert dims.dp_shard == shape[-1]
 
 
 @pytest.mark.parametrize(("mode", "every", "layers", "count"), [
@@ -99,7 +101,7 @@ def test_engine_mfu_flops_equal_the_plans_for_an_introspected_model(tmp_path: Pa
         "data": {"seq_len": SEQ_LEN, "micro_batch_size": 1, "global_batch_size": 2}})
     plan = plan_job(resolve(spec, tmp_path))
     assert plan.geometry.introspected and plan.geometry.num_layers == 3
-    tokens = plan.job.layout.tokens * plan.job.layout.accumulation_steps
+    tokens = plan.job.batch.tokens * plan.job.batch.accumulation
     engine = flops_per_token(torch.nn.Linear(1, 1), plan.job)
     assert plan.compute.flops / tokens == pytest.approx(engine, rel=1e-12)
     attention = 12 * 3 * 64 * SEQ_LEN

@@ -83,7 +83,7 @@ def test_unit_traffic_adds_up_to_the_plans_collectives() -> None:
     plan = _plan(_spec(nodes=2))
     job, c = plan.job, plan.compute
     *layers, root = unit_traffic(job)
-    micro = job.layout.accumulation_steps
+    micro = job.batch.accumulation
     gathers = 2 * sum(t.all_gather_bytes * t.count for t in layers) + root.all_gather_bytes
     assert abs(gathers * micro - c.all_gather_bytes) <= len(layers) + 1
     reduced = sum(t.reduce_scatter_bytes * t.count for t in (*layers, root))
@@ -160,9 +160,9 @@ def test_every_flop_of_the_plan_is_timed(ac: str) -> None:
     rate = device.achievable_tflops("bfloat16") * 1e12 / (
         1 + steptime.DEVICE_SPREAD * (2 * math.log(lay.world_size)) ** 0.5)
     elementwise = steptime.ELEMENTWISE_PASSES * g.num_layers * \
-        act.layer_activation_bytes(g, job.compute_bytes, lay.micro_batch_size,
-                                   lay.seq_len, job.spec.model.attention) / (device.hbm_gbps * 1e9)
-    expected = plan.compute.flops / rate + elementwise * lay.accumulation_steps
+        act.layer_activation_bytes(g, job.compute_bytes, job.batch.micro, job.batch.seq,
+                                   job.spec.model.attention) / (device.hbm_gbps * 1e9)
+    expected = plan.compute.flops / rate + elementwise * job.batch.accumulation
     assert plan.step.compute_seconds == pytest.approx(expected, rel=1e-9)
 
 

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import torch
 
-from fsdpspec.runfiles.resolved import read_resolved_spec
+from fsdpspec.runfiles.resolved import read_resolved_job
 from fsdpspec_runners.engine.dist import init_runtime, teardown
-from fsdpspec_runners.engine.model import engine_job
 from fsdpspec_runners.engine.train import build_fsdp_model, build_trainer
 
 
@@ -25,13 +24,12 @@ def logits(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
 
 def main() -> None:
     trained_spec, weights_spec, out = (Path(a) for a in sys.argv[1:4])
-    spec, run_dir, _ = read_resolved_spec(trained_spec)
-    runtime = init_runtime(spec)
+    job, run_dir = read_resolved_job(trained_spec)
+    runtime = init_runtime(job)
     input_ids = torch.arange(64).remainder(257).view(2, 32)
-    trainer = build_trainer(spec, run_dir, runtime)
+    trainer = build_trainer(job, run_dir, runtime)
     from_checkpoint = logits(trainer.state.model, input_ids)
-    loaded_spec, _, _ = read_resolved_spec(weights_spec)
-    loaded = engine_job(loaded_spec, runtime.world_size)
+    loaded, _ = read_resolved_job(weights_spec)
     from_weights = logits(build_fsdp_model(loaded, runtime), input_ids)
     if runtime.is_main:
         torch.save(

@@ -1,0 +1,50 @@
+"""The batch of a job: micro-batch, sequence length, global batch and accumulation,
+derived once from `data` and the data-parallel size (`ParallelDims.dp_size`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fsdpspec.spec.v1 import JobSpec
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Sequences per micro-batch of one data-parallel rank, per step of every rank, and
+    the micro-batches one rank runs per optimizer step."""
+
+    micro: int
+    seq: int
+    global_size: int
+    dp_size: int
+
+    @property
+    def per_pass(self) -> int:
+        """Sequences one micro-batch of every data-parallel rank holds."""
+        return self.micro * self.dp_size
+
+    @property
+    def accumulation(self) -> int:
+        """Micro-batches per optimizer step (at least 1)."""
+        return max(1, self.global_size // self.per_pass)
+
+    @property
+    def divides(self) -> bool:
+        """The global batch is a whole number of micro-batches over every data-parallel
+        rank (FS501)."""
+        return self.global_size % self.per_pass == 0
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in one micro-batch of one rank."""
+        return self.micro * self.seq
+
+    def as_json(self) -> dict[str, int]:
+        return {"micro": self.micro, "seq": self.seq, "global": self.global_size,
+                "accumulation": self.accumulation}
+
+
+def batch_of(spec: JobSpec, dp_size: int) -> Batch:
+    data = spec.data
+    return Batch(micro=data.micro_batch_size, seq=data.seq_len,
+                 global_size=data.global_batch_size, dp_size=dp_size)

@@ -1,0 +1,146 @@
+"""The parallel layout by named degree (torchtitan's ``ParallelDims``), torch-free.
+
+Every way the ranks split the work is one degree: ``dp_replicate`` (replicas of the
+model), ``dp_shard`` (ranks one parameter is sharded over), and ``cp``, ``tp``, ``pp``,
+``ep``, all 1 until the engine runs them. The spec's ``fsdp.sharding_strategy`` and
+``fsdp.shard_group_size`` map onto the data-parallel degrees here, and nowhere else; the
+lint rules and the engine's mesh (``fsdpspec_runners.engine.mesh``) call the one
+`ParallelDims.validate`. Data, evaluation, metrics and the batch count data-parallel
+ranks with `dp_size` and `dp_rank`, never the world size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fsdpspec.semantics import HYBRID_STRATEGIES
+
+# The dimensions of the device mesh, outermost first (torchtitan's order): a rank's
+# coordinates are its index in row-major order over these degrees.
+MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+# Strategies whose mesh has a replicate dimension (NO_SHARD: groups of one rank).
+_REPLICATING = (*HYBRID_STRATEGIES, "NO_SHARD")
+
+
+class ParallelDimsError(ValueError):
+    """Degrees that cannot lay out the ranks; ``field`` is the spec's JSON pointer."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    """How the ranks split the job, degree by degree."""
+
+    world_size: int
+    dp_replicate: int
+    dp_shard: int
+    # As written (for messages), and as FSDP runs it: FSDP1 given hybrid shard groups of
+    # one rank runs NO_SHARD over every rank (it would switch each group to NO_SHARD and
+    # never reduce gradients across the replicas, which would then train apart).
+    written_strategy: str
+    strategy: str
+    # The shard group a hybrid strategy asks for (the written size, else one node); it
+    # may not divide the world, which `validate` reports.
+    requested_shard: int
+    cp: int = 1
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel ranks: each reads its own micro-batches."""
+        return self.dp_replicate * self.dp_shard
+
+    def dp_rank(self, rank: int) -> int:
+        """The data-parallel rank of global ``rank`` (ranks of one cp × tp group read the
+        same micro-batches)."""
+        return rank % (self.dp_size * self.cp * self.tp) // (self.cp * self.tp)
+
+    @property
+    def dp_replicate_enabled(self) -> bool:
+        return self.dp_replicate > 1
+
+    @property
+    def dp_shard_enabled(self) -> bool:
+        return self.dp_shard > 1
+
+    @property
+    def cp_enabled(self) -> bool:
+        return self.cp > 1
+
+    @property
+    def tp_enabled(self) -> bool:
+        return self.tp > 1
+
+    @property
+    def pp_enabled(self) -> bool:
+        return self.pp > 1
+
+    @property
+    def ep_enabled(self) -> bool:
+        return self.ep > 1
+
+    @property
+    def fsdp_mesh_names(self) -> tuple[str, ...]:
+        """The sub-mesh FSDP (or DDP) runs over: ``dp_shard`` alone for the sharded
+        strategies; ``dp_replicate × dp_shard`` for hybrid ones and NO_SHARD (shard
+        groups of one rank), also where one of the two is 1."""
+        if self.written_strategy in _REPLICATING:
+            return ("dp_replicate", "dp_shard")
+        return ("dp_shard",)
+
+    @property
+    def mesh_names(self) -> tuple[str, ...]:
+        """The dimensions of the device mesh, outermost first: FSDP's, and each other
+        enabled one."""
+        names = set(self.fsdp_mesh_names) | {d for d in ("pp", "cp", "tp")
+                                             if getattr(self, d) > 1}
+        return tuple(d for d in MESH_ORDER if d in names)
+
+    @property
+    def mesh_shape(self) -> tuple[int, ...]:
+        return tuple(getattr(self, d) for d in self.mesh_names)
+
+    def validate(self) -> None:
+        """The one check that the degrees lay out the ranks: the lint rules (FS103,
+        FS104) and the engine's mesh call it. Raises ParallelDimsError."""
+        world, group = self.world_size, self.requested_shard
+        if self.written_strategy in HYBRID_STRATEGIES and world % group:
+            raise ParallelDimsError(f"shard group of {group} ranks does not divide the world "
+                                    f"size {world}", "/fsdp/shard_group_size")
+        product = self.dp_replicate * self.dp_shard * self.cp * self.tp * self.pp
+        if product != world:
+            degrees = " × ".join(f"{d} {getattr(self, d)}" for d in MESH_ORDER)
+            raise ParallelDimsError(f"{degrees} = {product} ranks, not the world size {world}",
+                                    "/resources")
+
+    def as_json(self) -> dict[str, object]:
+        """The named degrees, as resolved-spec.json records them."""
+        return {"dp_replicate": self.dp_replicate, "dp_shard": self.dp_shard, "cp": self.cp,
+                "tp": self.tp, "pp": self.pp, "ep": self.ep,
+                "mesh_names": list(self.mesh_names), "written_strategy": self.written_strategy,
+                "requested_shard": self.requested_shard}
+
+
+def parallel_dims(*, world_size: int, strategy: str, shard_group_size: int | None,
+                  gpus_per_node: int, fsdp_version: int) -> ParallelDims:
+    """The degrees of `fsdp.sharding_strategy` and `fsdp.shard_group_size` on
+    ``world_size`` ranks: FULL_SHARD and SHARD_GRAD_OP shard over every rank; the hybrid
+    ones within groups of the written size (else one node) and replicate across them;
+    NO_SHARD replicates over every rank."""
+    requested = shard_group_size or gpus_per_node
+    if strategy == "NO_SHARD":
+        shard = 1
+    elif strategy in HYBRID_STRATEGIES:
+        shard = min(world_size, requested)
+    else:
+        shard = world_size
+    runs = strategy
+    if fsdp_version == 1 and strategy in HYBRID_STRATEGIES and shard == 1:
+        runs = "NO_SHARD"
+    return ParallelDims(world_size=world_size, dp_replicate=world_size // shard, dp_shard=shard,
+                        written_strategy=strategy, strategy=runs, requested_shard=requested)

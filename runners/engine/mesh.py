@@ -1,0 +1,32 @@
+"""Where the device mesh comes from: one mesh of the job's named degrees
+(`fsdpspec.job.parallel.ParallelDims`), and the sub-meshes the parallelisms run over,
+picked by name, never by position."""
+
+from __future__ import annotations
+
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from fsdpspec.job.parallel import ParallelDims, ParallelDimsError
+from fsdpspec_runners.engine.errors import EngineError
+
+
+def build_mesh(dims: ParallelDims, device_type: str) -> DeviceMesh:
+    """The world mesh, one dimension per name of ``dims.mesh_names``, checked by the one
+    `ParallelDims.validate` the lint rules run (FS104)."""
+    try:
+        dims.validate()
+    except ParallelDimsError as exc:
+        raise EngineError(f"{exc.field.strip('/').replace('/', '.')}: {exc}") from None
+    return init_device_mesh(device_type, dims.mesh_shape, mesh_dim_names=dims.mesh_names)
+
+
+def fsdp_mesh(world: DeviceMesh, dims: ParallelDims) -> DeviceMesh:
+    """The sub-mesh FSDP (or DDP) runs over: ``dp_shard``, or ``dp_replicate × dp_shard``
+    (`ParallelDims.fsdp_mesh_names`)."""
+    return world[dims.fsdp_mesh_names]
+
+
+def shard_group_mesh(device_type: str, shard: int) -> DeviceMesh:
+    """The FSDP mesh of one shard group alone: what `plan --trace` (one rank of a fake
+    process group of ``shard`` ranks) shards over."""
+    return init_device_mesh(device_type, (shard,), mesh_dim_names=("dp_shard",))

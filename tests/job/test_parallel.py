@@ -1,0 +1,102 @@
+"""`ParallelDims`: `fsdp.sharding_strategy` and `fsdp.shard_group_size` as named degrees,
+the one `validate` that FS104 and the engine's mesh call, and the data-parallel size and
+rank that data, evaluation and the batch use instead of the world size."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from fsdpspec.job.layout import layout
+from fsdpspec.job.parallel import ParallelDims, ParallelDimsError, parallel_dims
+from fsdpspec.spec.v1 import JobSpec
+
+
+def _spec(nodes: int = 2, gpus: int = 8, **fsdp) -> JobSpec:
+    return JobSpec.model_validate({
+        "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "dims"},
+        "resources": {"nodes": nodes, "gpus_per_node": gpus},
+        "launch": {"rdzv_endpoint": "node-0:29500"}, "model": {"preset": "tiny-llama"},
+        "fsdp": fsdp, "data": {"seq_len": 32, "micro_batch_size": 2,
+                               "global_batch_size": 64}})
+
+
+@pytest.mark.parametrize(("fsdp", "replicate", "shard", "names"), [
+    ({"sharding_strategy": "FULL_SHARD"}, 1, 16, ("dp_shard",)),
+    ({"sharding_strategy": "SHARD_GRAD_OP"}, 1, 16, ("dp_shard",)),
+    ({"sharding_strategy": "NO_SHARD"}, 16, 1, ("dp_replicate", "dp_shard")),
+    ({"sharding_strategy": "HYBRID_SHARD"}, 2, 8, ("dp_replicate", "dp_shard")),
+    ({"sharding_strategy": "HYBRID_SHARD_ZERO2", "shard_group_size": 4}, 4, 4,
+     ("dp_replicate", "dp_shard")),
+])
+def test_each_strategy_is_a_pair_of_data_parallel_degrees(
+        fsdp: dict, replicate: int, shard: int, names: tuple[str, ...]) -> None:
+    dims = layout(_spec(**fsdp)).dims
+    dims.validate()
+    assert (dims.dp_replicate, dims.dp_shard, dims.cp, dims.tp, dims.pp, dims.ep) == (
+        replicate, shard, 1, 1, 1, 1)
+    assert dims.mesh_names == dims.fsdp_mesh_names == names
+    assert dims.dp_size == 16  # every rank reads its own micro-batches
+    assert (dims.dp_replicate_enabled, dims.dp_shard_enabled) == (replicate > 1, shard > 1)
+    assert not (dims.cp_enabled or dims.tp_enabled or dims.pp_enabled or dims.ep_enabled)
+
+
+def test_fsdp1_runs_hybrid_groups_of_one_rank_as_no_shard() -> None:
+    dims = layout(_spec(nodes=1, gpus=2, version=1, sharding_strategy="HYBRID_SHARD",
+                        shard_group_size=1)).dims
+    assert (dims.written_strategy, dims.strategy) == ("HYBRID_SHARD", "NO_SHARD")
+    assert dims.mesh_shape == (2, 1)
+    fsdp2 = layout(_spec(nodes=1, gpus=2, sharding_strategy="HYBRID_SHARD",
+                         shard_group_size=1)).dims
+    assert fsdp2.strategy == "HYBRID_SHARD"
+
+
+@pytest.mark.parametrize(("group", "world"), [(3, 4), (16, 8)])
+def test_validate_refuses_a_shard_group_that_does_not_divide_the_world(
+        group: int, world: int) -> None:
+    dims = parallel_dims(world_size=world, strategy="HYBRID_SHARD", shard_group_size=group,
+                         gpus_per_node=world, fsdp_version=2)
+    with pytest.raises(ParallelDimsError, match=f"shard group of {group} ranks does not "
+                                                f"divide the world size {world}") as caught:
+        dims.validate()
+    assert caught.value.field == "/fsdp/shard_group_size"
+
+
+def test_validate_refuses_degrees_that_do_not_multiply_to_the_world() -> None:
+    dims = replace(layout(_spec()).dims, tp=2)
+    with pytest.raises(ParallelDimsError, match="= 32 ranks, not the world size 16"):
+        dims.validate()
+
+
+def test_the_data_parallel_rank_skips_the_ranks_of_one_cp_and_tp_group() -> None:
+    flat = layout(_spec()).dims
+    assert [flat.dp_rank(r) for r in range(16)] == list(range(16))
+    # The degrees a later dimension adds: 4 data-parallel ranks of 2 cp × 2 tp each.
+    dims = ParallelDims(world_size=16, dp_replicate=1, dp_shard=4, written_strategy="FULL_SHARD",
+                        strategy="FULL_SHARD", requested_shard=4, cp=2, tp=2)
+    dims.validate()
+    assert [dims.dp_rank(r) for r in range(16)] == [r // 4 for r in range(16)]
+    assert dims.mesh_names == ("dp_shard", "cp", "tp") and dims.mesh_shape == (4, 2, 2)
+
+
+def test_the_batch_divides_over_data_parallel_ranks() -> None:
+    job_layout = layout(_spec())
+    batch = job_layout.batch
+    assert (batch.micro, batch.seq, batch.global_size, batch.dp_size) == (2, 32, 64, 16)
+    assert (batch.per_pass, batch.accumulation, batch.divides, batch.tokens) == (32, 2, True, 64)
+    assert layout(_spec(), world_size=3).batch.divides is False  # 64 over 3 × 2
+
+
+def test_fs104_is_validate_s_message_through_the_cli(cli, tmp_path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(json.dumps({
+        "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "dims"},
+        "resources": {"nodes": 1, "gpus_per_node": 4, "accelerator": "cpu"},
+        "model": {"preset": "tiny-llama"},
+        "fsdp": {"sharding_strategy": "HYBRID_SHARD", "shard_group_size": 3}}))
+    result = cli("validate", str(spec))
+    assert result.returncode == 1
+    assert "FS104" in result.stdout and (
+        "shard group of 3 ranks does not divide the world size 4" in result.stdout)
