@@ -39,7 +39,7 @@ def adapter_sharding(job: Job, sh: Sharding) -> Sharding:
     a, g = job.adapters, job.geometry
     assert a is not None
     layer = tuple((s, 1) for s in a.layer_shapes())
-    root = tuple((s, 1) for s in a.root_shapes(g))
+    root = tuple((s, 1) for s in a.root_shapes())
     if not sh.units:
         everything = tuple((s, n * g.num_layers) for s, n in layer) + root
         return Sharding((), Unit("root", everything), sh.shard_size, sh.fsdp_version)
@@ -84,7 +84,7 @@ def trainable_numel(job: Job) -> int:
     a, g = job.adapters, job.geometry
     assert a is not None
     return (g.num_layers * sum(math.prod(s) for s in a.layer_shapes())
-            + sum(math.prod(s) for s in a.root_shapes(g)))
+            + sum(math.prod(s) for s in a.root_shapes()))
 
 
 def _gathered(job: Job, sh: Sharding, ash: Sharding, unit: Unit | None,
@@ -112,7 +112,7 @@ def adapted_parts(p: Any, job: Job, sh: Sharding,
     grad_shard = adapter_shard + (m * sh.total_shard_numel() if job.layout.fsdp_version == 1 else 0)
     unit, adapter_unit = sh.largest, ash.largest
     layer_trainable = sum(math.prod(s) for s in job.adapters.layer_shapes())
-    root_trainable = sum(math.prod(s) for s in job.adapters.root_shapes(g))
+    root_trainable = sum(math.prod(s) for s in job.adapters.root_shapes())
     carried, unsharded_carry = 0, False
     if job.layout.accumulation_steps > 1:
         if syncs_gradients(job.layout.strategy, last_micro_batch=False):

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from fsdpspec.job.job import Job
-from fsdpspec.job.lora import NF4_BLOCK, NF4_SCALER_BLOCK, quantised_projections
+from fsdpspec.job.lora import ALL_LINEAR, NF4_BLOCK, NF4_SCALER_BLOCK, quantised_projections
 from fsdpspec_runners.engine.errors import EngineError, first_line
 
 ADAPTER = "default"  # peft's adapter name; the engine trains one adapter
@@ -41,9 +41,11 @@ def lora_config(job: Job) -> Any:
     if not targets:
         raise EngineError("peft.target_modules: the model's family has no default targets; "
                           "list the modules to adapt")
+    # peft expands its all-linear shorthand only when it is the whole (string) value.
+    modules = ALL_LINEAR if targets == (ALL_LINEAR,) else list(targets)
     return LoraConfig(
         r=spec.peft.r, lora_alpha=spec.peft.alpha, lora_dropout=spec.peft.dropout,
-        target_modules=list(targets), modules_to_save=spec.peft.modules_to_save or None,
+        target_modules=modules, modules_to_save=spec.peft.modules_to_save or None,
         task_type="CAUSAL_LM",
     )
 

@@ -1,0 +1,109 @@
+"""The plan's LoRA against peft itself: for every registered family (a tiny config) and
+every target choice the spec allows, the plan's trainable and frozen counts are what
+``peft.get_peft_model`` builds on the meta device; a choice the spec refuses is one
+peft would build otherwise (experts adapted) or not at all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsdpspec.catalog.families import FAMILIES
+from fsdpspec.catalog.presets import preset_config
+from fsdpspec.job.job import resolve
+from fsdpspec.lint import lint_spec
+from fsdpspec.lint.registry import LintContext
+from fsdpspec.plan.adapters import trainable_numel
+from fsdpspec.spec.v1 import JobSpec
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+
+def _config(model_type: str) -> dict[str, Any]:
+    tiny = [p for p in FAMILIES[model_type].presets if p.startswith("tiny-")]
+    if tiny:
+        return preset_config(tiny[0])
+    return {"model_type": model_type, "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 320, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+
+
+def _path(model_type: str, planned: str) -> str:
+    """A projection's path below its layer, as the family names it (self_attn.q_proj)."""
+    fam = FAMILIES[model_type]
+    parent = "mlp" if planned.endswith(("gate_proj", "up_proj", "down_proj")) else "self_attn"
+    return fam.module_names.get(f"{parent}.{planned}", f"{parent}.{planned}")
+
+
+def _choices(model_type: str) -> dict[str, dict[str, Any]]:
+    fam = FAMILIES[model_type]
+    q = "qkv_proj" if fam.fused_qkv else "q_proj"
+    leaf = _path(model_type, q).rsplit(".", 1)[-1]
+    choices = {
+        "default": {},
+        "all-linear": {"target_modules": ["all-linear"]},
+        "paths": {"target_modules": [_path(model_type, q), _path(model_type, "o_proj")]},
+        "save-o_proj": {"target_modules": [leaf],
+                        "modules_to_save": [fam.projection_name("o_proj")]},
+        "save-norm": {"modules_to_save": ["norm"]},
+        "lm_head": {"target_modules": [leaf, "lm_head"]},
+    }
+    if fam.moe:
+        choices["mlp"] = {"target_modules": ["gate_proj", "up_proj", "down_proj"]}
+    if not _config(model_type).get("tie_word_embeddings", fam.defaults["tie_word_embeddings"]):
+        choices["save-embed_tokens"] = {"modules_to_save": ["lm_head", "embed_tokens"]}
+    return choices
+
+
+# What the spec refuses, and why peft agrees: a module to save GPT-NeoX does not have
+# (embed_in), all-linear and MLP names where peft adapts the experts, MLP names that match
+# nothing in a Mixture of Experts peft does not convert.
+REFUSED = {("gpt_neox", "save-embed_tokens"): ["FS144"],
+           **{(m, "all-linear"): ["FS146"] for m in ("mixtral", "qwen3_moe", "olmoe")},
+           **{(m, "mlp"): ["FS146"] for m in ("qwen3_moe", "olmoe")},
+           **{(m, "mlp"): ["FS140"] for m in ("mixtral", "phimoe", "gpt_oss")}}
+
+CASES = [(m, c) for m in FAMILIES for c in _choices(m)]
+
+
+def _peft_counts(config: dict[str, Any], targets: list[str], saves: list[str]) -> tuple[int, int]:
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**config))
+    modules = "all-linear" if targets == ["all-linear"] else targets
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=modules,
+                           modules_to_save=saves or None, task_type="CAUSAL_LM")
+    built = peft.get_peft_model(model, lora)
+    trainable = sum(p.numel() for p in built.parameters() if p.requires_grad)
+    return trainable, sum(p.numel() for p in built.parameters() if not p.requires_grad)
+
+
+@pytest.mark.parametrize(("model_type", "choice"), CASES, ids=[f"{m}-{c}" for m, c in CASES])
+def test_plan_counts_what_peft_builds(model_type: str, choice: str) -> None:
+    config = _config(model_type)
+    lora = _choices(model_type)[choice]
+    spec = JobSpec.model_validate({
+        "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "t"},
+        "model": {"preset": "tiny-llama", "attention": "eager"},
+        "data": {"seq_len": 64, "global_batch_size": 8},
+        "peft": {"r": 4, "alpha": 8, **lora}})
+    job = resolve(spec, Path("."), config=config)
+    refused = sorted({d.code for d in lint_spec(LintContext(job, set())) if d.code in
+                      {"FS140", "FS143", "FS144", "FS145", "FS146"}})
+    assert refused == REFUSED.get((model_type, choice), [])
+    try:
+        trainable, frozen = _peft_counts(config, list(job.lora_targets),
+                                         lora.get("modules_to_save", []))
+    except ValueError as exc:  # peft stops too: no target found
+        assert refused == ["FS140"], f"accepted, but peft: {exc}"
+        return
+    planned = (trainable_numel(job), job.geometry.total_params)
+    print(f"{model_type} {choice}: plan {planned} peft {(trainable, frozen)} refused {refused}")
+    if refused == ["FS146"]:
+        assert trainable > planned[0]  # peft adapts the experts as well
+    else:  # FS144's name peft drops without a word, as the plan does
+        assert planned == (trainable, frozen)
