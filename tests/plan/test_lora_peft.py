@@ -107,3 +107,54 @@ def test_plan_counts_what_peft_builds(model_type: str, choice: str) -> None:
         assert trainable > planned[0]  # peft adapts the experts as well
     else:  # FS144's name peft drops without a word, as the plan does
         assert planned == (trainable, frozen)
+
+
+# The issue's Llama-3-8B job: rank 16 on q_proj and v_proj (6.8 M trainable), and a
+# module to save that peft copies in every layer.
+LLAMA3_8B = ["--set", "peft.r=16", "--set", "peft.target_modules=[q_proj,v_proj]"]
+
+
+@pytest.mark.parametrize("saves", [["o_proj"], ["norm"]])
+def test_plan_counts_peft_modules_to_save_on_llama3_8b(saves: list[str]) -> None:
+    import json
+
+    from conftest import run_cli
+
+    result = run_cli("plan", "examples/lora-llama3-8b-l40s.yaml", *LLAMA3_8B,
+                     "--set", f"peft.modules_to_save=[{','.join(saves)}]", "--format", "json")
+    assert result.returncode in (0, 1) and not result.stderr, result.stderr
+    planned = json.loads(result.stdout)["peft"]["trainable_parameters"]
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**preset_config("llama3-8b")))
+    built = peft.get_peft_model(model, peft.LoraConfig(
+        r=16, target_modules=["q_proj", "v_proj"], modules_to_save=saves))
+    trainable = sum(p.numel() for p in built.parameters() if p.requires_grad)
+    print(f"llama3-8b modules_to_save {saves}: plan {planned:,} peft {trainable:,}")
+    assert planned == trainable
+
+
+def test_validate_takes_peft_names_and_refuses_by_name(tmp_path: Path) -> None:
+    """Path targets and all-linear validate (peft accepts them); GPT-NeoX's embed_tokens
+    (its module is embed_in) and Qwen3-MoE's expert names are refused by name."""
+    from conftest import run_cli
+
+    specs = {
+        "paths": "model: {preset: llama3-8b}\npeft: {target_modules: [self_attn.q_proj, v_proj]}",
+        "all-linear": "model: {preset: llama3-8b}\npeft: {target_modules: [all-linear]}",
+        "neox": "model: {preset: pythia-1.4b}\npeft: {modules_to_save: [embed_tokens]}",
+        "moe": "model: {preset: qwen3-30b-a3b}\npeft: {target_modules: [q_proj, down_proj]}",
+    }
+    head = ("apiVersion: fsdpspec/v1\nkind: TrainingJob\nmetadata: {name: t}\n"
+            "resources: {accelerator: H100-80GB}\n")
+    for name, body in specs.items():
+        (tmp_path / f"{name}.yaml").write_text(head + body + "\n")
+    result = run_cli("validate", "--format", "concise", *(f"{n}.yaml" for n in sorted(specs)), cwd=tmp_path)
+    assert result.returncode == 1
+    lines = [line for line in result.stdout.splitlines() if ": FS14" in line]
+    assert lines == [
+        "moe.yaml:6:33: FS146 error peft.target_modules 'down_proj': peft adapts the experts and "
+        "router of Qwen3Moe models (their stacked tensors), which fsdpspec does not plan or "
+        "train",
+        "neox.yaml:6:26: FS144 error peft.modules_to_save 'embed_tokens' matches no module of "
+        "GPTNeoX models (it calls it embed_in)"], result.stdout
