@@ -107,6 +107,12 @@ def test_plan_counts_what_peft_builds(model_type: str, choice: str) -> None:
         assert trainable > planned[0]  # peft adapts the experts as well
     else:  # FS144's name peft drops without a word, as the plan does
         assert planned == (trainable, frozen)
+    if not refused:  # and the engine builds exactly that
+        from fsdpspec_runners.engine.model import build_model
+
+        engine = build_model(job, on_meta=True)
+        assert (sum(p.numel() for p in engine.parameters() if p.requires_grad),
+                sum(p.numel() for p in engine.parameters() if not p.requires_grad)) == planned
 
 
 # The issue's Llama-3-8B job: rank 16 on q_proj and v_proj (6.8 M trainable), and a
