@@ -155,7 +155,8 @@ def test_validate_takes_peft_names_and_refuses_by_name(tmp_path: Path) -> None:
             "resources: {accelerator: H100-80GB}\n")
     for name, body in specs.items():
         (tmp_path / f"{name}.yaml").write_text(head + body + "\n")
-    result = run_cli("validate", "--format", "concise", *(f"{n}.yaml" for n in sorted(specs)), cwd=tmp_path)
+    files = [f"{name}.yaml" for name in sorted(specs)]
+    result = run_cli("validate", "--format", "concise", *files, cwd=tmp_path)
     assert result.returncode == 1
     lines = [line for line in result.stdout.splitlines() if ": FS14" in line]
     assert lines == [
@@ -164,3 +165,23 @@ def test_validate_takes_peft_names_and_refuses_by_name(tmp_path: Path) -> None:
         "train",
         "neox.yaml:6:26: FS144 error peft.modules_to_save 'embed_tokens' matches no module of "
         "GPTNeoX models (it calls it embed_in)"], result.stdout
+
+
+def test_an_imported_config_with_path_targets_validates(tmp_path: Path) -> None:
+    """axolotl hands peft `lora_target_modules` as written; peft matches a path suffix
+    (self_attn.q_proj), so the imported spec keeps it and validates."""
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
+    from fsdpspec.validate import check_file
+
+    source, out = tmp_path / "axolotl.yaml", tmp_path / "job.yaml"
+    source.write_text("base_model: mistralai/Mistral-7B-v0.1\nfsdp_version: 2\nbf16: true\n"
+                      "micro_batch_size: 1\nadapter: lora\nlora_r: 16\nlora_alpha: 32\n"
+                      "lora_target_modules:\n  - self_attn.q_proj\n  - self_attn.v_proj\n")
+    result = CliRunner().invoke(cli, ["import", "axolotl", str(source), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    report = check_file(out)
+    assert report.spec.peft.target_modules == ["self_attn.q_proj", "self_attn.v_proj"]
+    assert [d.code for d in report.diagnostics if d.code.startswith("FS14")] == []
+    assert [len(report.job.adapters.linears), report.job.adapters.r] == [2, 16]
