@@ -3,6 +3,7 @@ the adapter tensors' shapes (the memory terms are `fsdpspec.plan.adapters`')."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -53,17 +54,28 @@ class Matched:
 
 def _entries(tree: Node, layer_classes: tuple[str, ...]) -> list[tuple[str, Node, bool]]:
     """(path, node, inside the decoder layers) of every module, the decoder layers as one
-    template: the analytic tree's ``*`` child, or the first of a built tree's layers (of
-    ``layer_classes``; the others are left out), its index written ``*``."""
+    template: the analytic tree's ``*`` child, or a built tree's largest layer (of
+    ``layer_classes``, the one the geometry's per-layer counts read; the other layers
+    are left out), its index written ``*``."""
     out: list[tuple[str, Node, bool]] = []
-    seen_layer = False
+    layers: list[Node] = []
+
+    def find(node: Node) -> None:
+        if node.cls in layer_classes:
+            layers.append(node)
+            return
+        for child in node.children:
+            find(child)
+
+    find(tree)
+    sizes = [sum(math.prod(s) for s in _all_params(layer)) for layer in layers]
+    template = layers[sizes.index(max(sizes))] if layers else None
 
     def walk(node: Node, path: str, in_layer: bool) -> None:
-        nonlocal seen_layer
         if not in_layer and (node.name == LAYER or node.cls in layer_classes):
-            if seen_layer:
+            if node.name != LAYER and node is not template:
                 return
-            seen_layer, in_layer = True, True
+            in_layer = True
             path = f"{path.rpartition('.')[0]}.{LAYER}".lstrip(".")
         out.append((path, node, in_layer))
         for child in node.children:
@@ -102,8 +114,8 @@ def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
     all_linear = targets == (ALL_LINEAR,)
 
     def is_linear(node: Node) -> bool:
-        if g.introspected:
-            return node.cls == "Linear"
+        if g.introspected:  # peft's all-linear: nn.Linear and transformers' Conv1D (GPT-2)
+            return node.cls in ("Linear", "Conv1D")
         return node.cls == "Linear" or (node.name in linear_leaves and not node.children)
 
     def shape(node: Node) -> Shape:

@@ -24,6 +24,8 @@ peft = pytest.importorskip("peft")
 
 
 def _config(model_type: str) -> dict[str, Any]:
+    if model_type == "gpt2":
+        return GPT2
     tiny = [p for p in FAMILIES[model_type].presets if p.startswith("tiny-")]
     if tiny:
         return preset_config(tiny[0])
@@ -67,7 +69,15 @@ REFUSED = {("gpt_neox", "save-embed_tokens"): ["FS144"],
            **{(m, "mlp"): ["FS146"] for m in ("qwen3_moe", "olmoe")},
            **{(m, "mlp"): ["FS140"] for m in ("mixtral", "phimoe", "gpt_oss")}}
 
-CASES = [(m, c) for m in FAMILIES for c in _choices(m)]
+# A model_type without an analytic family: the plan matches in the tree transformers
+# builds on the meta device (GPT-2's projections are Conv1D, which all-linear takes).
+GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 320,
+        "n_positions": 128}
+GPT2_CHOICES = {"all-linear": {"target_modules": ["all-linear"]},
+                "paths": {"target_modules": ["attn.c_attn", "mlp.c_proj"]},
+                "save-ln": {"target_modules": ["c_attn"], "modules_to_save": ["ln_2", "ln_f"]}}
+
+CASES = [(m, c) for m in FAMILIES for c in _choices(m)] + [("gpt2", c) for c in GPT2_CHOICES]
 
 
 def _peft_counts(config: dict[str, Any], targets: list[str], saves: list[str]) -> tuple[int, int]:
@@ -85,7 +95,7 @@ def _peft_counts(config: dict[str, Any], targets: list[str], saves: list[str]) -
 @pytest.mark.parametrize(("model_type", "choice"), CASES, ids=[f"{m}-{c}" for m, c in CASES])
 def test_plan_counts_what_peft_builds(model_type: str, choice: str) -> None:
     config = _config(model_type)
-    lora = _choices(model_type)[choice]
+    lora = (GPT2_CHOICES if model_type == "gpt2" else _choices(model_type))[choice]
     spec = JobSpec.model_validate({
         "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "t"},
         "model": {"preset": "tiny-llama", "attention": "eager"},
