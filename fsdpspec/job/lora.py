@@ -138,7 +138,8 @@ def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
             saved_targets += [(t, save[0]) for t in both]
             found_targets.update(both)  # FS145's, not a target that matches nothing
             saved_below.append(path)
-            params = _all_params(node)
+            # A tied head holds the embedding's weight, listed under the embedding.
+            params = _all_params(node) or ([shape(node)] if node.tied else [])
             if in_layer:
                 layer_saved += params
             else:
