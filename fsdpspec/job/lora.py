@@ -40,7 +40,8 @@ class Matched:
 
     layer_linears: tuple[tuple[str, Shape], ...] = ()  # (module name, (out, in)) per layer
     root_linears: tuple[tuple[str, Shape], ...] = ()  # (module path, (out, in))
-    layer_saved: tuple[Shape, ...] = ()  # parameters of the modules to save, per layer
+    # (module name, parameter shape) of the modules to save, per layer.
+    layer_saved: tuple[tuple[str, Shape], ...] = ()
     root_saved: tuple[tuple[str, Shape], ...] = ()  # (module path, parameter shape)
     unmatched_targets: tuple[str, ...] = ()
     unmatched_saves: tuple[str, ...] = ()
@@ -141,7 +142,7 @@ def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
             # A tied head holds the embedding's weight, listed under the embedding.
             params = _all_params(node) or ([shape(node)] if node.tied else [])
             if in_layer:
-                layer_saved += params
+                layer_saved += [(node.name, p) for p in params]
             else:
                 root_saved += [(path, p) for p in params]
             continue
@@ -220,13 +221,21 @@ class Adapters:
     @property
     def saves_head(self) -> bool:
         """lm_head is trained in full (modules_to_save)."""
-        return any(path == "lm_head" for path, _ in self.matched.root_saved)
+        return self.saves_root("lm_head")
+
+    def trained_norms(self, names: tuple[str, ...]) -> set[str]:
+        """Which of a layer's norms (``names``) are trained in full (modules_to_save)."""
+        return {name for name, _ in self.matched.layer_saved} & set(names)
+
+    def saves_root(self, path: str) -> bool:
+        """The module at ``path`` outside the layers is trained in full."""
+        return any(saved == path for saved, _ in self.matched.root_saved)
 
     def layer_shapes(self) -> list[Shape]:
         """A (r × in) and B (out × r) of each adapted projection of one layer, and the
         parameters of the layer's modules to save (trained copies)."""
         adapters = [s for _, (out, into) in self.linears for s in ((self.r, into), (out, self.r))]
-        return adapters + list(self.matched.layer_saved)
+        return adapters + [s for _, s in self.matched.layer_saved]
 
     def root_shapes(self) -> list[Shape]:
         """Trainable tensors outside the layers: adapters (lm_head's), full copies of the
