@@ -1,5 +1,9 @@
-"""A job's LoRA in the planner's terms: which projections of a layer carry adapters, and
-the adapter tensors' shapes (the memory terms are `fsdpspec.plan.adapters`')."""
+"""A job's LoRA in the planner's terms: which modules carry adapters and which are
+trained in full, as peft's own matching rules pick them out of the model's module tree
+(the family's analytic tree, or the tree an introspected model built), and the trainable
+tensors' shapes (the memory terms are `fsdpspec.plan.adapters`'). The engine hands peft
+the same names, so the plan and the adapted model agree by construction
+(tests/plan/test_lora_peft.py holds both against ``peft.get_peft_model``)."""
 
 from __future__ import annotations
 
