@@ -235,6 +235,12 @@ class Adapters:
         """The module at ``path`` outside the layers is trained in full."""
         return any(saved == path for saved, _ in self.matched.root_saved)
 
+    def saved_modules(self, num_layers: int) -> int:
+        """How many modules peft trains in full (a module to save in every layer counts
+        once per layer)."""
+        per_layer = {name for name, _ in self.matched.layer_saved}
+        return len(per_layer) * num_layers + len({path for path, _ in self.matched.root_saved})
+
     def layer_shapes(self) -> list[Shape]:
         """A (r × in) and B (out × r) of each adapted projection of one layer, and the
         parameters of the layer's modules to save (trained copies)."""

@@ -139,15 +139,18 @@ def test_plan_counts_peft_modules_to_save_on_llama3_8b(saves: list[str]) -> None
     result = run_cli("plan", "examples/lora-llama3-8b-l40s.yaml", *LLAMA3_8B,
                      "--set", f"peft.modules_to_save=[{','.join(saves)}]", "--format", "json")
     assert result.returncode in (0, 1) and not result.stderr, result.stderr
-    planned = json.loads(result.stdout)["peft"]["trainable_parameters"]
+    planned, saved = (json.loads(result.stdout)["peft"][key]
+                      for key in ("trainable_parameters", "modules_saved"))
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
             transformers.AutoConfig.for_model(**preset_config("llama3-8b")))
     built = peft.get_peft_model(model, peft.LoraConfig(
         r=16, target_modules=["q_proj", "v_proj"], modules_to_save=saves))
     trainable = sum(p.numel() for p in built.parameters() if p.requires_grad)
-    print(f"llama3-8b modules_to_save {saves}: plan {planned:,} peft {trainable:,}")
-    assert planned == trainable
+    copies = sum(isinstance(m, peft.utils.ModulesToSaveWrapper) for m in built.modules())
+    print(f"llama3-8b modules_to_save {saves}: plan {planned:,} in {saved} module(s), "
+          f"peft {trainable:,} in {copies}")
+    assert (planned, saved) == (trainable, copies)
 
 
 def test_validate_takes_peft_names_and_refuses_by_name(tmp_path: Path) -> None:
