@@ -57,6 +57,12 @@ class Moe:
     # Expert-width tensors each routed token saves for backward: the gate_up output
     # (two), the activation and the gated product; gpt-oss's clamped gate saves more.
     width_saves: int = 4
+    # The router is an nn.Linear subclass (peft's all-linear adapts it).
+    router_linear: bool = False
+    # transformers 4's names of the experts' projections and of the router, which peft
+    # (0.21, transformers_weight_conversion) maps onto the stacked expert tensors and the
+    # router weight: a target naming one, or all-linear, adapts the experts.
+    peft_expert_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,8 @@ class Family:
 
 
 _LLAMA_BIAS = {"qkv_bias": "attention_bias", "o_bias": "attention_bias"}
+# peft maps these onto Qwen2-MoE-style experts (Qwen3-MoE and OLMoE share the pattern).
+_QWEN2_MOE_PEFT = ("gate_proj", "up_proj", "down_proj", "gate")
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     Family("llama", "Llama", {
@@ -236,7 +244,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "tie_word_embeddings": False, "sliding_window": None, "num_local_experts": 8,
         "num_experts_per_tok": 2, "router_aux_loss_coef": 0.001,
         "max_position_embeddings": 131072},
-        window="always", moe=Moe("num_local_experts"),
+        window="always",
+        moe=Moe("num_local_experts", peft_expert_names=("w1", "w2", "w3", "gate")),
         aliases={"num_experts": "num_local_experts"},
         presets=("mixtral-8x7b", "tiny-mixtral")),
     Family("qwen3_moe", "Qwen3Moe", {
@@ -245,7 +254,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "attention_bias": False, "head_dim": None, "num_experts": 128,
         "num_experts_per_tok": 8, "moe_intermediate_size": 768,
         "router_aux_loss_coef": 0.001, "max_position_embeddings": 32768},
-        qk_norm="head", window="flag", moe=Moe("num_experts", "moe_intermediate_size"),
+        qk_norm="head", window="flag",
+        moe=Moe("num_experts", "moe_intermediate_size", peft_expert_names=_QWEN2_MOE_PEFT),
         modules_first=("experts",), aliases={"num_experts": "num_local_experts"},
         presets=("qwen3-30b-a3b", "tiny-qwen3-moe"), **_LLAMA_BIAS),
     Family("olmoe", "Olmoe", {
@@ -253,7 +263,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "num_attention_heads": 16, "num_key_value_heads": None, "vocab_size": 50304,
         "tie_word_embeddings": False, "attention_bias": False, "num_experts": 64,
         "num_experts_per_tok": 8, "router_aux_loss_coef": 0.01},
-        qk_norm="width", moe=Moe("num_experts"), presets=("olmoe-1b-7b", "tiny-olmoe"),
+        qk_norm="width", moe=Moe("num_experts", peft_expert_names=_QWEN2_MOE_PEFT),
+        presets=("olmoe-1b-7b", "tiny-olmoe"),
         aliases={"num_local_experts": "num_experts"},
         **_LLAMA_BIAS),
     Family("phimoe", "Phimoe", {
@@ -262,7 +273,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "sliding_window": None, "num_local_experts": 16, "num_experts_per_tok": 2,
         "router_aux_loss_coef": 0.001, "max_position_embeddings": 131072},
         norm="layernorm", window="always", lm_head_bias="lm_head_bias",
-        moe=Moe("num_local_experts", router="router"),
+        moe=Moe("num_local_experts", router="router", router_linear=True),
         presets=("phi3.5-moe", "tiny-phimoe"), **_LLAMA_BIAS),
     Family("gpt_oss", "GptOss", {
         "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,

@@ -5,13 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from fsdpspec.catalog.families import Family, family
-from fsdpspec.job.lora import NF4_BLOCK, NF4_SCALER_BLOCK, quantised_projections
+from fsdpspec.job.lora import ALL_LINEAR, NF4_BLOCK, NF4_SCALER_BLOCK, quantised_projections
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
 from fsdpspec.semantics import fsdp1_option
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
 
-# Modules outside the decoder layers that `modules_to_save` may name.
-_ROOT_MODULES = ("lm_head", "embed_tokens", "norm")
 _EMBEDDINGS = ("lm_head", "embed_tokens")
 
 
@@ -20,16 +18,20 @@ def _family(ctx: LintContext) -> Family | None:
 
 
 @rule("FS140", "lora-target-unknown", Severity.ERROR,
-      "a peft.target_modules entry is not a projection of the model",
-      "use the family's projection names (the default targets all of them)")
+      "a peft.target_modules entry matches no Linear module of the model",
+      "name a projection as the model does (a name or a path suffix such as "
+      "self_attn.q_proj), or use all-linear")
 def lora_target_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
-    """Each entry of `peft.target_modules` must name a projection the model builds (the
-    last part of its module path), or `lm_head`; peft stops at injection time on a
-    name that matches nothing ("Target modules {...} not found in the base model"),
-    and a name that matches only some layers adapts less than meant. The names are
-    transformers' own: GPT-NeoX calls its projections query_key_value, dense,
-    dense_h_to_4h and dense_4h_to_h; a Mixture of Experts keeps its experts in stacked
-    tensors, so only its attention projections can be targets.
+    """Each entry of `peft.target_modules` is matched as peft matches it: a module whose
+    path is the entry or ends in ``.entry`` (so ``q_proj`` and ``self_attn.q_proj``
+    both name every layer's query projection); ``all-linear`` (alone) is every Linear
+    module but the output head. peft stops at injection time when no entry matches
+    ("Target modules {...} not found in the base model") and silently drops an entry
+    that matches nothing beside others; a name that matches only some layers adapts
+    less than meant, and one that matches a module that is not Linear (a norm, an
+    embedding, a block) is not what the plan counts. The names are transformers' own:
+    GPT-NeoX calls its projections query_key_value, dense, dense_h_to_4h and
+    dense_4h_to_h.
 
     FAIL:
 
@@ -39,16 +41,70 @@ def lora_target_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
     PASS:
 
         model: {preset: llama3-8b}
-        peft: {target_modules: [q_proj, v_proj]}
+        peft: {target_modules: [self_attn.q_proj, v_proj]}
     """
-    peft, found = ctx.spec.peft, _family(ctx)
-    if peft is None or found is None:
+    peft, adapters = ctx.spec.peft, ctx.job.adapters
+    if peft is None or adapters is None:
         return
-    known = (*found.lora_targets, "lm_head")
+    names = list(peft.target_modules)
+    matched, model = adapters.matched, _model_name(ctx)
+    if ALL_LINEAR in names and len(names) > 1:
+        yield diagnostic("FS140", f"peft.target_modules {ALL_LINEAR!r} stands alone (peft "
+                         "reads it only as the whole list)",
+                         f"/peft/target_modules/{names.index(ALL_LINEAR)}")
+        return
+    why = {t: f"matches no module of {model}" for t in matched.unmatched_targets}
+    why |= {t: f"matches only some decoder layers of {model}" for t in matched.some_layers}
+    why |= {t: f"matches {path} ({cls}), not a Linear module"
+            for t, path, cls in matched.not_linear}
+    for index, name in enumerate(names):
+        if name in why and name not in _expert_names(ctx):
+            yield diagnostic("FS140", f"peft.target_modules {name!r} {why[name]}",
+                             f"/peft/target_modules/{index}")
+
+
+def _model_name(ctx: LintContext) -> str:
+    found = _family(ctx)
+    g = ctx.geometry()
+    return f"{found.prefix} models" if found else f"model_type {g.family if g else None!r}"
+
+
+def _expert_names(ctx: LintContext) -> tuple[str, ...]:
+    found = _family(ctx)
+    return found.moe.peft_expert_names if found and found.moe else ()
+
+
+@rule("FS146", "lora-experts", Severity.ERROR,
+      "peft.target_modules asks peft to adapt a Mixture of Experts' experts or router",
+      "target the attention projections (the default), which the engine adapts")
+def lora_experts(ctx: LintContext) -> Iterator[Diagnostic]:
+    """Under transformers 5 a Mixture of Experts keeps its experts in stacked tensors,
+    not Linear modules, and peft (0.21) maps transformers 4's names onto them: on
+    Mixtral ``w1``, ``w2``, ``w3`` and ``gate``, on Qwen3-MoE and OLMoE ``gate_proj``,
+    ``up_proj``, ``down_proj`` and ``gate``, and ``all-linear`` takes them all. peft
+    then trains a LoRA of every expert and the router weight (as `target_parameters`,
+    with the fused gate/up pair at twice the rank), which fsdpspec neither plans nor
+    trains: refused by name rather than planned as something else.
+
+    FAIL:
+
+        model: {preset: tiny-qwen3-moe}
+        peft: {target_modules: [q_proj, gate_proj, up_proj, down_proj]}
+
+    PASS:
+
+        model: {preset: tiny-qwen3-moe}
+        peft: {target_modules: [q_proj, k_proj, v_proj, o_proj]}
+    """
+    peft, experts = ctx.spec.peft, _expert_names(ctx)
+    if peft is None or not experts:
+        return
+    found = _family(ctx)
     for index, name in enumerate(peft.target_modules):
-        if name not in known:
-            yield diagnostic("FS140", f"peft.target_modules {name!r} is not a projection of "
-                             f"{found.prefix} models (they have {', '.join(known)})",
+        if name in experts or name == ALL_LINEAR:
+            yield diagnostic("FS146", f"peft.target_modules {name!r}: peft adapts the experts "
+                             f"and router of {found.prefix} models (their stacked tensors), "
+                             "which fsdpspec does not plan or train",
                              f"/peft/target_modules/{index}")
 
 
@@ -137,31 +193,36 @@ def modules_to_save_tied(ctx: LintContext) -> Iterator[Diagnostic]:
 
 
 @rule("FS144", "modules-to-save-unknown", Severity.ERROR,
-      "a peft.modules_to_save entry is not a module of the model",
-      "name a module the model builds: lm_head, embed_tokens, norm or a projection")
+      "a peft.modules_to_save entry matches no module of the model",
+      "name a module as the model does: peft saves every module whose path ends in the name")
 def modules_to_save_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
-    """`modules_to_save` names modules trained in full beside the adapters (by the last
-    part of their path). A name the model does not build matches nothing, and nothing
-    would be trained or saved for it.
+    """`modules_to_save` names modules trained in full beside the adapters. peft copies
+    every module whose path ends in the entry (a plain suffix: ``norm`` takes every
+    layer's ``input_layernorm`` and ``post_attention_layernorm`` and the final norm,
+    ``o_proj`` every layer's output projection), and a name that matches nothing is
+    dropped without a word: nothing is trained or saved for it. GPT-NeoX calls its
+    input embedding ``embed_in``, not ``embed_tokens``.
 
     FAIL:
 
-        model: {preset: llama3-8b}
-        peft: {modules_to_save: [score]}
+        model: {preset: pythia-1.4b}
+        peft: {modules_to_save: [embed_tokens]}
 
     PASS:
 
-        model: {preset: llama3-8b}
-        peft: {modules_to_save: [lm_head]}
+        model: {preset: pythia-1.4b}
+        peft: {modules_to_save: [embed_in]}
     """
-    peft, found = ctx.spec.peft, _family(ctx)
-    if peft is None or found is None:
+    peft, adapters = ctx.spec.peft, ctx.job.adapters
+    if peft is None or adapters is None:
         return
-    known = (*_ROOT_MODULES, *found.lora_targets)
+    found = _family(ctx)
     for index, name in enumerate(peft.modules_to_save):
-        if name not in known:
-            yield diagnostic("FS144", f"peft.modules_to_save {name!r} is not a module of "
-                             f"{found.prefix} models", f"/peft/modules_to_save/{index}")
+        if name in adapters.matched.unmatched_saves:
+            renamed = found.module_names.get(f"model.{name}") if found else None
+            hint = f" (it calls it {renamed.rsplit('.', 1)[-1]})" if renamed else ""
+            yield diagnostic("FS144", f"peft.modules_to_save {name!r} matches no module of "
+                             f"{_model_name(ctx)}{hint}", f"/peft/modules_to_save/{index}")
 
 
 @rule("FS145", "lora-target-also-saved", Severity.ERROR,
@@ -181,12 +242,12 @@ def lora_target_also_saved(ctx: LintContext) -> Iterator[Diagnostic]:
 
         peft: {target_modules: [q_proj, v_proj], modules_to_save: [lm_head]}
     """
-    peft = ctx.spec.peft
-    if peft is None:
+    peft, adapters = ctx.spec.peft, ctx.job.adapters
+    if peft is None or adapters is None:
         return
-    targets = set(ctx.job.lora_targets)
+    both = {save for _, save in adapters.matched.saved_targets}
     for index, name in enumerate(peft.modules_to_save):
-        if name in targets:
+        if name in both:
             yield diagnostic("FS145", f"peft.modules_to_save {name!r} is also a LoRA target",
                              f"/peft/modules_to_save/{index}")
 

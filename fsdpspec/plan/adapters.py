@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from fsdpspec.catalog.families import family
 from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job
 from fsdpspec.job.lora import NF4_BLOCK, NF4_SCALER_BLOCK, Adapters, quantised_projections
@@ -39,7 +40,7 @@ def adapter_sharding(job: Job, sh: Sharding) -> Sharding:
     a, g = job.adapters, job.geometry
     assert a is not None
     layer = tuple((s, 1) for s in a.layer_shapes())
-    root = tuple((s, 1) for s in a.root_shapes(g))
+    root = tuple((s, 1) for s in a.root_shapes())
     if not sh.units:
         everything = tuple((s, n * g.num_layers) for s, n in layer) + root
         return Sharding((), Unit("root", everything), sh.shard_size, sh.fsdp_version)
@@ -84,7 +85,7 @@ def trainable_numel(job: Job) -> int:
     a, g = job.adapters, job.geometry
     assert a is not None
     return (g.num_layers * sum(math.prod(s) for s in a.layer_shapes())
-            + sum(math.prod(s) for s in a.root_shapes(g)))
+            + sum(math.prod(s) for s in a.root_shapes()))
 
 
 def _gathered(job: Job, sh: Sharding, ash: Sharding, unit: Unit | None,
@@ -112,7 +113,7 @@ def adapted_parts(p: Any, job: Job, sh: Sharding,
     grad_shard = adapter_shard + (m * sh.total_shard_numel() if job.layout.fsdp_version == 1 else 0)
     unit, adapter_unit = sh.largest, ash.largest
     layer_trainable = sum(math.prod(s) for s in job.adapters.layer_shapes())
-    root_trainable = sum(math.prod(s) for s in job.adapters.root_shapes(g))
+    root_trainable = sum(math.prod(s) for s in job.adapters.root_shapes())
     carried, unsharded_carry = 0, False
     if job.batch.accumulation > 1:
         if syncs_gradients(job.layout.strategy, last_micro_batch=False):
@@ -170,8 +171,12 @@ def adapted_layer_activations(job: Job) -> tuple[int, int]:
     full = act.layer_activation_bytes(g, b, job.batch.micro, job.batch.seq,
                                       job.attention)
     norm_value = 0 if g.norm_bias else (4 if g.fp32_norm else b)
-    frozen_norms = norm_value * t * (g.norms_per_layer * g.hidden_size
-                                     + (g.q_width + g.kv_width if g.qk_norm else 0))
+    # A norm trained in full (modules_to_save) keeps its normalised value for its weight.
+    trained = a.trained_norms((*g.norm_names, "q_norm", "k_norm"))
+    qk_frozen = (g.q_width * ("q_norm" not in trained) + g.kv_width * ("k_norm" not in trained)
+                 if g.qk_norm else 0)
+    frozen_norms = norm_value * t * (
+        len(set(g.norm_names) - trained) * g.hidden_size + qk_frozen)
     layer = full + b * t * a.r * len(a.linears) - _unsaved_inputs(g, b, t, a) - frozen_norms
     if g.experts:
         # Frozen experts and router: no gathered rows nor gated products kept for the
@@ -185,8 +190,16 @@ def adapted_layer_activations(job: Job) -> tuple[int, int]:
         first_norm -= b * t * g.hidden_size  # its output, which the adapters read
     else:  # post-norm (OLMo 2): the first layer's projections read its input directly
         first_norm = 0
-    head = 0 if a.head or a.saves_head else (norm_value + b) * t * g.hidden_size
+    final_norm = 0 if a.saves_root(_renamed_path(g, "model.norm")) else norm_value
+    head = 0 if a.head or a.saves_head else (final_norm + b) * t * g.hidden_size
     return layer, first_norm + head
+
+
+def _renamed_path(g: Geometry, planned: str) -> str:
+    """A module's path as the model names it (GPT-NeoX's final norm is
+    gpt_neox.final_layer_norm)."""
+    fam = family(g.family)
+    return fam.module_names.get(planned, planned) if fam else planned
 
 
 def _unsaved_inputs(g: Geometry, b: int, t: int, a: Adapters) -> int:

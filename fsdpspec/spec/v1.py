@@ -393,10 +393,12 @@ class Peft(_Section):
     dropout: FiniteFloat = Field(default=0.0, ge=0, lt=1)
     """Dropout on each adapter's input."""
     target_modules: list[Annotated[str, Field(min_length=1)]] = []
-    """Module names (the last part of a module's path, e.g. q_proj) that get adapters;
-    empty = the family's attention and MLP projections."""
+    """Modules that get adapters, matched as peft matches them: a name or the end of a
+    module's path (q_proj, self_attn.q_proj), or [all-linear] (every Linear but the
+    output head); empty = the family's attention and MLP projections."""
     modules_to_save: list[Annotated[str, Field(min_length=1)]] = []
-    """Modules trained in full beside the adapters and saved with them (e.g. lm_head)."""
+    """Modules trained in full beside the adapters and saved with them (e.g. lm_head):
+    as peft does, every module whose path ends in the name (norm: every norm)."""
     quantization: Quantization = Quantization()
     """qlora: how the frozen base weights are quantised."""
     merged: bool = False

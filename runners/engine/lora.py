@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from fsdpspec.job.job import Job
-from fsdpspec.job.lora import NF4_BLOCK, NF4_SCALER_BLOCK, quantised_projections
+from fsdpspec.job.lora import ALL_LINEAR, NF4_BLOCK, NF4_SCALER_BLOCK, quantised_projections
 from fsdpspec_runners.engine.errors import EngineError, first_line
 
 ADAPTER = "default"  # peft's adapter name; the engine trains one adapter
@@ -41,9 +41,11 @@ def lora_config(job: Job) -> Any:
     if not targets:
         raise EngineError("peft.target_modules: the model's family has no default targets; "
                           "list the modules to adapt")
+    # peft expands its all-linear shorthand only when it is the whole (string) value.
+    modules = ALL_LINEAR if targets == (ALL_LINEAR,) else list(targets)
     return LoraConfig(
         r=spec.peft.r, lora_alpha=spec.peft.alpha, lora_dropout=spec.peft.dropout,
-        target_modules=list(targets), modules_to_save=spec.peft.modules_to_save or None,
+        target_modules=modules, modules_to_save=spec.peft.modules_to_save or None,
         task_type="CAUSAL_LM",
     )
 
@@ -109,16 +111,28 @@ def quantised_shard(target: torch.Tensor, full: torch.Tensor) -> nn.Parameter:
     return nn.Parameter(shard, requires_grad=False)
 
 
-def adapter_inits(model: nn.Module) -> dict[int, Callable[[nn.Module], None]]:
+def adapter_inits(model: nn.Module,
+                  generator: torch.Generator) -> dict[int, Callable[[nn.Module], None]]:
     """peft's initialisation of each adapter module (by id): A as nn.Linear's default
-    (Kaiming uniform), B zero, so the adapted model starts as the base model."""
+    (Kaiming uniform, drawn from ``generator``, not the base model's stream), B zero, so
+    the adapted model starts as the base model."""
     inits: dict[int, Callable[[nn.Module], None]] = {}
     for name, module in model.named_modules():
         if name.endswith(f".lora_A.{ADAPTER}"):
-            inits[id(module)] = lambda m: nn.init.kaiming_uniform_(m.weight, a=math.sqrt(5))
+            inits[id(module)] = lambda m: nn.init.kaiming_uniform_(m.weight, a=math.sqrt(5),
+                                                                   generator=generator)
         elif name.endswith(f".lora_B.{ADAPTER}"):
             inits[id(module)] = lambda m: nn.init.zeros_(m.weight)
     return inits
+
+
+def base_module_of(name: str) -> str | None:
+    """The module a `modules_to_save` copy starts as (its wrapper's original module);
+    None for any other module."""
+    copy = f".modules_to_save.{ADAPTER}."
+    if copy not in f"{name}.":
+        return None
+    return f"{name}.".replace(copy, ".original_module.", 1)[:-1]
 
 
 def base_key(key: str) -> str:

@@ -90,40 +90,53 @@ def materialise(model: nn.Module, device: torch.device, seed: int) -> None:
     """Allocate a meta model (sharded by FSDP2, or whole for FSDP1) on ``device`` and
     initialise it.
 
-    Every parameter is initialised as a full tensor on the CPU from one seeded stream, in
-    module order, and each rank keeps its shard. The values therefore do not depend on
-    the number of ranks, the sharding or the FSDP version, which makes 1-process and
-    N-process runs agree.
+    Every base parameter is initialised as a full tensor on the CPU from one seeded
+    stream, in module order, and each rank keeps its shard. The values therefore do not
+    depend on the number of ranks, the sharding or the FSDP version, which makes
+    1-process and N-process runs agree. A LoRA's adapters draw from a stream of their
+    own and a module to save starts as a copy of its base module (as peft makes it), so
+    the base takes the same values with or without adapters: the merged export rebuilds
+    it without them.
     """
-    from fsdpspec_runners.engine.lora import adapter_inits
+    from fsdpspec_runners.engine.lora import adapter_inits, base_module_of
 
     model.to_empty(device=device)
     init_module = getattr(model, "_init_weights", None)
-    adapters = adapter_inits(model)  # empty without LoRA
+    adapters = adapter_inits(model, torch.Generator().manual_seed(seed))  # empty without LoRA
     torch.manual_seed(seed)
+    originals: dict[str, dict[str, torch.Tensor]] = {}  # the modules to save's, until copied
     with torch.no_grad():
-        for module in model.modules():
-            _initialise_module(module, adapters.get(id(module), init_module))
+        for name, module in model.named_modules():
+            copy_of = originals.pop(base_module_of(name) or "", None)
+            full = _initialise_module(module, adapters.get(id(module), init_module), copy_of)
+            if ".original_module" in f".{name}.":
+                originals[name] = full
 
 
-def _initialise_module(module: nn.Module, init_module: Any) -> None:
-    """Initialise a CPU twin of ``module``'s own tensors, then copy them in."""
+def _initialise_module(module: nn.Module, init_module: Any,
+                       copy_of: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+    """Initialise a CPU twin of ``module``'s own tensors (or take ``copy_of``'s full
+    values, drawing nothing), copy them in, and return the full values."""
     own = {**module._parameters, **module._buffers}
     if not any(t is not None for t in own.values()):
-        return
-    twin = _shallow_twin(module)
-    twin._modules = {}
-    twin._parameters = {k: _full_empty(p, parameter=True) for k, p in module._parameters.items()}
-    twin._buffers = {k: _full_empty(b) for k, b in module._buffers.items()}
-    if init_module is not None:
-        init_module(twin)
-    elif hasattr(twin, "reset_parameters"):
-        twin.reset_parameters()
+        return {}
+    if copy_of is None:
+        twin = _shallow_twin(module)
+        twin._modules = {}
+        twin._parameters = {k: _full_empty(p, parameter=True)
+                            for k, p in module._parameters.items()}
+        twin._buffers = {k: _full_empty(b) for k, b in module._buffers.items()}
+        if init_module is not None:
+            init_module(twin)
+        elif hasattr(twin, "reset_parameters"):
+            twin.reset_parameters()
+        copy_of = {name: getattr(twin, name) for name, t in own.items() if t is not None}
     for name, tensor in own.items():
         if tensor is not None and is_quantised(tensor):  # QLoRA's 4-bit base weights
-            module._parameters[name] = quantised_shard(tensor, getattr(twin, name))
+            module._parameters[name] = quantised_shard(tensor, copy_of[name])
         elif tensor is not None:
-            _copy_full_into(tensor, getattr(twin, name))
+            _copy_full_into(tensor, copy_of[name])
+    return copy_of
 
 
 def _shallow_twin(module: nn.Module) -> nn.Module:

@@ -1,0 +1,200 @@
+"""The plan's LoRA against peft itself: for every registered family (a tiny config) and
+every target choice the spec allows, the plan's trainable and frozen counts are what
+``peft.get_peft_model`` builds on the meta device; a choice the spec refuses is one
+peft would build otherwise (experts adapted) or not at all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsdpspec.catalog.families import FAMILIES
+from fsdpspec.catalog.presets import preset_config
+from fsdpspec.job.job import resolve
+from fsdpspec.lint import lint_spec
+from fsdpspec.lint.registry import LintContext
+from fsdpspec.plan.adapters import trainable_numel
+from fsdpspec.spec.v1 import JobSpec
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+
+def _config(model_type: str) -> dict[str, Any]:
+    if model_type == "gpt2":
+        return GPT2
+    tiny = [p for p in FAMILIES[model_type].presets if p.startswith("tiny-")]
+    if tiny:
+        return preset_config(tiny[0])
+    return {"model_type": model_type, "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 320, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+
+
+def _path(model_type: str, planned: str) -> str:
+    """A projection's path below its layer, as the family names it (self_attn.q_proj)."""
+    fam = FAMILIES[model_type]
+    parent = "mlp" if planned.endswith(("gate_proj", "up_proj", "down_proj")) else "self_attn"
+    return fam.module_names.get(f"{parent}.{planned}", f"{parent}.{planned}")
+
+
+def _choices(model_type: str) -> dict[str, dict[str, Any]]:
+    fam = FAMILIES[model_type]
+    q = "qkv_proj" if fam.fused_qkv else "q_proj"
+    leaf = _path(model_type, q).rsplit(".", 1)[-1]
+    choices = {
+        "default": {},
+        "all-linear": {"target_modules": ["all-linear"]},
+        "paths": {"target_modules": [_path(model_type, q), _path(model_type, "o_proj")]},
+        "save-o_proj": {"target_modules": [leaf],
+                        "modules_to_save": [fam.projection_name("o_proj")]},
+        "save-norm": {"modules_to_save": ["norm"]},
+        "lm_head": {"target_modules": [leaf, "lm_head"]},
+    }
+    if fam.moe:
+        choices["mlp"] = {"target_modules": ["gate_proj", "up_proj", "down_proj"]}
+    if not _config(model_type).get("tie_word_embeddings", fam.defaults["tie_word_embeddings"]):
+        choices["save-embed_tokens"] = {"modules_to_save": ["lm_head", "embed_tokens"]}
+    return choices
+
+
+# What the spec refuses, and why peft agrees: a module to save GPT-NeoX does not have
+# (embed_in), all-linear and MLP names where peft adapts the experts, MLP names that match
+# nothing in a Mixture of Experts peft does not convert.
+REFUSED = {("gpt_neox", "save-embed_tokens"): ["FS144"],
+           **{(m, "all-linear"): ["FS146"] for m in ("mixtral", "qwen3_moe", "olmoe")},
+           **{(m, "mlp"): ["FS146"] for m in ("qwen3_moe", "olmoe")},
+           **{(m, "mlp"): ["FS140"] for m in ("mixtral", "phimoe", "gpt_oss")}}
+
+# A model_type without an analytic family: the plan matches in the tree transformers
+# builds on the meta device (GPT-2's projections are Conv1D, which all-linear takes).
+GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 320,
+        "n_positions": 128}
+GPT2_CHOICES = {"all-linear": {"target_modules": ["all-linear"]},
+                "paths": {"target_modules": ["attn.c_attn", "mlp.c_proj"]},
+                "save-ln": {"target_modules": ["c_attn"], "modules_to_save": ["ln_2", "ln_f"]}}
+
+CASES = [(m, c) for m in FAMILIES for c in _choices(m)] + [("gpt2", c) for c in GPT2_CHOICES]
+
+
+def _peft_counts(config: dict[str, Any], targets: list[str], saves: list[str]) -> tuple[int, int]:
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**config))
+    modules = "all-linear" if targets == ["all-linear"] else targets
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=modules,
+                           modules_to_save=saves or None, task_type="CAUSAL_LM")
+    built = peft.get_peft_model(model, lora)
+    trainable = sum(p.numel() for p in built.parameters() if p.requires_grad)
+    return trainable, sum(p.numel() for p in built.parameters() if not p.requires_grad)
+
+
+@pytest.mark.parametrize(("model_type", "choice"), CASES, ids=[f"{m}-{c}" for m, c in CASES])
+def test_plan_counts_what_peft_builds(model_type: str, choice: str) -> None:
+    config = _config(model_type)
+    lora = (GPT2_CHOICES if model_type == "gpt2" else _choices(model_type))[choice]
+    spec = JobSpec.model_validate({
+        "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "t"},
+        "model": {"preset": "tiny-llama", "attention": "eager"},
+        "data": {"seq_len": 64, "global_batch_size": 8},
+        "peft": {"r": 4, "alpha": 8, **lora}})
+    job = resolve(spec, Path("."), config=config)
+    refused = sorted({d.code for d in lint_spec(LintContext(job, set())) if d.code in
+                      {"FS140", "FS143", "FS144", "FS145", "FS146"}})
+    assert refused == REFUSED.get((model_type, choice), [])
+    try:
+        trainable, frozen = _peft_counts(config, list(job.lora_targets),
+                                         lora.get("modules_to_save", []))
+    except ValueError as exc:  # peft stops too: no target found
+        assert refused == ["FS140"], f"accepted, but peft: {exc}"
+        return
+    planned = (trainable_numel(job), job.geometry.total_params)
+    print(f"{model_type} {choice}: plan {planned} peft {(trainable, frozen)} refused {refused}")
+    if refused == ["FS146"]:
+        assert trainable > planned[0]  # peft adapts the experts as well
+    else:  # FS144's name peft drops without a word, as the plan does
+        assert planned == (trainable, frozen)
+    if not refused:  # and the engine builds exactly that
+        from fsdpspec_runners.engine.model import build_model
+
+        engine = build_model(job, on_meta=True)
+        assert (sum(p.numel() for p in engine.parameters() if p.requires_grad),
+                sum(p.numel() for p in engine.parameters() if not p.requires_grad)) == planned
+
+
+# The issue's Llama-3-8B job: rank 16 on q_proj and v_proj (6.8 M trainable), and a
+# module to save that peft copies in every layer.
+LLAMA3_8B = ["--set", "peft.r=16", "--set", "peft.target_modules=[q_proj,v_proj]"]
+
+
+@pytest.mark.parametrize("saves", [["o_proj"], ["norm"]])
+def test_plan_counts_peft_modules_to_save_on_llama3_8b(saves: list[str]) -> None:
+    import json
+
+    from conftest import run_cli
+
+    result = run_cli("plan", "examples/lora-llama3-8b-l40s.yaml", *LLAMA3_8B,
+                     "--set", f"peft.modules_to_save=[{','.join(saves)}]", "--format", "json")
+    assert result.returncode in (0, 1) and not result.stderr, result.stderr
+    planned, saved = (json.loads(result.stdout)["peft"][key]
+                      for key in ("trainable_parameters", "modules_saved"))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**preset_config("llama3-8b")))
+    built = peft.get_peft_model(model, peft.LoraConfig(
+        r=16, target_modules=["q_proj", "v_proj"], modules_to_save=saves))
+    trainable = sum(p.numel() for p in built.parameters() if p.requires_grad)
+    copies = sum(isinstance(m, peft.utils.ModulesToSaveWrapper) for m in built.modules())
+    print(f"llama3-8b modules_to_save {saves}: plan {planned:,} in {saved} module(s), "
+          f"peft {trainable:,} in {copies}")
+    assert (planned, saved) == (trainable, copies)
+
+
+def test_validate_takes_peft_names_and_refuses_by_name(tmp_path: Path) -> None:
+    """Path targets and all-linear validate (peft accepts them); GPT-NeoX's embed_tokens
+    (its module is embed_in) and Qwen3-MoE's expert names are refused by name."""
+    from conftest import run_cli
+
+    specs = {
+        "paths": "model: {preset: llama3-8b}\npeft: {target_modules: [self_attn.q_proj, v_proj]}",
+        "all-linear": "model: {preset: llama3-8b}\npeft: {target_modules: [all-linear]}",
+        "neox": "model: {preset: pythia-1.4b}\npeft: {modules_to_save: [embed_tokens]}",
+        "moe": "model: {preset: qwen3-30b-a3b}\npeft: {target_modules: [q_proj, down_proj]}",
+    }
+    head = ("apiVersion: fsdpspec/v1\nkind: TrainingJob\nmetadata: {name: t}\n"
+            "resources: {accelerator: H100-80GB}\n")
+    for name, body in specs.items():
+        (tmp_path / f"{name}.yaml").write_text(head + body + "\n")
+    files = [f"{name}.yaml" for name in sorted(specs)]
+    result = run_cli("validate", "--format", "concise", *files, cwd=tmp_path)
+    assert result.returncode == 1
+    lines = [line for line in result.stdout.splitlines() if ": FS14" in line]
+    assert lines == [
+        "moe.yaml:6:33: FS146 error peft.target_modules 'down_proj': peft adapts the experts and "
+        "router of Qwen3Moe models (their stacked tensors), which fsdpspec does not plan or "
+        "train",
+        "neox.yaml:6:26: FS144 error peft.modules_to_save 'embed_tokens' matches no module of "
+        "GPTNeoX models (it calls it embed_in)"], result.stdout
+
+
+def test_an_imported_config_with_path_targets_validates(tmp_path: Path) -> None:
+    """axolotl hands peft `lora_target_modules` as written; peft matches a path suffix
+    (self_attn.q_proj), so the imported spec keeps it and validates."""
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
+    from fsdpspec.validate import check_file
+
+    source, out = tmp_path / "axolotl.yaml", tmp_path / "job.yaml"
+    source.write_text("base_model: mistralai/Mistral-7B-v0.1\nfsdp_version: 2\nbf16: true\n"
+                      "micro_batch_size: 1\nadapter: lora\nlora_r: 16\nlora_alpha: 32\n"
+                      "lora_target_modules:\n  - self_attn.q_proj\n  - self_attn.v_proj\n")
+    result = CliRunner().invoke(cli, ["import", "axolotl", str(source), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    report = check_file(out)
+    assert report.spec.peft.target_modules == ["self_attn.q_proj", "self_attn.v_proj"]
+    assert [d.code for d in report.diagnostics if d.code.startswith("FS14")] == []
+    assert [len(report.job.adapters.linears), report.job.adapters.r] == [2, 16]
