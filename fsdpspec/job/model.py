@@ -69,7 +69,13 @@ def experts_from_json(data: dict[str, Any] | None) -> Experts | None:
     """`Experts` from `dataclasses.asdict` (its family block nested)."""
     if data is None:
         return None
-    return Experts(**{**data, "block": Moe(**data["block"])})
+    block = {key: as_tuples(value) for key, value in data["block"].items()}
+    return Experts(**{**data, "block": Moe(**block)})
+
+
+def as_tuples(value: Any) -> Any:
+    """``value`` read from JSON with its lists as the tuples the frozen records hold."""
+    return tuple(as_tuples(item) for item in value) if isinstance(value, list) else value
 
 
 def cached_geometry(config: dict[str, Any]) -> Geometry | None:

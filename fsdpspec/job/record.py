@@ -17,8 +17,8 @@ from fsdpspec.job.batch import Batch
 from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job
 from fsdpspec.job.layout import Layout
-from fsdpspec.job.lora import Adapters
-from fsdpspec.job.model import experts_from_json
+from fsdpspec.job.lora import Adapters, Matched
+from fsdpspec.job.model import as_tuples, experts_from_json
 from fsdpspec.job.parallel import ParallelDims
 from fsdpspec.job.units import Unit, Units
 from fsdpspec.jsonfile import RecordError
@@ -106,6 +106,7 @@ def _units(data: dict[str, Any]) -> Units:
 
 
 def _adapters(data: dict[str, Any]) -> Adapters:
-    fields = dict(data)
-    fields["linears"] = tuple((n, tuple(s)) for n, s in fields["linears"])
+    fields = {key: as_tuples(value) for key, value in data.items()}
+    fields["matched"] = Matched(**{key: as_tuples(value)
+                                   for key, value in data["matched"].items()})
     return Adapters(**fields)

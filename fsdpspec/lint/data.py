@@ -7,6 +7,7 @@ from pathlib import Path
 
 from fsdpspec.catalog.localfiles import TOKENIZER_LIMITS
 from fsdpspec.catalog.modelconfig import resolve_input_path
+from fsdpspec.job.parallel import ParallelDimsError
 from fsdpspec.jsonfile import JsonFileError, load_object
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
 from fsdpspec.semantics import BYTE_VOCAB
@@ -52,6 +53,10 @@ def batch_not_divisible(ctx: LintContext) -> Iterator[Diagnostic]:
         data: {micro_batch_size: 2, global_batch_size: 8}
     """
     batch = ctx.job.batch
+    try:
+        ctx.job.layout.dims.validate()
+    except ParallelDimsError:
+        return  # no data-parallel size to divide by: FS103/FS104 say why
     if not batch.divides:
         step = batch.per_pass
         choices = " or ".join(map(str, _nearest_multiples(batch.global_size, step)))
