@@ -88,19 +88,27 @@ def _read_within(fd: int, limit: int, path: Path) -> bytes:
     return outcome[0]
 
 
-def read_regular(path: Path, max_bytes: int, *, offset: int = 0, whole: bool = True) -> bytes:
-    """Up to ``max_bytes`` bytes of the regular file ``path`` from ``offset``; a
-    JsonFileError for a missing file, a FIFO, a device, a directory, and (``whole``) a
-    file with more than ``max_bytes`` from there."""
+def _open_regular(path: Path) -> int:
+    """A read-only descriptor of the regular file ``path`` (opened non-blocking, so a
+    FIFO is seen for what it is rather than waited on); JsonFileError otherwise."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
         raise JsonFileError(f"cannot read {path}: {_strerror(exc)}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
+        raise JsonFileError(f"{path} is {kind}, not a regular file")
+    return fd
+
+
+def read_regular(path: Path, max_bytes: int, *, offset: int = 0, whole: bool = True) -> bytes:
+    """Up to ``max_bytes`` bytes of the regular file ``path`` from ``offset``; a
+    JsonFileError for a missing file, a FIFO, a device, a directory, and (``whole``) a
+    file with more than ``max_bytes`` from there."""
+    fd = _open_regular(path)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
-            raise JsonFileError(f"{path} is {kind}, not a regular file")
         if offset:
             os.lseek(fd, offset, os.SEEK_SET)
         raw = _read_within(fd, max_bytes + 1 if whole else max_bytes, path)
@@ -188,17 +196,36 @@ def load_object(path: Path, limits: Limits = Limits()) -> dict[str, Any]:
     return value
 
 
+JSONL_CHUNK = 1 << 20
+
+
+def _jsonl_lines(path: Path, max_bytes: int) -> Iterator[bytes]:
+    """The complete lines of ``path``, read a chunk at a time (memory bounded by the
+    chunk and the longest line, not the file); a torn last line (a writer killed
+    mid-line, or still writing) is not one. JsonFileError past ``max_bytes``."""
+    fd = _open_regular(path)
+    try:
+        if os.fstat(fd).st_size > max_bytes:
+            raise JsonFileError(f"{path} is larger than {_size(max_bytes)}")
+        pending, total = b"", 0
+        while chunk := _read_within(fd, JSONL_CHUNK, path):
+            total += len(chunk)
+            if total > max_bytes:  # it grew while being read
+                raise JsonFileError(f"{path} is larger than {_size(max_bytes)}")
+            lines = (pending + chunk).split(b"\n")
+            pending = lines.pop()
+            yield from lines
+    finally:
+        os.close(fd)
+
+
 def load_jsonl(path: Path, limits: Limits = Limits()) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) for each non-blank line of the JSONL file ``path``; every
-    record an object. A torn last line (a writer killed mid-line) is skipped."""
-    text = read_regular(path, limits.max_bytes).decode("utf-8", errors="replace")
-    lines = text.splitlines(keepends=True)
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    """(line number, record) for each non-blank line of the JSONL file ``path``, read
+    as a stream; every record an object. A torn last line is skipped."""
+    for number, raw in enumerate(_jsonl_lines(path, limits.max_bytes), start=1):
+        if not raw.strip():
             continue
-        if number == len(lines) and not line.endswith("\n"):
-            return  # still being written, or cut by a crash
-        record = parse(line, f"{path}:{number}", limits)
+        record = parse(raw.decode("utf-8", errors="replace"), f"{path}:{number}", limits)
         if not isinstance(record, dict):
             raise JsonFileError(f"{path}:{number}: not a JSON object")
         yield number, record

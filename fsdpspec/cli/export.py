@@ -123,7 +123,8 @@ def _hf(run_dir: str, step: int | None, output: str | None, force: bool) -> None
 @force_option
 def command(target, file, step, overrides, output, force) -> None:
     """Write FILE as an sbatch script, a Kubeflow PyTorchJob manifest or an accelerate
-    config. The spec is validated first; errors stop the export.
+    config. The spec is validated first; errors stop the export. An existing -o FILE
+    is replaced only with --force, and never when it is the spec itself.
 
     `export hf RUN_DIR -o DIR` converts a run's checkpoint (mid-run too), verified
     against its manifest, into a Hugging Face model directory, streaming one unit at a
@@ -137,4 +138,4 @@ def command(target, file, step, overrides, output, force) -> None:
         text = _TARGETS[target](report)
     except LaunchError as exc:
         raise click.ClickException(str(exc)) from None
-    deliver(text, output, executable=target == "slurm")
+    deliver(text, output, executable=target == "slurm", replace=force, inputs=(file,))
