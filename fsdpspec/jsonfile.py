@@ -12,6 +12,7 @@ one line naming the file (and the line of a JSONL record). Torch-free.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -162,15 +163,34 @@ def _check_shape(value: Any, limits: Limits) -> None:
             stack.extend((child, level + 1) for child in node)
 
 
+@functools.lru_cache(maxsize=16)
+def _decoder(limits: Limits, short: bool) -> json.JSONDecoder:
+    """The decoder of ``limits``; ``short`` for a text no longer than max_int_digits,
+    whose integers cannot be too long (json's own parser then reads them, in C)."""
+    return json.JSONDecoder(parse_constant=float if limits.nonfinite else _no_constant,
+                            parse_int=None if short else _parse_int(limits.max_int_digits),
+                            parse_float=_parse_float)
+
+
+def _may_break_shape(text: str, limits: Limits) -> bool:
+    """Whether the value of ``text`` could be too deep or hold too long a string: a
+    value is nested no deeper than the brackets its text opens, plus one, and no string
+    is longer than its text. (Most records are neither: a metrics line is read at a
+    third of the cost.)"""
+    return (len(text) > limits.max_string
+            or text.count("[") + text.count("{") >= limits.max_depth)
+
+
 def parse(text: str | bytes, where: str, limits: Limits = Limits()) -> Any:
     """The JSON value of ``text``; JsonFileError naming ``where`` (file, or file:line)."""
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        value = json.loads(text, parse_constant=float if limits.nonfinite else _no_constant,
-                           parse_int=_parse_int(limits.max_int_digits),
-                           parse_float=_parse_float)
-        _check_shape(value, limits)
+        if text.startswith("\ufeff"):
+            raise _Refused("not valid JSON (a UTF-8 byte order mark)")
+        value = _decoder(limits, len(text) <= limits.max_int_digits).decode(text)
+        if _may_break_shape(text, limits):
+            _check_shape(value, limits)
     except _Refused as exc:
         raise JsonFileError(f"{where}: {exc}") from None
     except RecursionError:

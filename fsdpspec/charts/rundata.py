@@ -81,9 +81,10 @@ class Metrics:
         self.records += 1
         step = record["step"]
         self.last_step = max(self.last_step, step)
-        for key, curve in self.curves.items():
-            value = record.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+        for key, value in record.items():  # a record holds few keys, the curves more
+            curve = self.curves.get(key)
+            if curve is not None and isinstance(value, (int, float)) \
+                    and not isinstance(value, bool):
                 curve.add(step, value)
 
     def peak(self, key: str) -> float | None:
