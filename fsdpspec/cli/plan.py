@@ -113,7 +113,7 @@ def _write_pictures(plan: Plan, targets: dict[str, Path], *, force: bool, spec: 
               help="Also write the charts and suggestions as one self-contained HTML page.")
 @click.option("--svg", is_flag=True, help="Also write the device memory chart as SVG.")
 @click.option("--png", is_flag=True, help="Also write the device memory chart as PNG.")
-@click.option("-o", "--output", type=click.Path(), default=None,
+@click.option("-o", "--output", metavar="PATH", default=None,
               help="Where --html/--svg/--png write (default plan.html/.svg/.png); with "
                    "several of them, -o is the name each one's suffix is given.")
 @force_option

@@ -12,10 +12,10 @@ from fsdpspec.job.rundir import RunDir
 
 @click.command("report")
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False, path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              default=Path("report.html"), show_default=True, help="The HTML file to write.")
+@click.option("-o", "--output", metavar="FILE", default="report.html", show_default=True,
+              help="The HTML file to write.")
 @force_option
-def command(run_dir: Path, output: Path, force: bool) -> None:
+def command(run_dir: Path, output: str, force: bool) -> None:
     """Draw a run directory's curves, status and memory as one HTML file.
 
     Works on a finished, a running (build it again with --force to refresh) or a failed
