@@ -92,7 +92,7 @@ def test_a_regular_target_is_replaced_whole_and_only_with_force(
 def test_init_never_writes_through_a_dangling_symlink(tmp_path: Path) -> None:
     (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
     result = run_cli(*COMMANDS["init"], "-o", str(tmp_path / "out"), cwd=tmp_path)
-    assert result.returncode == 1 and "out exists; init does not overwrite" in result.stderr
+    assert result.returncode == 1 and "out: it exists; init does not overwrite" in result.stderr
     assert not (tmp_path / "elsewhere").exists()
 
 

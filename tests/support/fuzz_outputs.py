@@ -126,7 +126,7 @@ def check_command_target(example: tuple[str, str, bool], directory: Path) -> Non
     assert result.exit_code == 1, (example, result.output)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), (example, result.stderr)
-    assert "FS049" in lines[0] or "init does not overwrite" in lines[0], (example, lines)
+    assert lines[0].startswith("Error: FS049 "), (example, lines)
     assert after == before, example
 
 
