@@ -10,7 +10,7 @@ import click
 
 from fsdpspec.atomicio import check_target, describe_error
 from fsdpspec.catalog.modelconfig import layer_classes
-from fsdpspec.cli.options import exit_on_errors, load_spec, set_option
+from fsdpspec.cli.options import exit_on_errors, load_spec, set_option, spec_inputs
 from fsdpspec.cli.output import deliver, force_option, output_option
 from fsdpspec.jsonfile import JsonFileError
 from fsdpspec.plan.checkpoint import stop_grace_seconds
@@ -138,4 +138,5 @@ def command(target, file, step, overrides, output, force) -> None:
         text = _TARGETS[target](report)
     except LaunchError as exc:
         raise click.ClickException(str(exc)) from None
-    deliver(text, output, executable=target == "slurm", replace=force, inputs=(file,))
+    deliver(text, output, executable=target == "slurm", replace=force,
+            inputs=spec_inputs(report))

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from fsdpspec.catalog.accelerators import accelerator_names
-from fsdpspec.cli.options import exit_on_errors, set_option
+from fsdpspec.cli.options import exit_on_errors, set_option, spec_inputs
 from fsdpspec.cli.output import check_output, force_option, write_output
 from fsdpspec.plan.planner import Plan, plan_job
 from fsdpspec.plan.report import plan_json, plan_text
@@ -79,14 +79,15 @@ def _picture_targets(kinds: list[str], output: str | None) -> dict[str, Path]:
     return {kind: stem.with_name(f"{stem.name}.{kind}") for kind in kinds}
 
 
-def _write_pictures(plan: Plan, targets: dict[str, Path], *, force: bool, spec: str) -> None:
+def _write_pictures(plan: Plan, targets: dict[str, Path], *, force: bool,
+                    inputs: list[Path]) -> None:
     """Draw the plan (matplotlib, imported only here) and write each picture
     atomically, once every target is known to be writable (none or all are written,
     but for a disk that fills between them)."""
     from fsdpspec.charts.figures import ChartsUnavailable
 
     for target in targets.values():
-        check_output(target, replace=force, inputs=(spec,))
+        check_output(target, replace=force, inputs=inputs)
     try:
         from fsdpspec.charts.plan_charts import device_memory_image, plan_html
 
@@ -95,7 +96,7 @@ def _write_pictures(plan: Plan, targets: dict[str, Path], *, force: bool, spec: 
     except ChartsUnavailable as exc:
         raise click.ClickException(str(exc)) from None
     for kind, target in targets.items():
-        write_output(target, drawn[kind], replace=force, inputs=(spec,))
+        write_output(target, drawn[kind], replace=force, inputs=inputs)
 
 
 @click.command("plan")
@@ -135,7 +136,8 @@ def command(file, gpus, accelerator, overrides, output_format, trace, html, svg,
         raise SystemExit(1)
     plan = plan_job(job, world_size=gpus, accelerator=accelerator)
     if kinds:
-        _write_pictures(plan, _picture_targets(kinds, output), force=force, spec=file)
+        _write_pictures(plan, _picture_targets(kinds, output), force=force,
+                        inputs=spec_inputs(report))
     traced = _trace(plan) if trace else None
     if output_format == "json":
         data = plan_json(plan) | ({"trace": traced} if traced else {})

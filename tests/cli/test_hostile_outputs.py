@@ -183,3 +183,16 @@ def test_plan_writes_every_picture_asked_for_and_says_so(tmp_path: Path,
     assert line == "Error: FS049 other.png: it exists; pass --force to replace it"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("other")) == [
         "other.png"]
+
+
+def test_an_output_is_never_a_file_the_spec_reads(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "config.json"
+    config.write_bytes((ROOT / "tests" / "models" / "llama" / "config.json").read_bytes())
+    spec = QUICKSTART.read_text().replace("preset: tiny-llama", "hf_config: config.json")
+    (tmp_path / "job.yaml").write_text(spec)
+    before = config.read_bytes()
+    line = _refusal(_cli("plan", "job.yaml", "--svg", "-o", "config.json", "--force"))
+    assert line == "Error: FS049 config.json: it is an input of this command; write the " \
+        "output elsewhere"
+    assert config.read_bytes() == before
