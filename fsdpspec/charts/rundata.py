@@ -129,6 +129,7 @@ class History:
 
 
 def history(events: Iterable[dict[str, Any]]) -> History:
+    """The events (oldest first) folded into their History."""
     folded = History()
     for event in events:
         folded.add(event)
