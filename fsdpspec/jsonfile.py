@@ -12,6 +12,7 @@ one line naming the file (and the line of a JSONL record). Torch-free.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -88,19 +89,27 @@ def _read_within(fd: int, limit: int, path: Path) -> bytes:
     return outcome[0]
 
 
-def read_regular(path: Path, max_bytes: int, *, offset: int = 0, whole: bool = True) -> bytes:
-    """Up to ``max_bytes`` bytes of the regular file ``path`` from ``offset``; a
-    JsonFileError for a missing file, a FIFO, a device, a directory, and (``whole``) a
-    file with more than ``max_bytes`` from there."""
+def _open_regular(path: Path) -> int:
+    """A read-only descriptor of the regular file ``path`` (opened non-blocking, so a
+    FIFO is seen for what it is rather than waited on); JsonFileError otherwise."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
         raise JsonFileError(f"cannot read {path}: {_strerror(exc)}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
+        raise JsonFileError(f"{path} is {kind}, not a regular file")
+    return fd
+
+
+def read_regular(path: Path, max_bytes: int, *, offset: int = 0, whole: bool = True) -> bytes:
+    """Up to ``max_bytes`` bytes of the regular file ``path`` from ``offset``; a
+    JsonFileError for a missing file, a FIFO, a device, a directory, and (``whole``) a
+    file with more than ``max_bytes`` from there."""
+    fd = _open_regular(path)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
-            raise JsonFileError(f"{path} is {kind}, not a regular file")
         if offset:
             os.lseek(fd, offset, os.SEEK_SET)
         raw = _read_within(fd, max_bytes + 1 if whole else max_bytes, path)
@@ -154,15 +163,34 @@ def _check_shape(value: Any, limits: Limits) -> None:
             stack.extend((child, level + 1) for child in node)
 
 
+@functools.lru_cache(maxsize=16)
+def _decoder(limits: Limits, short: bool) -> json.JSONDecoder:
+    """The decoder of ``limits``; ``short`` for a text no longer than max_int_digits,
+    whose integers cannot be too long (json's own parser then reads them, in C)."""
+    return json.JSONDecoder(parse_constant=float if limits.nonfinite else _no_constant,
+                            parse_int=None if short else _parse_int(limits.max_int_digits),
+                            parse_float=_parse_float)
+
+
+def _may_break_shape(text: str, limits: Limits) -> bool:
+    """Whether the value of ``text`` could be too deep or hold too long a string: a
+    value is nested no deeper than the brackets its text opens, plus one, and no string
+    is longer than its text. (Most records are neither: a metrics line is read at a
+    third of the cost.)"""
+    return (len(text) > limits.max_string
+            or text.count("[") + text.count("{") >= limits.max_depth)
+
+
 def parse(text: str | bytes, where: str, limits: Limits = Limits()) -> Any:
     """The JSON value of ``text``; JsonFileError naming ``where`` (file, or file:line)."""
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        value = json.loads(text, parse_constant=float if limits.nonfinite else _no_constant,
-                           parse_int=_parse_int(limits.max_int_digits),
-                           parse_float=_parse_float)
-        _check_shape(value, limits)
+        if text.startswith("\ufeff"):
+            raise _Refused("not valid JSON (a UTF-8 byte order mark)")
+        value = _decoder(limits, len(text) <= limits.max_int_digits).decode(text)
+        if _may_break_shape(text, limits):
+            _check_shape(value, limits)
     except _Refused as exc:
         raise JsonFileError(f"{where}: {exc}") from None
     except RecursionError:
@@ -188,17 +216,36 @@ def load_object(path: Path, limits: Limits = Limits()) -> dict[str, Any]:
     return value
 
 
+JSONL_CHUNK = 1 << 20
+
+
+def _jsonl_lines(path: Path, max_bytes: int) -> Iterator[bytes]:
+    """The complete lines of ``path``, read a chunk at a time (memory bounded by the
+    chunk and the longest line, not the file); a torn last line (a writer killed
+    mid-line, or still writing) is not one. JsonFileError past ``max_bytes``."""
+    fd = _open_regular(path)
+    try:
+        if os.fstat(fd).st_size > max_bytes:
+            raise JsonFileError(f"{path} is larger than {_size(max_bytes)}")
+        pending, total = b"", 0
+        while chunk := _read_within(fd, JSONL_CHUNK, path):
+            total += len(chunk)
+            if total > max_bytes:  # it grew while being read
+                raise JsonFileError(f"{path} is larger than {_size(max_bytes)}")
+            lines = (pending + chunk).split(b"\n")
+            pending = lines.pop()
+            yield from lines
+    finally:
+        os.close(fd)
+
+
 def load_jsonl(path: Path, limits: Limits = Limits()) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) for each non-blank line of the JSONL file ``path``; every
-    record an object. A torn last line (a writer killed mid-line) is skipped."""
-    text = read_regular(path, limits.max_bytes).decode("utf-8", errors="replace")
-    lines = text.splitlines(keepends=True)
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    """(line number, record) for each non-blank line of the JSONL file ``path``, read
+    as a stream; every record an object. A torn last line is skipped."""
+    for number, raw in enumerate(_jsonl_lines(path, limits.max_bytes), start=1):
+        if not raw.strip():
             continue
-        if number == len(lines) and not line.endswith("\n"):
-            return  # still being written, or cut by a crash
-        record = parse(line, f"{path}:{number}", limits)
+        record = parse(raw.decode("utf-8", errors="replace"), f"{path}:{number}", limits)
         if not isinstance(record, dict):
             raise JsonFileError(f"{path}:{number}: not a JSON object")
         yield number, record

@@ -26,18 +26,19 @@ CURVES = (
      [("peak_mem_allocated_gib", "allocated"), ("peak_mem_reserved_gib", "reserved"),
       ("peak_rss_gib", "resident set (CPU process)")], 1.0),
 )
+# The metrics a report reads (read_run keeps a thinned curve of each).
+DRAWN_KEYS = tuple(key for *_, pairs, _ in CURVES for key, _ in pairs)
 
 
-def _series(metrics: list[dict[str, Any]], key: str, scale: float) -> tuple[list, list]:
-    points = [(r["step"], r[key] * scale) for r in metrics
-              if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
-    return [s for s, _ in points], [v for _, v in points]
+def _series(run: RunData, key: str, scale: float) -> tuple[list, list]:
+    steps, values = run.metrics.curves[key].points()
+    return steps, [value * scale for value in values]
 
 
 def curve_figure(run: RunData, name: str, ylabel: str, keys: list[tuple[str, str]],
                  scale: float) -> Any | None:
     """One metric (or a few of one kind) against step; None when none was logged."""
-    drawn = [(label, *_series(run.metrics, key, scale)) for key, label in keys]
+    drawn = [(label, *_series(run, key, scale)) for key, label in keys]
     drawn = [(label, xs, ys) for label, xs, ys in drawn if xs]
     if not drawn:
         return None
@@ -46,13 +47,13 @@ def curve_figure(run: RunData, name: str, ylabel: str, keys: list[tuple[str, str
         lines = ax.plot(xs, ys, color=PALETTE[index], marker="o" if len(xs) < 30 else None,
                         markersize=3, label=label)
         mark_data(lines, f"{name}-{index}")
-    for index, step in enumerate(run.resumes):
+    for index, step in enumerate(run.history.resumes):
         mark_data([ax.axvline(step, color="#757575", linestyle=":",
                               label="resumed" if index == 0 else None)], f"{name}-resume")
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.set_xlim(0, max(run.spec.train.max_steps, max(max(xs) for _, xs, _ in drawn)))
-    if len(drawn) > 1 or run.resumes:
+    if len(drawn) > 1 or run.history.resumes:
         ax.legend(fontsize=7, frameon=False)
     return fig
 
@@ -66,23 +67,18 @@ def _plan(run: RunData) -> Plan | None:
     return plan_job(job) if job.geometry is not None else None
 
 
-def _measured(run: RunData, key: str) -> float | None:
-    values = [r[key] for r in run.metrics if isinstance(r.get(key), (int, float))]
-    return max(values) if values else None
-
-
 def memory_pairs(run: RunData, plan: Plan | None) -> list[tuple[str, float | None, float | None]]:
     """(quantity, planned GiB, measured GiB) per rank: allocated and reserved on a GPU,
     the process's total on a CPU (its resident set, which also holds Python and torch)."""
     if run.spec.device().is_gpu:
         return [
             ("peak allocated", plan and plan.device.peak_allocated / GIB,
-             _measured(run, "peak_mem_allocated_gib")),
+             run.metrics.peak("peak_mem_allocated_gib")),
             ("peak reserved", plan and plan.device.peak_reserved / GIB,
-             _measured(run, "peak_mem_reserved_gib")),
+             run.metrics.peak("peak_mem_reserved_gib")),
         ]
     return [("per process\n(measured: whole\nresident set)", plan and plan.device.total / GIB,
-             _measured(run, "peak_rss_gib"))]
+             run.metrics.peak("peak_rss_gib"))]
 
 
 def memory_figure(pairs: list[tuple[str, float | None, float | None]],
@@ -116,12 +112,15 @@ _BADGE = {"finished": "ok", "running": "running", "failed": "bad", "stopped": "o
 
 def _header(run: RunData, plan: Plan | None) -> str:
     status = run.status
-    checkpoint = run.last_checkpoint
+    checkpoint, history = run.history.last_checkpoint, run.history
+    resumed = ", ".join(map(str, history.resumes)) or "never"
+    if history.resume_count > len(history.resumes):
+        resumed = f"{history.resume_count} times, lately at {resumed}"
     pairs = [
         *spec_facts(run.spec),
         ("parameters", parameter_count(plan.parameters) if plan else "not counted"),
         ("steps", f"{run.last_step} of {run.spec.train.max_steps}"),
-        ("resumed at", ", ".join(map(str, run.resumes)) or "never"),
+        ("resumed at", resumed),
         ("last checkpoint", f"step {checkpoint['step']}" if checkpoint else "none"),
         ("run directory", str(run.run_dir.resolve())),
     ]
@@ -143,6 +142,6 @@ def run_html(run: RunData) -> str:
     if fig is not None:
         charts.append(page.chart("planned-vs-measured", "Memory per rank: planned and measured",
                                  svg_text(fig)))
-    note = "" if run.metrics else "<p class=note>No metrics logged yet.</p>"
+    note = "" if run.metrics.records else "<p class=note>No metrics logged yet.</p>"
     body = _header(run, plan) + note + f'<div class="charts">{"".join(charts)}</div>'
     return page.document(f"fsdpspec report — {run.spec.metadata.name}", body)

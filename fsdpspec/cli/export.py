@@ -10,7 +10,7 @@ import click
 
 from fsdpspec.atomicio import check_target, describe_error
 from fsdpspec.catalog.modelconfig import layer_classes
-from fsdpspec.cli.options import exit_on_errors, load_spec, set_option
+from fsdpspec.cli.options import exit_on_errors, load_spec, set_option, spec_inputs
 from fsdpspec.cli.output import deliver, force_option, output_option
 from fsdpspec.jsonfile import JsonFileError
 from fsdpspec.plan.checkpoint import stop_grace_seconds
@@ -128,7 +128,8 @@ def _hf(run_dir: str, step: int | None, output: str | None, force: bool) -> None
 def command(target, file, step, api, overrides, output, force) -> None:
     """Write FILE as an sbatch script, a Kubeflow PyTorchJob (or, --api trainjob,
     TrainJob) manifest or an accelerate config. The spec is validated first; errors stop
-    the export.
+    the export. An existing -o FILE is replaced only with --force, and never when it is
+    the spec itself.
 
     `export hf RUN_DIR -o DIR` converts a run's checkpoint (mid-run too), verified
     against its manifest, into a Hugging Face model directory, streaming one unit at a
@@ -144,4 +145,5 @@ def command(target, file, step, api, overrides, output, force) -> None:
         text = _TARGETS[target](report, api or APIS[0])
     except LaunchError as exc:
         raise click.ClickException(str(exc)) from None
-    deliver(text, output, executable=target == "slurm")
+    deliver(text, output, executable=target == "slurm", replace=force,
+            inputs=spec_inputs(report))

@@ -11,7 +11,7 @@ import click
 from fsdpspec.catalog.accelerators import accelerator_names
 from fsdpspec.catalog.presets import preset_names
 from fsdpspec.cli.init import check_name
-from fsdpspec.cli.output import deliver, output_option
+from fsdpspec.cli.output import deliver, force_option, output_option
 from fsdpspec.convert.registry import KINDS, importer
 from fsdpspec.spec.names import kubernetes_name
 
@@ -26,6 +26,7 @@ def _where(config: str, note) -> str:
 @click.argument("kind", type=click.Choice(list(KINDS)))
 @click.argument("config", metavar="FILE")
 @output_option
+@force_option
 @click.option("--name", default=None, callback=check_name,
               help="metadata.name (default: from the file name).")
 @click.option("--preset", type=click.Choice(preset_names()), default=None,
@@ -37,12 +38,14 @@ def _where(config: str, note) -> str:
               show_default=True, help="The GPU (no source config says).")
 @click.option("--gpus-per-node", type=click.IntRange(min=1, max=4096), default=8,
               show_default=True, help="Processes per node where the file does not say.")
-def command(kind, config, output, name, preset, hf_config, accelerator, gpus_per_node) -> None:
+def command(kind, config, output, force, name, preset, hf_config, accelerator,
+            gpus_per_node) -> None:
     """Write an accelerate config, an HF Trainer command line or TrainingArguments
     file, an axolotl config or a torchtitan TOML as a v1 spec. Keys with no v1
     equivalent are listed on stderr with their lines; a feature the spec cannot say
     (tensor, context or pipeline parallelism, LoRA, float8 …) stops the import with
-    exit 1 and one line per feature."""
+    exit 1 and one line per feature. An existing -o FILE is replaced only with --force,
+    and never when it is the file imported."""
     from fsdpspec.convert.draft import Assumptions, ImportRefused
     from fsdpspec.convert.model import ModelNeeded
     from fsdpspec.convert.sources import SourceError
@@ -66,4 +69,5 @@ def command(kind, config, output, name, preset, hf_config, accelerator, gpus_per
         raise SystemExit(1) from None
     for note in imported.notes:
         click.echo(f"{_where(config, note)}: {note.message}", err=True)
-    deliver(imported.text, output)
+    deliver(imported.text, output, replace=force,
+            inputs=[path for path in (config, hf_config) if path])

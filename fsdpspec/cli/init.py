@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from fsdpspec.atomicio import write_text
 from fsdpspec.catalog.accelerators import CATALOG, accelerator_names
 from fsdpspec.catalog.presets import preset_config, preset_names
-from fsdpspec.cli.output import deliver, output_option
+from fsdpspec.cli.output import OUTPUT_REFUSED, deliver, output_option, shown
 from fsdpspec.convert.importer import HOST_GIB_PER_GPU
 from fsdpspec.report import RENDERERS
 from fsdpspec.semantics import DEFAULT_RDZV_PORT
@@ -142,5 +142,6 @@ def command(preset, gpus, nodes, accelerator, name, output) -> None:
         raise click.ClickException("this starter spec would not validate clean "
                                    "(see above): change --gpus, --nodes or --preset")
     if output is not None and os.path.lexists(output):
-        raise click.ClickException(f"{output} exists; init does not overwrite a spec")
+        raise click.ClickException(f"{OUTPUT_REFUSED} {shown(output)}: it exists; init does "
+                                   "not overwrite a spec")
     deliver(text, output, replace=False)

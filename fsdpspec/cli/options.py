@@ -8,8 +8,10 @@ from pathlib import Path
 
 import click
 
+from fsdpspec.catalog.modelconfig import resolve_input_path
 from fsdpspec.report import MARKUP, RENDERERS
 from fsdpspec.spec.overrides import OverrideError
+from fsdpspec.spec.v1 import INPUT_FIELDS
 from fsdpspec.validate import FileReport, check_file
 
 set_option = click.option(
@@ -29,6 +31,15 @@ def resolve_format(output_format: str | None) -> str:
     if output_format is not None:
         return output_format
     return "full" if sys.stdout.isatty() else "concise"
+
+
+def spec_inputs(report: FileReport) -> list[Path]:
+    """The files a command on this spec reads: the spec and its local input paths (an
+    output must never be one of them)."""
+    assert report.spec is not None
+    values = (field.value(report.spec) for field in INPUT_FIELDS)
+    return [Path(report.file), *(resolve_input_path(value, report.base_dir)
+                                 for value in values if value)]
 
 
 def load_spec(path: str, overrides: Sequence[str]) -> FileReport:

@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 
 from fsdpspec.catalog.accelerators import accelerator_names
-from fsdpspec.cli.options import emit, exit_on_errors, resolve_format, set_option
-from fsdpspec.cli.output import force_option, write_output
+from fsdpspec.cli.options import emit, exit_on_errors, resolve_format, set_option, spec_inputs
+from fsdpspec.cli.output import check_output, force_option, write_output
 from fsdpspec.plan.budget import budget, scaling, spec_tokens
 from fsdpspec.plan.planner import Plan, plan_job
 from fsdpspec.plan.report import budget_json, plan_json, plan_text
@@ -65,18 +65,40 @@ def _trace_text(trace: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_picture(plan: Plan, kind: str, target: Path, *, force: bool) -> None:
-    """Draw the plan (matplotlib, imported only here) and write it atomically."""
+PICTURES = ("html", "svg", "png")
+
+
+def _picture_targets(kinds: list[str], output: str | None) -> dict[str, Path]:
+    """Where each picture asked for goes: ``-o`` itself for one picture; for several,
+    ``-o`` with each picture's suffix (``-o mem`` or ``-o mem.svg`` → mem.html,
+    mem.svg …); plan.<kind> without ``-o``."""
+    if output is None:
+        return {kind: Path(f"plan.{kind}") for kind in kinds}
+    if len(kinds) == 1:
+        return {kinds[0]: Path(output)}
+    path = Path(output)
+    stem = path.with_suffix("") if path.suffix.lstrip(".") in PICTURES else path
+    return {kind: stem.with_name(f"{stem.name}.{kind}") for kind in kinds}
+
+
+def _write_pictures(plan: Plan, targets: dict[str, Path], *, force: bool,
+                    inputs: list[Path]) -> None:
+    """Draw the plan (matplotlib, imported only here) and write each picture
+    atomically, once every target is known to be writable (none or all are written,
+    but for a disk that fills between them)."""
     from fsdpspec.charts.figures import ChartsUnavailable
 
+    for target in targets.values():
+        check_output(target, replace=force, inputs=inputs)
     try:
         from fsdpspec.charts.plan_charts import device_memory_image, plan_html
 
-        data = (plan_html(plan).encode() if kind == "html"
-                else device_memory_image(plan, kind))
+        drawn = {kind: plan_html(plan).encode() if kind == "html"
+                 else device_memory_image(plan, kind) for kind in targets}
     except ChartsUnavailable as exc:
         raise click.ClickException(str(exc)) from None
-    write_output(target, data, replace=force)
+    for kind, target in targets.items():
+        write_output(target, drawn[kind], replace=force, inputs=inputs)
 
 
 def _forecast(plan: Plan, tokens: float | None, price: float | None):
@@ -102,21 +124,20 @@ def _forecast(plan: Plan, tokens: float | None, price: float | None):
               default="text", help="Output format.")
 @click.option("--trace", is_flag=True,
               help="Also run the model on fake tensors (needs torch) and compare.")
-@click.option("--html", "picture", flag_value="html", default=None,
+@click.option("--html", is_flag=True,
               help="Also write the charts and suggestions as one self-contained HTML page.")
-@click.option("--svg", "picture", flag_value="svg",
-              help="Also write the device memory chart as SVG.")
-@click.option("--png", "picture", flag_value="png",
-              help="Also write the device memory chart as PNG.")
-@click.option("-o", "--output", type=click.Path(), default=None,
-              help="Where --html/--svg/--png write (default plan.html/.svg/.png).")
+@click.option("--svg", is_flag=True, help="Also write the device memory chart as SVG.")
+@click.option("--png", is_flag=True, help="Also write the device memory chart as PNG.")
+@click.option("-o", "--output", metavar="PATH", default=None,
+              help="Where --html/--svg/--png write (default plan.html/.svg/.png); with "
+                   "several of them, -o is the name each one's suffix is given.")
 @click.option("--tokens", type=click.FloatRange(min=1, max=1e18), default=None,
               metavar="N", help="Tokens to train (e.g. 1e12) for the budget line; default "
                                 "train.max_steps × global batch × seq_len.")
 @click.option("--price-per-gpu-hour", "price", type=click.FloatRange(min=0, min_open=True),
               default=None, metavar="PRICE", help="Also price the budget.")
 @force_option
-def command(file, gpus, accelerator, overrides, output_format, trace, picture,
+def command(file, gpus, accelerator, overrides, output_format, trace, html, svg, png,
             output, tokens, price, force) -> None:
     """Predict per-GPU and host memory of a job spec, term by term.
 
@@ -124,7 +145,8 @@ def command(file, gpus, accelerator, overrides, output_format, trace, picture,
     errors. JSON keys are stable: see docs/memory.md. The pictures need matplotlib
     (pip install 'fsdpspec[report]').
     """
-    if output is not None and picture is None:
+    kinds = [kind for kind, asked in zip(PICTURES, (html, svg, png), strict=True) if asked]
+    if output is not None and not kinds:
         raise click.UsageError("-o/--output needs --html, --svg or --png")
     report = _load(file, overrides)
     job = report.job
@@ -132,8 +154,9 @@ def command(file, gpus, accelerator, overrides, output_format, trace, picture,
         click.echo(f"info: {job.geometry_error}", err=True)
         raise SystemExit(1)
     plan = plan_job(job, world_size=gpus, accelerator=accelerator)
-    if picture is not None:
-        _write_picture(plan, picture, Path(output or f"plan.{picture}"), force=force)
+    if kinds:
+        _write_pictures(plan, _picture_targets(kinds, output), force=force,
+                        inputs=spec_inputs(report))
     traced = _trace(plan) if trace else None
     forecast, limit = _forecast(plan, tokens, price)
     if output_format == "json":

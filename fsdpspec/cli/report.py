@@ -6,15 +6,16 @@ from pathlib import Path
 
 import click
 
-from fsdpspec.cli.output import force_option, write_output
+from fsdpspec.cli.output import check_output, force_option, write_output
+from fsdpspec.job.rundir import RunDir
 
 
 @click.command("report")
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False, path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              default=Path("report.html"), show_default=True, help="The HTML file to write.")
+@click.option("-o", "--output", metavar="FILE", default="report.html", show_default=True,
+              help="The HTML file to write.")
 @force_option
-def command(run_dir: Path, output: Path, force: bool) -> None:
+def command(run_dir: Path, output: str, force: bool) -> None:
     """Draw a run directory's curves, status and memory as one HTML file.
 
     Works on a finished, a running (build it again with --force to refresh) or a failed
@@ -23,10 +24,13 @@ def command(run_dir: Path, output: Path, force: bool) -> None:
     from fsdpspec.charts.figures import ChartsUnavailable
     from fsdpspec.charts.rundata import RunDataError, read_run
 
+    files = RunDir(run_dir)
+    inputs = (files.resolved_spec, files.metrics, files.events)
     try:
-        from fsdpspec.charts.run_charts import run_html
+        from fsdpspec.charts.run_charts import DRAWN_KEYS, run_html
 
-        page = run_html(read_run(run_dir)).encode()
+        check_output(output, replace=force, inputs=inputs)
+        page = run_html(read_run(run_dir, DRAWN_KEYS)).encode()
     except (RunDataError, ChartsUnavailable) as exc:
         raise click.ClickException(str(exc)) from None
-    write_output(output, page, replace=force)
+    write_output(output, page, replace=force, inputs=inputs)

@@ -11,6 +11,7 @@ import math
 import os
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -67,11 +68,13 @@ def _value_problem(key: str, value: Any) -> str | None:
 
 
 def _checked(record: dict[str, Any], where: str, kind: str) -> dict[str, Any]:
-    if kind == "metrics" and "step" not in record:
-        raise RecordError(f"{where}: a metrics record has no step")
     event = record.get("event")
     if kind == "events" and (not isinstance(event, str) or event not in _EVENTS):
         raise RecordError(f"{where}: event must be one of {', '.join(sorted(_EVENTS))}")
+    # Every checkpoint the engine records has its step; the report names it.
+    named = "metrics" if kind == "metrics" else event
+    if "step" not in record and named in ("metrics", "checkpoint"):
+        raise RecordError(f"{where}: a {named} record has no step")
     for key, value in record.items():
         problem = _value_problem(key, value)
         if problem:
@@ -79,16 +82,16 @@ def _checked(record: dict[str, Any], where: str, kind: str) -> dict[str, Any]:
     return record
 
 
-def read_jsonl(path: Path, kind: str) -> list[dict[str, Any]]:
-    """The records of a run's metrics.jsonl or events.jsonl (``kind``), each checked for
-    its shape; a line torn by a kill is skipped; [] when the file is absent. Anything
-    else is a JsonFileError naming the file and line."""
+def iter_records(path: Path, kind: str) -> Iterator[dict[str, Any]]:
+    """The records of a run's metrics.jsonl or events.jsonl (``kind``) as a stream, each
+    checked for its shape; a line torn by a kill is skipped; none when the file is
+    absent. Anything else is a JsonFileError naming the file and line."""
     if not os.path.lexists(path):
-        return []
-    return [_checked(record, f"{path}:{number}", kind)
-            for number, record in load_jsonl(path, RUN_LIMITS)]
+        return
+    for number, record in load_jsonl(path, RUN_LIMITS):
+        yield _checked(record, f"{path}:{number}", kind)
 
 
 def read_events(run_dir: Path) -> list[dict[str, Any]]:
     """The run's events, oldest first."""
-    return read_jsonl(run_dir / FILENAME, "events")
+    return list(iter_records(run_dir / FILENAME, "events"))

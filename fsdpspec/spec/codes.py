@@ -103,6 +103,14 @@ LOAD_CODES = _codes(
      "A model_type without an analytic family is planned from the model transformers "
      "builds on the meta device; that costs time per layer, so a config declaring more "
      "than 1024 layers (no causal LM has that many) is refused rather than built."),
+    ("FS049", "output-refused", "an output cannot be written where -o says",
+     "Every `-o` (init, export, import, plan's pictures, report) writes a new file "
+     "atomically; an existing regular file is replaced only with --force, and never when "
+     "it is one of the command's own inputs (the spec exported, the config imported, the "
+     "run reported on: the same file through any link). A FIFO, a device, a directory or "
+     "a symlink is never replaced, and a name the filesystem cannot hold (a component "
+     "over 255 bytes), a missing directory or a read-only one is one line, before "
+     "anything is written."),
     ("FS050", "import-feature-missing", "an imported config asks for what the spec cannot say",
      "`fsdpspec import` stops, writing nothing, when the source config uses a feature the "
      "v1 spec has no field for: tensor, context, sequence, pipeline or expert parallelism "

@@ -39,8 +39,11 @@ def _parse(text: str) -> tuple[list[str], Any, int]:
         raise OverrideError(f"--set {text!r}: {what}; write dotted names such as "
                             "fsdp.sharding_strategy")
     parsed = parse_text(raw, "--set") if raw.strip() else None
-    if parsed is not None and parsed.diagnostics:
-        raise OverrideError(f"--set {text!r}: {parsed.diagnostics[0].message}")
+    # FS005 "empty" is the loader's word for a document that is null: `--set peft=null`
+    # (or `~`) sets the field to null, as the same YAML does in the file.
+    problems = [d for d in parsed.diagnostics if d.code != "FS005"] if parsed else []
+    if problems:
+        raise OverrideError(f"--set {text!r}: {problems[0].message}")
     value = parsed.data if parsed is not None else None
     return [t.strip() for t in tokens], value, len(key) + 2
 

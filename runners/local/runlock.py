@@ -17,6 +17,7 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,10 +84,13 @@ def is_held(run_dir: Path) -> bool:
     """Whether an `fsdpspec run` holds ``run_dir`` now (seen from this host)."""
     for path in run_dir.glob(f"{LOCK_PREFIX}*.lock"):
         try:
-            fd = os.open(path, os.O_RDONLY)
+            # Non-blocking: a FIFO planted under a lock's name must not hang the reader.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         except OSError:  # removed as its run ended
             continue
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue  # not a lock a run made
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return True

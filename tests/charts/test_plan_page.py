@@ -58,5 +58,5 @@ def test_an_unwritable_output_is_one_line_and_leaves_nothing(tmp_path: Path) -> 
     result = run_cli("plan", str(MULTINODE), "--html", "-o", str(target))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        f"Error: {target}: directory {target.parent} does not exist")
+        f"Error: FS049 {target}: directory {target.parent} does not exist")
     assert not (tmp_path / "missing").exists()

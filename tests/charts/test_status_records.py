@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fsdpspec.charts.rundata import run_status
+from fsdpspec.charts.rundata import history, run_status
 from fsdpspec.runfiles.events import append_event, read_events
 
 
 def status(run_dir: Path, step: int = 4) -> tuple[str, str]:
-    found = run_status(run_dir, read_events(run_dir), step, max_steps=10)
+    found = run_status(run_dir, history(read_events(run_dir)), step, max_steps=10)
     return found.state, found.detail
 
 

@@ -73,10 +73,17 @@ def test_a_non_regular_target_is_refused_and_left_alone(
 
 
 @pytest.mark.parametrize("command", ["export", "import"])
-def test_a_regular_target_is_replaced_whole(command: str, tmp_path: Path) -> None:
+def test_a_regular_target_is_replaced_whole_and_only_with_force(
+    command: str, tmp_path: Path
+) -> None:
     target = tmp_path / "out"
     target.write_text("old\n")
-    result = run_cli(*COMMANDS[command], "-o", str(target), cwd=tmp_path)
+    refused = run_cli(*COMMANDS[command], "-o", str(target), cwd=tmp_path)
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.splitlines()[-1] == (
+        f"Error: FS049 {target}: it exists; pass --force to replace it")
+    assert target.read_text() == "old\n"
+    result = run_cli(*COMMANDS[command], "-o", str(target), "--force", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert target.read_text() != "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temp file left
@@ -85,7 +92,7 @@ def test_a_regular_target_is_replaced_whole(command: str, tmp_path: Path) -> Non
 def test_init_never_writes_through_a_dangling_symlink(tmp_path: Path) -> None:
     (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
     result = run_cli(*COMMANDS["init"], "-o", str(tmp_path / "out"), cwd=tmp_path)
-    assert result.returncode == 1 and "out exists; init does not overwrite" in result.stderr
+    assert result.returncode == 1 and "out: it exists; init does not overwrite" in result.stderr
     assert not (tmp_path / "elsewhere").exists()
 
 
@@ -154,7 +161,7 @@ def test_a_picture_never_replaces_a_non_regular_target(
     before = _tree(tmp_path)
     result = _picture_cli(command, tmp_path, "-o", str(target), "--force")
     assert result.exit_code == 1 and not isinstance(result.exception, Exception), result.output
-    assert result.stderr.strip().splitlines()[-1].startswith(f"Error: {target}: it is a ")
+    assert result.stderr.strip().splitlines()[-1].startswith(f"Error: FS049 {target}: it is a ")
     now = _tree(tmp_path)
     assert {k: v for k, v in now.items() if k in before} == before
     assert not [name for name in now if name.startswith(".out.")]  # no temp left
@@ -170,7 +177,7 @@ def test_an_existing_picture_is_replaced_only_with_force(
     refused = _picture_cli(command, tmp_path)
     assert refused.exit_code == 1, refused.output
     assert refused.stderr.strip().splitlines()[-1] == (
-        f"Error: {default}: it exists; pass --force to replace it")
+        f"Error: FS049 {default}: it exists; pass --force to replace it")
     assert (tmp_path / default).read_text() == "old\n"
     replaced = _picture_cli(command, tmp_path, "--force")
     assert replaced.exit_code in (0, 1) and "wrote" in replaced.stderr, replaced.output

@@ -106,7 +106,7 @@ num_processes: 2
     assert not check_file(spec).has_errors
     config.write_text(config.read_text().replace("fsdp_offload_params: true",
                                                  "fsdp_offload_params: false"))
-    result = cli("import", "accelerate", str(config), "-o", str(spec))
+    result = cli("import", "accelerate", str(config), "-o", str(spec), "--force")
     assert "the model llama3-8b does not fit 2 × H100-80GB as configured" in result.stderr
     assert [d.code for d in check_file(spec).diagnostics if d.is_error] == ["FS201"]
 

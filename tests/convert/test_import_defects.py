@@ -20,7 +20,9 @@ def _import(tmp_path: Path, kind: str, name: str, text: str, *extra: str):
     source = tmp_path / name
     source.write_text(text)
     out = tmp_path / "job.yaml"
-    result = CliRunner().invoke(cli, ["import", kind, str(source), "-o", str(out), *extra])
+    # --force: some tests import twice into one out.
+    result = CliRunner().invoke(cli, ["import", kind, str(source), "-o", str(out), "--force",
+                                      *extra])
     return source, out, result
 
 

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 # Examples per channel: the file channels build a directory per example, so fewer.
 SLICE = {"spec: raw bytes": 40, "--set flags": 40, "model config.json": 40,
          "accelerate configs": 40, "tokenizer files": 15, "safetensors headers": 15,
-         "run-directory files": 15, "output targets": 15}
+         "run-directory files": 15, "output targets": 15, "output targets: commands": 12,
+         "report: hostile run directories": 10}
 
 
 @pytest.mark.parametrize("name", sorted(SLICE))

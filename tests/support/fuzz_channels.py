@@ -18,6 +18,7 @@ from fuzz_files import (
     safetensors_headers,
     tokenizer_files,
 )
+from fuzz_outputs import check_command_target, check_hostile_run, command_targets, hostile_runs
 from fuzz_specs import (
     accelerate_configs,
     check_accelerate,
@@ -59,4 +60,6 @@ CHANNELS: dict[str, Channel] = {
     "safetensors headers": Channel(safetensors_headers(), check_safetensors_header),
     "run-directory files": Channel(run_files(), check_run_file),
     "output targets": Channel(output_targets(), check_output_target),
+    "output targets: commands": Channel(command_targets(), check_command_target),
+    "report: hostile run directories": Channel(hostile_runs(), check_hostile_run),
 }
