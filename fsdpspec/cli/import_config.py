@@ -14,16 +14,21 @@ from fsdpspec.catalog.presets import preset_names
 from fsdpspec.cli.init import check_name
 from fsdpspec.cli.output import deliver, output_option
 from fsdpspec.spec.names import kubernetes_name
+from fsdpspec.spec.yamltext import one_line
 
 # source kind → the fsdpspec.convert module that reads it.
 KINDS = {"accelerate": "accelerate", "trainer": "trainer", "axolotl": "axolotl",
          "torchtitan": "torchtitan"}
 
 
-def _where(config: str, note) -> str:
-    if isinstance(note.line, int):
-        return f"{config}:{note.line}"
-    return note.line or config
+# The longest line a note is printed as: a note quotes source values, which may be long.
+MAX_NOTE_CHARS = 400
+
+
+def _line(config: str, note, end: str = "") -> str:
+    """A note as one printable line (a source value may hold newlines or escapes)."""
+    where = f"{config}:{note.line}" if isinstance(note.line, int) else note.line or config
+    return one_line(f"{where}: {note.message}", MAX_NOTE_CHARS) + end
 
 
 @click.command("import")
@@ -61,13 +66,14 @@ def command(kind, config, output, name, preset, hf_config, accelerator, gpus_per
             Path(config), name=name or kubernetes_name(Path(config).stem), assumed=assumed,
             base_dir=Path.cwd())
     except SourceError as exc:
-        raise click.ClickException(f"{exc}; nothing imported") from None
+        raise click.ClickException(one_line(str(exc), MAX_NOTE_CHARS) + "; nothing imported") \
+            from None
     except ModelNeeded as exc:
         raise click.UsageError(str(exc)) from None
     except ImportRefused as refused:
         for note in refused.notes:
-            click.echo(f"{_where(config, note)}: {note.message}; nothing imported", err=True)
+            click.echo(_line(config, note, "; nothing imported"), err=True)
         raise SystemExit(1) from None
     for note in imported.notes:
-        click.echo(f"{_where(config, note)}: {note.message}", err=True)
+        click.echo(_line(config, note), err=True)
     deliver(imported.text, output)

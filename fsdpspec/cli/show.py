@@ -10,7 +10,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from fsdpspec.cli.options import exit_on_errors, load_spec, set_option
 from fsdpspec.spec.load import SourceMap, join, parent
-from fsdpspec.spec.yamltext import COMMENT_COLUMN, dump_yaml
+from fsdpspec.spec.yamltext import add_comment, dump_yaml, set_header
 
 
 def origin(source_map: SourceMap, pointer: str) -> str:
@@ -43,7 +43,7 @@ def _annotated(value: Any, pointer: str, source_map: SourceMap) -> Any:
             node[key] = CommentedSeq(item)
             node[key].fa.set_flow_style()
         if not isinstance(item, dict) or not item:
-            node.yaml_add_eol_comment(origin(source_map, child), key, column=COMMENT_COLUMN)
+            add_comment(node, key, origin(source_map, child))
     return node
 
 
@@ -57,6 +57,5 @@ def command(file, overrides) -> None:
     exit_on_errors(report)
     assert report.spec is not None
     document = _annotated(report.spec.as_json_data(), "", report.source_map)
-    document.yaml_set_start_comment(f"{file} resolved by fsdpspec; each value's origin "
-                                    "is on its right")
+    set_header(document, f"{file} resolved by fsdpspec; each value's origin is on its right")
     click.echo(dump_yaml(document), nl=False)

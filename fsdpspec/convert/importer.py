@@ -23,8 +23,9 @@ from ruamel.yaml.comments import CommentedMap
 from fsdpspec.catalog.families import family
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note, note_order
 from fsdpspec.convert.model import apply_layers, apply_model
-from fsdpspec.spec.v1 import JobSpec
-from fsdpspec.spec.yamltext import COMMENT_COLUMN, dump_yaml
+from fsdpspec.convert.written import check_written, refuse_invalid, refuse_unwritable
+from fsdpspec.spec.v1 import API_VERSION, JobSpec
+from fsdpspec.spec.yamltext import add_comment, dump_yaml, set_header
 
 # Host RAM is in no source config; GPU servers carry about this much per GPU.
 HOST_GIB_PER_GPU = 128
@@ -32,10 +33,12 @@ HOST_GIB_PER_GPU = 128
 
 @dataclass
 class Imported:
-    """The v1 spec text, and what was left behind."""
+    """The v1 spec text, what was left behind, and the fields the text says (dotted
+    field → value: what the import meant to write)."""
 
     text: str
     notes: list[Note]
+    fields: dict[str, Any]
 
 
 def _spec_order(dotted: str) -> tuple[int, ...]:
@@ -69,16 +72,22 @@ def _nest(fields: dict[str, tuple[Any, str]]) -> CommentedMap:
             node = node.setdefault(name, CommentedMap())
         node[last] = value
         if comment:
-            node.yaml_add_eol_comment(comment, last, column=COMMENT_COLUMN)
+            add_comment(node, last, comment)
     return root
 
 
-def _header(tool: str, kind: str, source: str, name: str) -> CommentedMap:
-    document = CommentedMap(apiVersion="fsdpspec/v1", kind="TrainingJob")
-    document.yaml_set_start_comment(
-        f"Imported from the {tool} config {source} by `fsdpspec import {kind}`.\n"
-        "Values marked 'assumed' or 'not in the source' are fsdpspec's guesses: check them.")
+def _document(draft: Draft, tool: str, kind: str, source: str) -> CommentedMap:
+    """The spec document: a header, then the draft's fields in the models' order."""
+    document = CommentedMap(apiVersion=API_VERSION, kind="TrainingJob")
+    set_header(document, f"Imported from the {tool} config {source} by `fsdpspec import {kind}`.",
+               "Values marked 'assumed' or 'not in the source' are fsdpspec's guesses: check "
+               "them.")
+    document.update(_nest(draft.fields))
     return document
+
+
+def _plain(document: CommentedMap) -> dict[str, Any]:
+    return json.loads(json.dumps(document))
 
 
 def _resources(draft: Draft, tool: str, assumed: Assumptions) -> None:
@@ -125,7 +134,8 @@ def _original_params(draft: Draft) -> None:
             "the same model with the same memory"
     else:
         return
-    line = draft.where.get("fsdp.use_orig_params")
+    source = draft.sources.get("fsdp.use_orig_params")
+    line = source.at if source is not None else None
     draft.put("fsdp.use_orig_params", True,
               f"{draft.fields['fsdp.use_orig_params'][1]}: false, with {why}: {effect}")
     draft.notes.append(Note(line, (
@@ -144,7 +154,7 @@ def _fit_assumptions(document: CommentedMap, draft: Draft, base_dir: Path) -> li
     from fsdpspec.plan.planner import plan_job
 
     try:
-        job = resolve(JobSpec.model_validate(json.loads(json.dumps(document))), base_dir)
+        job = resolve(JobSpec.model_validate(_plain(document)), base_dir)
     except (ValueError, ModelConfigError):
         return []  # an invalid import is reported by `fsdpspec validate` on the result
     if job.geometry is None:  # `fsdpspec validate` on the result says why (no geometry)
@@ -195,8 +205,17 @@ def finish(draft: Draft, *, tool: str, kind: str, source: str, name: str,
         if draft.refusals:
             raise ImportRefused(sorted(draft.refusals, key=note_order))
     _supported_attention(draft, config)
-    document = _header(tool, kind, source, name)
-    document.update(_nest(draft.fields))
-    notes = draft.notes + _fit_assumptions(document, draft, base_dir)
-    document.update(_nest(draft.fields))
-    return Imported(dump_yaml(document), sorted(notes, key=note_order))
+    _checked(draft, tool, kind, source)  # before planning: planning reads what it holds
+    notes = draft.notes + _fit_assumptions(_document(draft, tool, kind, source), draft, base_dir)
+    return Imported(_checked(draft, tool, kind, source), sorted(notes, key=note_order),
+                    {dotted: value for dotted, (value, _) in draft.fields.items()})
+
+
+def _checked(draft: Draft, tool: str, kind: str, source: str) -> str:
+    """The spec's text, once the spec is valid and its text reads back as written."""
+    document = _document(draft, tool, kind, source)
+    refuse_unwritable(draft, _plain(document))
+    refuse_invalid(draft, _plain(document))
+    text = dump_yaml(document)
+    check_written(text, _plain(document), draft)
+    return text

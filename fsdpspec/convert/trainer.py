@@ -11,19 +11,20 @@ shell variable, a process count of "gpu") is a note naming its line.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from fsdpspec.convert import hftrain
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
-from fsdpspec.convert.fsdpkeys import NotCarried, apply_fsdp, read_keys, take_layers
+from fsdpspec.convert.fsdpkeys import NotCarried, apply_fsdp, read_keys, take_layers, whole
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import (
     Command,
     Document,
     SourceError,
     Token,
+    named_file_exists,
     read_command,
+    read_inline_json,
     read_json,
     read_source,
 )
@@ -87,8 +88,9 @@ def _launcher_value(command: Command, *names: str) -> Entry | None:
 def _count(entry: Entry | None, draft: Draft, what: str) -> int | None:
     if entry is None:
         return None
-    if str(entry.value).isdigit() and int(entry.value) > 0:
-        return int(entry.value)
+    number = whole(str(entry.value))
+    if number is not None and number > 0:
+        return number
     draft.note(entry, f"{entry.written} {entry.value}: not a number of {what} import can "
                "read; not imported")
     return None
@@ -158,7 +160,7 @@ def _topology(command: Command, draft: Draft) -> None:
             and not draft.has("launch.rdzv_endpoint"):
         port_value = port.value if port is not None and str(port.value).isdigit() else 29500
         draft.put("launch.rdzv_endpoint", f"{host.value}:{port_value}",
-                  f"from {host.written} (line {host.line})")
+                  f"from {host.written} (line {host.line})", host)
 
 
 def _fsdp_config(value: Entry, source: Path) -> dict[str, Entry]:
@@ -167,15 +169,11 @@ def _fsdp_config(value: Entry, source: Path) -> dict[str, Entry]:
     if isinstance(value.value, dict):
         data, lines, file = value.value, {}, None
     elif str(value.value).lstrip().startswith("{"):
-        try:
-            data = json.loads(value.value)
-        except json.JSONDecodeError as exc:
-            raise SourceError(f"{source}:{value.line}: {value.written} is not JSON: {exc}"
-                              ) from None
+        data = read_inline_json(value.value, f"{source}:{value.line}: {value.written}")
         lines, file = {}, None
     else:
         path = source.parent / str(value.value)
-        if not path.exists():
+        if not named_file_exists(path):
             path = Path(str(value.value))
         try:
             document = read_json(path)

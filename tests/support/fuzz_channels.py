@@ -18,6 +18,7 @@ from fuzz_files import (
     safetensors_headers,
     tokenizer_files,
 )
+from fuzz_imports import check_import, hostile_imports
 from fuzz_specs import (
     accelerate_configs,
     check_accelerate,
@@ -59,4 +60,6 @@ CHANNELS: dict[str, Channel] = {
     "safetensors headers": Channel(safetensors_headers(), check_safetensors_header),
     "run-directory files": Channel(run_files(), check_run_file),
     "output targets": Channel(output_targets(), check_output_target),
+    **{f"import {kind}: hostile strings": Channel(hostile_imports(kind), check_import)
+       for kind in ("accelerate", "trainer", "axolotl", "torchtitan")},
 }
