@@ -28,6 +28,7 @@ from fsdpspec.convert.sources import (
     read_json,
     read_source,
 )
+from fsdpspec.semantics import DEFAULT_RDZV_PORT
 from fsdpspec.spec.load import join
 
 # The words of the Trainer's `fsdp` option, as accelerate keys.
@@ -158,7 +159,8 @@ def _topology(command: Command, draft: Draft) -> None:
     draft.put("resources.nodes", nodes, f"{launcher}: {nodes} node(s)")
     if nodes > 1 and host is not None and "$" not in str(host.value) \
             and not draft.has("launch.rdzv_endpoint"):
-        port_value = port.value if port is not None and str(port.value).isdigit() else 29500
+        number = whole(str(port.value)) if port is not None else None
+        port_value = number if number is not None else DEFAULT_RDZV_PORT
         draft.put("launch.rdzv_endpoint", f"{host.value}:{port_value}",
                   f"from {host.written} (line {host.line})", host)
 
