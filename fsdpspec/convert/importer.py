@@ -6,7 +6,8 @@ Draft: dotted v1 field → (value, the source line it came from), the keys it di
 carry (with line and why), and the features it refuses (the spec cannot say them). This
 module then fills what the source does not say (model, GPU, host memory, process count)
 as marked assumptions, checks the layer class against the model, plans the job, and
-writes the text. Nothing is written when anything is refused.
+has the YAML emitter write the document, once `written` has checked it is a valid spec
+that reads back as built. Nothing is written when anything is refused.
 """
 
 from __future__ import annotations

@@ -37,21 +37,23 @@ def _refusal(draft: Draft, dotted: str | None, reason: str) -> Note:
 
 
 def _refuse(notes: list[Note]) -> None:
-    """One line per source value: a value that breaks two fields (a batch size and the
-    global batch computed from it) is named once."""
-    first: dict[Any, Note] = {}
-    for note in notes:
-        first.setdefault(note.line if note.line is not None else note.message, note)
-    raise ImportRefused(sorted(first.values(), key=note_order))
+    raise ImportRefused(sorted(notes, key=note_order))
 
 
 def refuse_invalid(draft: Draft, document: dict[str, Any]) -> None:
-    """ImportRefused, a line per value, when the schema or the models refuse the spec
-    (what `fsdpspec validate` would say of the written file, before anything plans it)."""
+    """ImportRefused, a line per source value, when the schema or the models refuse the
+    spec (what `fsdpspec validate` would say of the written file, before anything plans
+    it): a value that breaks two fields (a batch size and the global batch computed from
+    it) is named once."""
     _, found = check_structure(document, API_VERSION)
-    errors = [d for d in found if d.is_error]
-    if errors:
-        _refuse([_refusal(draft, _field(draft, d.path), d.message) for d in errors])
+    first: dict[Any, Note] = {}
+    for diagnostic in (d for d in found if d.is_error):
+        dotted = _field(draft, diagnostic.path)
+        source = draft.sources.get(dotted) if dotted else None
+        key = (source.at, source.written) if source else dotted or diagnostic.message
+        first.setdefault(key, _refusal(draft, dotted, diagnostic.message))
+    if first:
+        _refuse(list(first.values()))
 
 
 def _unreadable(draft: Draft) -> str | None:
