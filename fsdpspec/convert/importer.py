@@ -206,17 +206,16 @@ def finish(draft: Draft, *, tool: str, kind: str, source: str, name: str,
         if draft.refusals:
             raise ImportRefused(sorted(draft.refusals, key=note_order))
     _supported_attention(draft, config)
-    _checked(draft, tool, kind, source)  # before planning: planning reads what it holds
+    _valid(draft, _document(draft, tool, kind, source))  # planning reads what it holds
     notes = draft.notes + _fit_assumptions(_document(draft, tool, kind, source), draft, base_dir)
-    return Imported(_checked(draft, tool, kind, source), sorted(notes, key=note_order),
+    document = _document(draft, tool, kind, source)
+    _valid(draft, document)  # the planned host memory is the spec's too
+    text = dump_yaml(document)
+    check_written(text, _plain(document), draft)
+    return Imported(text, sorted(notes, key=note_order),
                     {dotted: value for dotted, (value, _) in draft.fields.items()})
 
 
-def _checked(draft: Draft, tool: str, kind: str, source: str) -> str:
-    """The spec's text, once the spec is valid and its text reads back as written."""
-    document = _document(draft, tool, kind, source)
+def _valid(draft: Draft, document: CommentedMap) -> None:
     refuse_unwritable(draft, _plain(document))
     refuse_invalid(draft, _plain(document))
-    text = dump_yaml(document)
-    check_written(text, _plain(document), draft)
-    return text
