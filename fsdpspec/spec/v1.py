@@ -490,8 +490,8 @@ class Launch(_Section):
         pattern=rf"^[A-Za-z0-9_.\-\[\]:]+:{_PORT}$",
         json_schema_extra={"x-pattern-means": "host:port, the port from 1 to 65535"},
     )] | None = None
-    """host:port of the c10d rendezvous; required when nodes > 1 and `fsdpspec run` is
-    started by hand (the Slurm and Kubernetes exports derive it)."""
+    """host:port (a port from 1 to 65535) of the c10d rendezvous; required when nodes > 1
+    and `fsdpspec run` is started by hand (the Slurm and Kubernetes exports derive it)."""
     max_restarts: NonNegInt = 0
     """Times torchrun restarts the group after a failure (the engine resumes)."""
     timeout_minutes: PositiveInt = 30
