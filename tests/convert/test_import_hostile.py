@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fuzz_imports import printable_lines
 
 from fsdpspec.cli.main import cli
 from fsdpspec.spec.load import load_file
@@ -40,7 +41,7 @@ def test_a_planted_base_model_sets_no_slurm_setup_and_runs_nothing(tmp_path: Pat
     source = HOSTILE / "axolotl-planted-slurm-setup.yaml"
     imported = _run("import", "axolotl", str(source), "-o", str(job))
     assert imported.exit_code == 0, imported.output
-    assert all(line.isprintable() for line in imported.output.splitlines())
+    assert printable_lines(imported.output)
     keys = _keys(load_file(job).data)
     assert not {k for k in keys if k.startswith(("launch", "lint"))}, keys
     assert "# assumed: a stand-in for my-org/model\\nlaunch: {slurm:" in job.read_text()
@@ -60,7 +61,7 @@ def test_a_planted_lint_ignore_is_no_field(kind: str, name: str, tmp_path: Path)
     assert result.exit_code == 0, result.output
     loaded = load_file(job)
     assert not loaded.diagnostics and "lint" not in loaded.data
-    assert all(line.isprintable() for line in job.read_text().splitlines())
+    assert printable_lines(job.read_text())
 
 
 HEAD = "distributed_type: FSDP\n"

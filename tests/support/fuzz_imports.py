@@ -147,6 +147,12 @@ def _nest(fields: dict[str, Any]) -> dict[str, Any]:
     return root
 
 
+def printable_lines(text: str) -> bool:
+    """Lines of printable characters only (str.splitlines would split at a NEL or a
+    U+2028 and so hide it)."""
+    return all(char.isprintable() for line in text.split("\n") for char in line)
+
+
 def check_import(example: tuple[str, str, bytes], directory: Path) -> None:
     """The CLI's import exits 0, 1 or 2 with printable one-line messages and no
     traceback, writes nothing when it fails, and writes a spec whose every line is
@@ -166,12 +172,12 @@ def check_import(example: tuple[str, str, bytes], directory: Path) -> None:
     assert result.exit_code in (0, 1, 2), result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), (
         repr(result.exception))
-    assert all(line.isprintable() for line in result.output.splitlines()), result.output
+    assert printable_lines(result.output), result.output
     if result.exit_code != 0:
         assert not out.exists()
         return
     text = out.read_text(encoding="utf-8")
-    assert all(line.isprintable() for line in text.splitlines()), text
+    assert printable_lines(text), text
     reader = importlib.import_module(f"fsdpspec.convert.{KINDS[kind]}")
     meant = reader.import_config(source, name="job", assumed=Assumptions(),
                                  base_dir=Path.cwd()).fields
