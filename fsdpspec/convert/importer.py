@@ -157,7 +157,7 @@ def _fit_assumptions(document: CommentedMap, draft: Draft, base_dir: Path) -> li
     try:
         job = resolve(JobSpec.model_validate(_plain(document)), base_dir)
     except (ValueError, ModelConfigError):
-        return []  # an invalid import is reported by `fsdpspec validate` on the result
+        return []  # a model config it cannot resolve: `fsdpspec validate` says why
     if job.geometry is None:  # `fsdpspec validate` on the result says why (no geometry)
         return []
     spec, plan = job.spec, plan_job(job)
