@@ -6,8 +6,10 @@ crashes found.
 Channels: the spec as mutated documents, as damaged text and as raw bytes; `--set`
 flags; model config.json files; accelerate configs for `fsdpspec import`; tokenizer
 files, safetensors headers, run-directory files (metrics.jsonl, events.jsonl,
-resolved-spec.json, a manifest) and output targets (links, FIFOs, directories, long
-names …). A crash is an uncaught exception, a diagnostic without a code or a position, a
+resolved-spec.json, a manifest), output targets (links, FIFOs, directories, long
+names …) and `fsdpspec import` of all four kinds with hostile strings (newlines, '#',
+quotes, ESC, NUL, planted keys; the written spec read back must be exactly the fields
+the importer meant). A crash is an uncaught exception, a diagnostic without a code or a position, a
 multi-line error, a failed import that wrote its output, or a refused write that changed
 what was there. A hang is an example that uses more than --hang-s CPU seconds, or takes
 more than --wall-s wall-clock seconds (FIFOs included: a reader that blocked on one would

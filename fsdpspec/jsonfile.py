@@ -181,6 +181,15 @@ def _may_break_shape(text: str, limits: Limits) -> bool:
             or text.count("[") + text.count("{") >= limits.max_depth)
 
 
+def check_shape(value: Any, where: str, limits: Limits = Limits()) -> None:
+    """JsonFileError naming ``where`` when plain data another parser built (TOML) is
+    nested deeper, or holds longer strings, than ``limits`` allow."""
+    try:
+        _check_shape(value, limits)
+    except _Refused as exc:
+        raise JsonFileError(f"{where}: {exc}") from None
+
+
 def parse(text: str | bytes, where: str, limits: Limits = Limits()) -> Any:
     """The JSON value of ``text``; JsonFileError naming ``where`` (file, or file:line)."""
     try:

@@ -22,11 +22,7 @@ from fsdpspec.spec import LATEST, SUPPORTED
 from fsdpspec.spec.diagnostics import Diagnostic, Severity, error, sort_key
 from fsdpspec.spec.load import Loaded, SourceMap, load_file
 from fsdpspec.spec.overrides import apply_overrides
-from fsdpspec.spec.structure import (
-    by_hand_invariants,
-    invariants,
-    typed_spec,
-)
+from fsdpspec.spec.structure import by_hand_invariants, check_structure
 from fsdpspec.spec.suggest import closest
 from fsdpspec.spec.v1 import MODEL_HUB_INPUTS, JobSpec
 
@@ -76,10 +72,7 @@ def _structural(data: dict[str, Any]) -> tuple[JobSpec | None, list[Diagnostic]]
     found = _dispatch(data)
     if found:
         return None, found
-    spec, found = typed_spec(data, data["apiVersion"])
-    if spec is not None:
-        found += list(invariants(spec))
-    return spec, found
+    return check_structure(data, data["apiVersion"])
 
 
 def _explicit(source_map: SourceMap) -> set[str]:

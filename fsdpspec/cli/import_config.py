@@ -14,12 +14,16 @@ from fsdpspec.cli.init import check_name
 from fsdpspec.cli.output import deliver, force_option, output_option
 from fsdpspec.convert.registry import KINDS, importer
 from fsdpspec.spec.names import kubernetes_name
+from fsdpspec.spec.yamltext import one_line
+
+# The longest line a note is printed as: a note quotes source values, which may be long.
+MAX_NOTE_CHARS = 400
 
 
-def _where(config: str, note) -> str:
-    if isinstance(note.line, int):
-        return f"{config}:{note.line}"
-    return note.line or config
+def _line(config: str, note, end: str = "") -> str:
+    """A note as one printable line (a source value may hold newlines or escapes)."""
+    where = f"{config}:{note.line}" if isinstance(note.line, int) else note.line or config
+    return one_line(f"{where}: {note.message}", MAX_NOTE_CHARS) + end
 
 
 @click.command("import")
@@ -60,14 +64,15 @@ def command(kind, config, output, force, name, preset, hf_config, accelerator,
             Path(config), name=name or kubernetes_name(Path(config).stem), assumed=assumed,
             base_dir=Path.cwd())
     except SourceError as exc:
-        raise click.ClickException(f"{exc}; nothing imported") from None
+        raise click.ClickException(one_line(str(exc), MAX_NOTE_CHARS) + "; nothing imported") \
+            from None
     except ModelNeeded as exc:
         raise click.UsageError(str(exc)) from None
     except ImportRefused as refused:
         for note in refused.notes:
-            click.echo(f"{_where(config, note)}: {note.message}; nothing imported", err=True)
+            click.echo(_line(config, note, "; nothing imported"), err=True)
         raise SystemExit(1) from None
     for note in imported.notes:
-        click.echo(f"{_where(config, note)}: {note.message}", err=True)
+        click.echo(_line(config, note), err=True)
     deliver(imported.text, output, replace=force,
             inputs=[path for path in (config, hf_config) if path])

@@ -10,7 +10,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from fsdpspec.cli.options import exit_on_errors, load_spec, set_option
 from fsdpspec.spec.load import SourceMap, join, parent
-from fsdpspec.spec.yamltext import COMMENT_COLUMN, dump_yaml
+from fsdpspec.spec.yamltext import add_comment, dump_yaml, set_header
 from fsdpspec.validate import FileReport
 
 
@@ -50,7 +50,7 @@ def _annotated(value: Any, pointer: str, source_map: SourceMap,
             node[key] = resolved[child]
             comment += f" ({item} → {resolved[child]})"
         if not isinstance(item, dict) or not item:
-            node.yaml_add_eol_comment(comment, key, column=COMMENT_COLUMN)
+            add_comment(node, key, comment)
     return node
 
 
@@ -74,6 +74,5 @@ def command(file, overrides) -> None:
     assert report.spec is not None
     document = _annotated(report.spec.as_json_data(), "", report.source_map,
                           _resolved(report))
-    document.yaml_set_start_comment(f"{file} resolved by fsdpspec; each value's origin "
-                                    "is on its right")
+    set_header(document, f"{file} resolved by fsdpspec; each value's origin is on its right")
     click.echo(dump_yaml(document), nl=False)

@@ -107,7 +107,7 @@ def _topology(reading: FsdpReading, draft: Draft) -> None:
         if machines and total % machines == 0 and total:
             draft.put("resources.gpus_per_node", total // machines,
                       f"num_processes {total} over {machines} machine(s) "
-                      f"(line {entries['num_processes'].line})")
+                      f"(line {entries['num_processes'].line})", entries["num_processes"])
         else:
             draft.notes.append(Note(entries["num_processes"].line, (
                 f"num_processes {total} is not a multiple of num_machines {machines}: "
@@ -115,7 +115,8 @@ def _topology(reading: FsdpReading, draft: Draft) -> None:
     if "main_process_ip" in values:
         port = values.get("main_process_port", DEFAULT_RDZV_PORT)
         used = [entries[k] for k in ("main_process_ip", "main_process_port") if k in entries]
-        draft.put("launch.rdzv_endpoint", f"{values['main_process_ip']}:{port}", origin(*used))
+        draft.put("launch.rdzv_endpoint", f"{values['main_process_ip']}:{port}", origin(*used),
+                  used[0])
 
 
 def _special(document: Document, draft: Draft) -> None:

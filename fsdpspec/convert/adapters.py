@@ -159,7 +159,8 @@ def _quantization(draft: Draft, entries: dict[str, Entry], load: Entry | None) -
             name = _BNB_KEYS.get(key)
             valid = name is not None and (
                 isinstance(value, bool) if name == "double_quant" else
-                value in ("nf4", "fp4") if name == "quant_type" else value in _DTYPES)
+                isinstance(value, str) and value in (
+                    ("nf4", "fp4") if name == "quant_type" else _DTYPES))
             if valid:
                 base[name], comments[name] = value, f"from bnb_config_kwargs {key} " \
                     f"(line {kwargs.line})"

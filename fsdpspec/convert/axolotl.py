@@ -18,7 +18,7 @@ from fsdpspec.convert import adapters, hftrain
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
 from fsdpspec.convert.fsdpkeys import NotCarried, apply_fsdp, read_keys, take_layers
 from fsdpspec.convert.importer import Imported, finish
-from fsdpspec.convert.sources import Document, read_yaml
+from fsdpspec.convert.sources import Document, named_file_exists, read_yaml
 from fsdpspec.convert.trainer import fsdp_entries, positioned_config
 from fsdpspec.spec.load import join
 
@@ -173,7 +173,7 @@ def _datasets(entries: dict[str, Entry], draft: Draft, base_dir: Path) -> None:
             draft.note(entry, f"{where}: {reason}; not imported")
             continue
         hub = parse_hub_id(path, "dataset")
-        here = (base_dir / path).exists() or (hub is not None and cached_snapshot(hub))
+        here = named_file_exists(base_dir / path) or (hub is not None and cached_snapshot(hub))
         if not here:
             draft.note(entry, f"{where}: data.source dataset, format {data_format}, but it "
                        "is not on this machine or in the Hugging Face cache; not imported "

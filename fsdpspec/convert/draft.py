@@ -61,14 +61,18 @@ class Draft:
     fields: dict[str, tuple[Any, str]] = field(default_factory=dict)
     notes: list[Note] = field(default_factory=list)
     refusals: list[Note] = field(default_factory=list)
-    where: dict[str, int | str | None] = field(default_factory=dict)  # field → source line
+    # field → the source value it was read or computed from (where a refusal points)
+    sources: dict[str, Entry] = field(default_factory=dict)
 
-    def put(self, dotted: str, value: Any, comment: str) -> None:
+    def put(self, dotted: str, value: Any, comment: str, source: Entry | None = None) -> None:
         self.fields[dotted] = (value, comment)
+        if source is None:
+            self.sources.pop(dotted, None)
+        else:
+            self.sources[dotted] = source
 
     def carry(self, dotted: str, value: Any, entry: Entry, extra: str = "") -> None:
-        self.put(dotted, value, origin(entry) + extra)
-        self.where[dotted] = entry.at
+        self.put(dotted, value, origin(entry) + extra, entry)
 
     def note(self, entry: Entry, message: str) -> None:
         self.notes.append(Note(entry.at, message))

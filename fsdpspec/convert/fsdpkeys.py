@@ -9,6 +9,7 @@ settings accelerate runs that fsdpspec must write differently (FS903).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,17 @@ def malformed(key: str, value: Any) -> str | None:
     return None
 
 
+# The digits of a whole number an import reads: ASCII only (str.isdigit also takes '²'
+# and '٣', which int() refuses), at most 19 (2**63 has 19; int() refuses past 4300).
+_WHOLE = re.compile(r"[+-]?[0-9]{1,19}")
+
+
+def whole(text: str) -> int | None:
+    """The integer ``text`` spells in ASCII decimal digits, None for anything else."""
+    text = text.strip()
+    return int(text) if _WHOLE.fullmatch(text) else None
+
+
 def boolean(value: Any) -> bool:
     # accelerate writes booleans as YAML booleans, older configs (and shells) as strings.
     if isinstance(value, bool):
@@ -56,8 +68,8 @@ def lookup(table: dict, value: Any, what: str) -> Any:
 
 def strategy(value: Any) -> str:
     by_name = {name: name for name in vocab.SHARDING_STRATEGY_BY_NUMBER.values()}
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        value = int(value)
+    if isinstance(value, str) and whole(value) is not None:
+        value = whole(value)
     return lookup({**vocab.SHARDING_STRATEGY_BY_NUMBER, **by_name}, value, "sharding strategy")
 
 
@@ -78,9 +90,9 @@ def layer_classes(value: Any) -> list[str]:
 
 def count(value: Any) -> int:
     if isinstance(value, str) and value.isascii() and value.isdigit():
-        if len(value) > 19:  # 2**63 has 19 digits; int() refuses past 4300 (ValueError)
+        if whole(value) is None:
             raise NotCarried(f"a number of {len(value)} digits is not a count")
-        value = int(value)
+        value = whole(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
         raise NotCarried(f"{value!r} is not a count")
     return value

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fsdpspec.convert.draft import Draft, Entry, Note
-from fsdpspec.convert.fsdpkeys import NotCarried, boolean
+from fsdpspec.convert.fsdpkeys import NotCarried, boolean, whole
 
 
 def as_bool(value: Any) -> bool:
@@ -19,8 +19,8 @@ def as_bool(value: Any) -> bool:
 
 
 def as_int(value: Any) -> int:
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and value.isascii():
-        value = int(value)
+    if isinstance(value, str) and whole(value) is not None:
+        value = whole(value)
     if isinstance(value, bool) or not isinstance(value, int) or abs(value) >= 2**31:
         raise NotCarried(f"{value!r} is not a whole number")
     return value
@@ -35,6 +35,14 @@ def as_float(value: Any) -> float:
         raise NotCarried(f"{value!r} is not a number") from None
     if not math.isfinite(number):
         raise NotCarried(f"{value!r} is not a finite number")
+    return number
+
+
+def as_fraction(value: Any) -> float:
+    """A number from 0 to 1 (a ratio of the training steps)."""
+    number = as_float(value)
+    if not 0 <= number <= 1:
+        raise NotCarried(f"{value!r} is not a fraction from 0 to 1")
     return number
 
 
@@ -161,9 +169,9 @@ def _steps(draft: Draft, entries: dict[str, Entry]) -> None:
         max_steps = draft.value("train.max_steps")
         if max_steps:
             draft.carry("optimizer.scheduler.warmup_steps",
-                        math.ceil(as_float(ratio.value) * max_steps), ratio,
+                        math.ceil(as_fraction(ratio.value) * max_steps), ratio,
                         f" × {max_steps} steps")
-        elif as_float(ratio.value) > 0:
+        elif as_fraction(ratio.value) > 0:
             draft.notes.append(Note(ratio.at, (
                 f"{ratio.written} {ratio.value}: a fraction of steps the source does not "
                 "fix; set optimizer.scheduler.warmup_steps")))
@@ -220,4 +228,5 @@ def apply_training(draft: Draft, entries: dict[str, Entry], world: int) -> None:
     where = usable.get("gradient_accumulation_steps")
     draft.put("data.global_batch_size", micro * accumulation * world,
               f"{micro} per device × {accumulation} accumulation × {world} processes"
-              + (f" (line {where.line})" if where else ""))
+              + (f" (line {where.line})" if where else ""),
+              where or draft.sources.get("data.micro_batch_size"))

@@ -6,7 +6,8 @@ Draft: dotted v1 field → (value, the source line it came from), the keys it di
 carry (with line and why), and the features it refuses (the spec cannot say them). This
 module then fills what the source does not say (model, GPU, host memory, process count)
 as marked assumptions, checks the layer class against the model, plans the job, and
-writes the text. Nothing is written when anything is refused.
+has the YAML emitter write the document, once `written` has checked it is a valid spec
+that reads back as built. Nothing is written when anything is refused.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from ruamel.yaml.comments import CommentedMap
 from fsdpspec.catalog.families import family
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note, note_order
 from fsdpspec.convert.model import apply_layers, apply_model
-from fsdpspec.spec.v1 import Data, JobSpec
-from fsdpspec.spec.yamltext import COMMENT_COLUMN, dump_yaml
+from fsdpspec.convert.written import check_written, refuse_invalid, refuse_unwritable
+from fsdpspec.spec.v1 import API_VERSION, Data, JobSpec
+from fsdpspec.spec.yamltext import add_comment, dump_yaml, set_header
 
 # Host RAM is in no source config; GPU servers carry about this much per GPU.
 HOST_GIB_PER_GPU = 128
@@ -32,10 +34,12 @@ HOST_GIB_PER_GPU = 128
 
 @dataclass
 class Imported:
-    """The v1 spec text, and what was left behind."""
+    """The v1 spec text, what was left behind, and the fields the text says (dotted
+    field → value: what the import meant to write)."""
 
     text: str
     notes: list[Note]
+    fields: dict[str, Any]
 
 
 def _spec_order(dotted: str) -> tuple[int, ...]:
@@ -69,16 +73,22 @@ def _nest(fields: dict[str, tuple[Any, str]]) -> CommentedMap:
             node = node.setdefault(name, CommentedMap())
         node[last] = value
         if comment:
-            node.yaml_add_eol_comment(comment, last, column=COMMENT_COLUMN)
+            add_comment(node, last, comment)
     return root
 
 
-def _header(tool: str, kind: str, source: str, name: str) -> CommentedMap:
-    document = CommentedMap(apiVersion="fsdpspec/v1", kind="TrainingJob")
-    document.yaml_set_start_comment(
-        f"Imported from the {tool} config {source} by `fsdpspec import {kind}`.\n"
-        "Values marked 'assumed' or 'not in the source' are fsdpspec's guesses: check them.")
+def _document(draft: Draft, tool: str, kind: str, source: str) -> CommentedMap:
+    """The spec document: a header, then the draft's fields in the models' order."""
+    document = CommentedMap(apiVersion=API_VERSION, kind="TrainingJob")
+    set_header(document, f"Imported from the {tool} config {source} by `fsdpspec import {kind}`.",
+               "Values marked 'assumed' or 'not in the source' are fsdpspec's guesses: check "
+               "them.")
+    document.update(_nest(draft.fields))
     return document
+
+
+def _plain(document: CommentedMap) -> dict[str, Any]:
+    return json.loads(json.dumps(document))
 
 
 def _resources(draft: Draft, tool: str, assumed: Assumptions) -> None:
@@ -141,7 +151,8 @@ def _original_params(draft: Draft) -> None:
             "the same model with the same memory"
     else:
         return
-    line = draft.where.get("fsdp.use_orig_params")
+    source = draft.sources.get("fsdp.use_orig_params")
+    line = source.at if source is not None else None
     draft.put("fsdp.use_orig_params", True,
               f"{draft.fields['fsdp.use_orig_params'][1]}: false, with {why}: {effect}")
     draft.notes.append(Note(line, (
@@ -160,9 +171,9 @@ def _fit_assumptions(document: CommentedMap, draft: Draft, base_dir: Path) -> li
     from fsdpspec.plan.planner import plan_job
 
     try:
-        job = resolve(JobSpec.model_validate(json.loads(json.dumps(document))), base_dir)
+        job = resolve(JobSpec.model_validate(_plain(document)), base_dir)
     except (ValueError, ModelConfigError):
-        return []  # an invalid import is reported by `fsdpspec validate` on the result
+        return []  # a model config it cannot resolve: `fsdpspec validate` says why
     if job.geometry is None:  # `fsdpspec validate` on the result says why (no geometry)
         return []
     spec, plan = job.spec, plan_job(job)
@@ -216,8 +227,16 @@ def finish(draft: Draft, *, tool: str, kind: str, source: str, name: str,
         if draft.refusals:
             raise ImportRefused(sorted(draft.refusals, key=note_order))
     _supported_attention(draft, config)
-    document = _header(tool, kind, source, name)
-    document.update(_nest(draft.fields))
-    notes = draft.notes + _fit_assumptions(document, draft, base_dir)
-    document.update(_nest(draft.fields))
-    return Imported(dump_yaml(document), sorted(notes, key=note_order))
+    _valid(draft, _document(draft, tool, kind, source))  # planning reads what it holds
+    notes = draft.notes + _fit_assumptions(_document(draft, tool, kind, source), draft, base_dir)
+    document = _document(draft, tool, kind, source)
+    _valid(draft, document)  # the planned host memory is the spec's too
+    text = dump_yaml(document)
+    check_written(text, _plain(document), draft)
+    return Imported(text, sorted(notes, key=note_order),
+                    {dotted: value for dotted, (value, _) in draft.fields.items()})
+
+
+def _valid(draft: Draft, document: CommentedMap) -> None:
+    refuse_unwritable(draft, _plain(document))
+    refuse_invalid(draft, _plain(document))

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.catalog.configjson import ConfigJsonError, load_object, read_bytes
+from fsdpspec.catalog.configjson import CONFIG_LIMITS, ConfigJsonError, load_object, read_bytes
+from fsdpspec.jsonfile import JsonFileError, check_shape, parse
 from fsdpspec.spec.load import join, load_file
 
 
@@ -31,6 +32,15 @@ class Document:
 
     def line(self, pointer: str) -> int | None:
         return self.lines.get(pointer)
+
+
+def named_file_exists(path: Path) -> bool:
+    """Whether a file a config names exists: False, not an error, for a name no file can
+    have (ENAMETOOLONG, a NUL), as for a missing one; reading it then says why."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def read_yaml(path: Path) -> Document:
@@ -96,6 +106,12 @@ def read_json(path: Path) -> Document:
     return Document(str(path), data, _json_key_lines(text))
 
 
+def _lines(text: str) -> list[str]:
+    """The lines of a TOML file or a shell script, which only a newline ends (str's
+    splitlines also breaks at NEL, U+2028, form feeds … that a value may hold)."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
 MAX_TOML_BYTES = 1 << 20
 _TOML_TABLE = re.compile(r"^\s*\[([A-Za-z0-9_.\-\s\"]+)\]\s*(#.*)?$")
 _TOML_KEY = re.compile(r"^\s*([A-Za-z0-9_\-]+)\s*=")
@@ -115,9 +131,18 @@ def read_toml(path: Path) -> Document:
         raise SourceError(f"{path} is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise SourceError(f"{path}: {exc}") from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise SourceError(f"{path}: nested deeper than {CONFIG_LIMITS.max_depth} levels"
+                          ) from None
+    except ValueError:  # int() of an integer past 4300 digits
+        raise SourceError(f"{path}: an integer of more than 4300 digits") from None
+    try:
+        check_shape(data, str(path), CONFIG_LIMITS)
+    except JsonFileError as exc:
+        raise SourceError(str(exc)) from None
     lines: dict[str, int] = {}
     table = ""
-    for number, text_line in enumerate(text.splitlines(), 1):
+    for number, text_line in enumerate(_lines(text), 1):
         header = _TOML_TABLE.match(text_line)
         if header:
             table = ""
@@ -160,7 +185,7 @@ class Command:
 def _logical_lines(text: str) -> list[list[tuple[str, int]]]:
     """Physical lines joined at trailing backslashes, each part with its line number."""
     commands, current = [], []
-    for number, raw in enumerate(text.splitlines(), 1):
+    for number, raw in enumerate(_lines(text), 1):
         stripped = raw.rstrip()
         continued = stripped.endswith("\\")
         current.append((stripped[:-1] if continued else stripped, number))
@@ -256,6 +281,14 @@ def read_command(path: Path) -> Command:
         raise SourceError(f"{path}: {len(launches)} launch commands (lines {lines}); "
                           "import reads a script with one")
     return _split(launches[0], str(path), LAUNCHER_VALUE_OPTIONS)
+
+
+def read_inline_json(text: str, where: str) -> Any:
+    """JSON written inline (a Trainer's --fsdp_config '{...}'), bounded as a file is."""
+    try:
+        return parse(text, where, CONFIG_LIMITS)
+    except JsonFileError as exc:
+        raise SourceError(str(exc)) from None
 
 
 def read_source(path: Path) -> Document:

@@ -207,7 +207,7 @@ def _training(toml: _Toml, draft: Draft) -> None:
         draft.note(batch, f"{batch.written}: {exc}; not imported")
         batch, micro = None, 8
     draft.put("data.micro_batch_size", micro, f"from {batch.written} (line {batch.line})"
-              if batch else "torchtitan's default local batch")
+              if batch else "torchtitan's default local batch", batch)
     world = draft.value("resources.gpus_per_node")
     data_parallel = world  # every rank is a data-parallel rank (other degrees are refused)
     global_batch = toml.get("training", "global_batch_size")
@@ -218,7 +218,8 @@ def _training(toml: _Toml, draft: Draft) -> None:
             draft.note(global_batch, f"{global_batch.written} {global_batch.value!r}: not a "
                        "batch size; not imported")
         draft.put("data.global_batch_size", micro * data_parallel,
-                  f"{micro} per rank × {data_parallel} data-parallel ranks, no accumulation")
+                  f"{micro} per rank × {data_parallel} data-parallel ranks, no accumulation",
+                  batch)
     simple = {
         ("training", "seq_len"): ("data.seq_len", hftrain.as_int),
         ("training", "steps"): ("train.max_steps", hftrain.as_int),

@@ -11,24 +11,26 @@ shell variable, a process count of "gpu") is a note naming its line.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from fsdpspec.convert import accelerate_vocab as vocab
 from fsdpspec.convert import hftrain
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
-from fsdpspec.convert.fsdpkeys import CONVERT, NotCarried, apply_fsdp, read_keys, take_layers
+from fsdpspec.convert.fsdpkeys import CONVERT, NotCarried, apply_fsdp, read_keys, take_layers, whole
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import (
     Command,
     Document,
     SourceError,
     Token,
+    named_file_exists,
     read_command,
+    read_inline_json,
     read_json,
     read_source,
 )
+from fsdpspec.semantics import DEFAULT_RDZV_PORT
 from fsdpspec.spec.load import join
 
 # The words of the Trainer's `fsdp` option, as accelerate keys.
@@ -89,8 +91,9 @@ def _launcher_value(command: Command, *names: str) -> Entry | None:
 def _count(entry: Entry | None, draft: Draft, what: str) -> int | None:
     if entry is None:
         return None
-    if str(entry.value).isdigit() and int(entry.value) > 0:
-        return int(entry.value)
+    number = whole(str(entry.value))
+    if number is not None and number > 0:
+        return number
     draft.note(entry, f"{entry.written} {entry.value}: not a number of {what} import can "
                "read; not imported")
     return None
@@ -158,9 +161,10 @@ def _topology(command: Command, draft: Draft) -> None:
     draft.put("resources.nodes", nodes, f"{launcher}: {nodes} node(s)")
     if nodes > 1 and host is not None and "$" not in str(host.value) \
             and not draft.has("launch.rdzv_endpoint"):
-        port_value = port.value if port is not None and str(port.value).isdigit() else 29500
+        number = whole(str(port.value)) if port is not None else None
+        port_value = number if number is not None else DEFAULT_RDZV_PORT
         draft.put("launch.rdzv_endpoint", f"{host.value}:{port_value}",
-                  f"from {host.written} (line {host.line})")
+                  f"from {host.written} (line {host.line})", host)
 
 
 # How many directories up from a script a relative --fsdp_config is looked for, when no
@@ -185,7 +189,7 @@ def _config_file(value: Entry, source: Path, draft: Draft) -> Path | None:
     name = Path(str(value.value))
     places = [] if name.is_absolute() else _run_dirs(source)
     for path in [*(place / name for place in places), name]:
-        if path.is_file():
+        if named_file_exists(path) and path.is_file():
             return path
     where = (f"beside {source.name}, in its parent directories up to {places[-1]} or in "
              "the working directory") if places else "at that path"
@@ -200,11 +204,7 @@ def _fsdp_config(value: Entry, source: Path, draft: Draft) -> dict[str, Entry]:
     if isinstance(value.value, dict):
         data, lines, file = value.value, {}, None
     elif str(value.value).lstrip().startswith("{"):
-        try:
-            data = json.loads(value.value)
-        except json.JSONDecodeError as exc:
-            raise SourceError(f"{source}:{value.line}: {value.written} is not JSON: {exc}"
-                              ) from None
+        data = read_inline_json(value.value, f"{source}:{value.line}: {value.written}")
         lines, file = {}, None
     else:
         path = _config_file(value, source, draft)

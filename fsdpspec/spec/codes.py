@@ -139,6 +139,13 @@ LOAD_CODES = _codes(
      "working directory. When it is in none of them the rest is imported, and this note "
      "names the file whose FSDP keys were not: put the file there, or import from where "
      "the script runs."),
+    ("FS054", "import-invalid-value", "an imported value is one the spec refuses",
+     "`fsdpspec import` checks the spec it would write as `fsdpspec validate` checks a "
+     "file (schema, models, the loader's bounds) before writing it: a count of 0, a "
+     "negative batch, a LoRA alpha of 0 or a dropout of 1.5, an interval of inf or "
+     "\"500\", an integer past 2^31, a rendezvous host with shell characters or a port "
+     "outside 1-65535, more layer classes than a spec holds. One line per source value "
+     "names its key, its line, the field and why; nothing is written."),
     ("FS030", "model-config", "the model's config cannot be used",
      "`model.hf_config` is unreadable, or its config.json lacks or mistypes a field the "
      "planner needs."),

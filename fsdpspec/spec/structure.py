@@ -161,7 +161,10 @@ def _constraint_message(err: SchemaError) -> str:
     if kind in _CONSTRAINT_WORDS:
         return f"must be {_CONSTRAINT_WORDS[kind]} {limit}, got {describe(err.instance)}"
     if kind == "pattern":
-        return f"{describe(err.instance)} does not match the pattern {limit}"
+        # A field whose pattern is hard to read says what it means (x-pattern-means).
+        meaning = err.schema.get("x-pattern-means")
+        return f"{describe(err.instance)} is not {meaning}" if meaning else \
+            f"{describe(err.instance)} does not match the pattern {limit}"
     if kind == "minLength":
         return "must not be empty" if limit == 1 else f"must be at least {limit} characters"
     if kind == "maxLength":
@@ -186,6 +189,17 @@ def schema_diagnostics(data: Any, schema: dict[str, Any]) -> list[Diagnostic]:
             if place not in by_place or d.code < by_place[place].code:
                 by_place[place] = d
     return list(by_place.values())
+
+
+def check_structure(data: dict[str, Any], version: str) -> tuple[JobSpec | None,
+                                                                   list[Diagnostic]]:
+    """The typed spec of ``data`` (a document of a supported apiVersion) and every
+    structural problem: schema, models, invariants. `validate` runs this on a file,
+    `import` on the spec it is about to write."""
+    spec, found = typed_spec(data, version)
+    if spec is not None:
+        found += list(invariants(spec))
+    return spec, found
 
 
 def _data_pointer(data: Any, loc: tuple, missing: bool) -> str:

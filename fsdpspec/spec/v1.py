@@ -485,12 +485,20 @@ class Kubernetes(_Section):
     directory outlives the pods and every node shares it."""
 
 
+# A TCP port, 1 to 65535 (0 asks the kernel for any port, which the other nodes cannot
+# know), as a pattern: the JSON Schema editors read says it too.
+_PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+
+
 class Launch(_Section):
     backend: Literal["auto", "nccl", "gloo"] = "auto"
     """Process-group backend: auto = nccl on GPU, gloo on CPU."""
-    rdzv_endpoint: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
-    """host:port of the c10d rendezvous; required when nodes > 1 and `fsdpspec run` is
-    started by hand (the Slurm and Kubernetes exports derive it)."""
+    rdzv_endpoint: Annotated[str, Field(
+        pattern=rf"^[A-Za-z0-9_.\-\[\]:]+:{_PORT}$",
+        json_schema_extra={"x-pattern-means": "host:port, the port from 1 to 65535"},
+    )] | None = None
+    """host:port (a port from 1 to 65535) of the c10d rendezvous; required when nodes > 1
+    and `fsdpspec run` is started by hand (the Slurm and Kubernetes exports derive it)."""
     max_restarts: NonNegInt = 0
     """Times torchrun restarts the group after a failure (the engine resumes)."""
     timeout_minutes: PositiveInt = 30

@@ -1,7 +1,8 @@
 """A fixed-seed slice of benchmarks/fuzz.py for every input channel besides the spec
 documents and text (tests/spec/test_fuzz.py has those; issues 11, 20): the spec as raw
 bytes, --set flags, model config.json files, accelerate configs, tokenizer files,
-safetensors headers, run-directory files and output targets. The benchmark runs 10,000
+safetensors headers, run-directory files, output targets and the four imports with
+hostile strings. The benchmark runs 10,000
 examples per channel; here a few dozen, derandomized."""
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from hypothesis import strategies as st
 SLICE = {"spec: raw bytes": 40, "--set flags": 40, "model config.json": 40,
          "accelerate configs": 40, "tokenizer files": 15, "safetensors headers": 15,
          "run-directory files": 15, "output targets": 15, "output targets: commands": 12,
-         "report: hostile run directories": 10}
+         "report: hostile run directories": 10,
+         # issue 29: hostile strings in every kind of import, the spec read back
+         **{f"import {kind}: hostile strings": 40
+            for kind in ("accelerate", "trainer", "axolotl", "torchtitan")}}
 
 
 @pytest.mark.parametrize("name", sorted(SLICE))

@@ -18,6 +18,7 @@ from fuzz_files import (
     safetensors_headers,
     tokenizer_files,
 )
+from fuzz_imports import check_import, hostile_imports
 from fuzz_outputs import check_command_target, check_hostile_run, command_targets, hostile_runs
 from fuzz_specs import (
     accelerate_configs,
@@ -62,4 +63,6 @@ CHANNELS: dict[str, Channel] = {
     "output targets": Channel(output_targets(), check_output_target),
     "output targets: commands": Channel(command_targets(), check_command_target),
     "report: hostile run directories": Channel(hostile_runs(), check_hostile_run),
+    **{f"import {kind}: hostile strings": Channel(hostile_imports(kind), check_import)
+       for kind in ("accelerate", "trainer", "axolotl", "torchtitan")},
 }
