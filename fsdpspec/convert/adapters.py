@@ -187,10 +187,11 @@ def qlora_under_fsdp2(draft: Draft) -> None:
     FSDP1-only options go with it, and the note names the change and why."""
     if draft.value("peft.method") != "qlora" or draft.value("fsdp.version") != 1:
         return
-    where = draft.where.get("fsdp.version") or draft.where.get("peft.method")
+    source = draft.sources.get("fsdp.version") or draft.sources.get("peft.method")
+    where = source.at if source else None
     dropped = [name for name in _FSDP1_ONLY if draft.fields.pop(f"fsdp.{name}", None)]
     draft.put("fsdp.version", 2, "QLoRA: the engine trains it under FSDP2 only (the "
-              "source runs FSDP1; see the note)")
+              "source runs FSDP1; see the note)", source)
     draft.notes.append(Note(where, (
         "QLoRA under FSDP1: imported as fsdp.version 2, because fsdpspec's engine trains "
         "QLoRA under FSDP2 only (FSDP1 cannot shard its 4-bit weights, FS312); same "

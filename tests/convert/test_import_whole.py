@@ -39,8 +39,9 @@ def test_accelerate_keys_without_the_prefix_are_honoured(tmp_path: Path) -> None
     offloaded = tmp_path / "offload.yaml"
     offloaded.write_text(source.read_text().replace("offload_params: false",
                                                     "offload_params: true"))
-    assert _import("accelerate", offloaded, out).exit_code == 0
-    assert check_file(out).spec.fsdp.cpu_offload is True
+    offload_out = tmp_path / "offload-job.yaml"
+    assert _import("accelerate", offloaded, offload_out).exit_code == 0
+    assert check_file(offload_out).spec.fsdp.cpu_offload is True
 
 
 def _repository(tmp_path: Path, with_config: bool) -> Path:
@@ -125,8 +126,9 @@ def test_the_default_global_batch_is_whole_micro_batches_on_every_rank(tmp_path:
 def test_a_model_that_does_not_fit_names_the_assumption_to_change(tmp_path: Path) -> None:
     out = tmp_path / "job.yaml"
     named = _import("trainer", CONFIGS / "trainer" / "scicom-fsdp1-ep" / "fsdp1.sh", out)
-    assert "does not fit 8 × H100-80GB as configured (peak 80.5 of 79.1 GiB), on the " \
+    assert "does not fit 8 × H100-80GB as configured (peak 80.6 of 79.1 GiB), on the " \
         "assumed GPU: give --accelerator for yours" in named.output
+    out = tmp_path / "unnamed.yaml"
     unnamed = _import("trainer", CONFIGS / "trainer" / "qwerty-pretrain.sh", out)
     assert "the model qwen2.5-7b does not fit 2 × H100-80GB as configured (peak 99.9 of " \
         "79.1 GiB), which the file does not name: name your model with --preset or " \

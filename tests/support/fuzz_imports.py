@@ -157,13 +157,11 @@ def check_import(example: tuple[str, str, bytes], directory: Path) -> None:
     """The CLI's import exits 0, 1 or 2 with printable one-line messages and no
     traceback, writes nothing when it fails, and writes a spec whose every line is
     printable and that reads back as exactly the fields the importer meant to write."""
-    import importlib
-
     from click.testing import CliRunner
 
-    from fsdpspec.cli.import_config import KINDS
     from fsdpspec.cli.main import cli
     from fsdpspec.convert.draft import Assumptions
+    from fsdpspec.convert.registry import importer
 
     kind, name, raw = example
     source, out = directory / name, directory / "out.yaml"
@@ -178,8 +176,7 @@ def check_import(example: tuple[str, str, bytes], directory: Path) -> None:
         return
     text = out.read_text(encoding="utf-8")
     assert printable_lines(text), text
-    reader = importlib.import_module(f"fsdpspec.convert.{KINDS[kind]}")
-    meant = reader.import_config(source, name="job", assumed=Assumptions(),
+    meant = importer(kind).import_config()(source, name="job", assumed=Assumptions(),
                                  base_dir=Path.cwd()).fields
     loaded = load_file(out)
     assert not loaded.diagnostics, loaded.diagnostics
