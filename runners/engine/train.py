@@ -22,6 +22,7 @@ from fsdpspec.runfiles.events import append_event
 from fsdpspec.runfiles.outcome import tell_stopped
 from fsdpspec.runfiles.resolved import read_resolved_spec
 from fsdpspec.spec.v1 import JobSpec
+from fsdpspec_runners.engine import faults
 from fsdpspec_runners.engine.checkpoint import (
     TrainState,
     choose_resume_checkpoint,
@@ -198,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir: Path | None = None
     clean = False
     try:
+        faults.injected()  # a bad test setting: one line before anything starts
         spec, run_dir = _read_spec(args.spec)
         runtime = init_runtime(spec)
         trainer = build_trainer(spec, run_dir, runtime)
