@@ -115,14 +115,14 @@ def _json(ranking: Ranking, measured: list[dict[str, Any]] | None, top: int) -> 
     return data
 
 
-def _calibrated(file: str, report: FileReport, calibration: str | None, echo) -> list[str]:
-    """The calibration's `--set` lines: read from ``calibration``, or measured now and
-    written beside the measured runs."""
+def _calibrated(file: str, report: FileReport, calibration: str | None,
+                resources: dict[str, Any] | None, echo) -> list[str]:
+    """The calibration's `--set` lines: those of ``resources`` (read from the file
+    ``calibration``), or measured now and written beside the measured runs."""
     from fsdpspec.tune import measure as m
     from fsdpspec.tune.rundirs import fresh_dir
 
-    if calibration is not None:
-        resources = m.read_calibration(Path(calibration))
+    if resources is not None:
         echo(f"calibration: {calibration}")
         return m.calibration_overrides(resources)
     from fsdpspec.runfiles.resolved import absolute_inputs, write_resolved_spec
@@ -267,7 +267,7 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
     when none does (or the spec has errors), 2 on usage errors. See docs/tune.md.
     """
     from fsdpspec.cli.output import write_output
-    from fsdpspec.tune.measure import MeasureError, spearman
+    from fsdpspec.tune.measure import MeasureError, read_calibration, spearman
     from fsdpspec.tune.rundirs import NotMadeByTune
     from fsdpspec.tune.write import WinnerNotWritten, validated_winner
 
@@ -282,8 +282,10 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
     settings, measured, rho = chosen, None, None
     try:
         if measure_k is not None:
+            # Both before anything trains: the calibration file, the directories.
+            resources = read_calibration(Path(calibration)) if calibration else None
             _check_measure_dirs(base, measure_k)
-            settings = [*chosen, *_calibrated(file, base, calibration, echo)]
+            settings = [*chosen, *_calibrated(file, base, calibration, resources, echo)]
             base = _load(file, settings)
         start = time.perf_counter()
         # Measuring ranks deeper: the candidates it measures must differ (m.distinct).

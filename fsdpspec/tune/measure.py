@@ -178,7 +178,7 @@ def read_calibration(path: Path) -> dict[str, Any]:
     for key in resources:
         if key not in CALIBRATED_KEYS:
             file, at = loaded.source_map.locate(join("/resources", str(key)), key=True)
-            shown = key if isinstance(key, str) and key.isprintable() else repr(key)
+            shown = key if isinstance(key, str) and key and key.isprintable() else repr(key)
             raise MeasureError(f"{file}:{at.line}:{at.col}: FS020 resources.{shown} is not "
                                f"a calibrated field (only {', '.join(CALIBRATED_KEYS)})")
     return resources

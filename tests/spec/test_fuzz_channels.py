@@ -1,8 +1,9 @@
 """A fixed-seed slice of benchmarks/fuzz.py for every input channel besides the spec
 documents and text (tests/spec/test_fuzz.py has those; issues 11, 20): the spec as raw
 bytes, --set flags, model config.json files, accelerate configs, tokenizer files,
-safetensors headers, run-directory files and output targets. The benchmark runs 10,000
-examples per channel; here a few dozen, derandomized."""
+safetensors headers, run-directory files and output targets; `tune -o` and
+`--calibration`, the peft and lever fields, and export of a multi-node spec. The
+benchmark runs 10,000 examples per channel; here a few dozen, derandomized."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from hypothesis import strategies as st
 # Examples per channel: the file channels build a directory per example, so fewer.
 SLICE = {"spec: raw bytes": 40, "--set flags": 40, "model config.json": 40,
          "accelerate configs": 40, "tokenizer files": 15, "safetensors headers": 15,
-         "run-directory files": 15, "output targets": 15}
+         "run-directory files": 15, "output targets": 15, "tune -o": 15,
+         "tune --calibration": 30, "peft values": 30, "lever fields": 30,
+         "export multi-node": 30}
 
 
 @pytest.mark.parametrize("name", sorted(SLICE))
