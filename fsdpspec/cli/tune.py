@@ -159,14 +159,15 @@ def _candidate(index: int) -> str:
     return f"candidate-{index + 1}"
 
 
-def _check_measure_dirs(report: FileReport, k: int) -> None:
-    """Refuse before anything trains if a directory --measure may train in exists and
-    is not one tune made (a planted symlink, a user's directory)."""
+def _check_measure_dirs(report: FileReport, ranked: int) -> None:
+    """Refuse before anything trains if a directory --measure may train in (the
+    calibration's, one per candidate of the ``ranked`` fastest) exists and is not one
+    tune made (a planted symlink, a user's directory)."""
     from fsdpspec.tune.rundirs import check_free
 
     assert report.job is not None
     check_free(_tune_dir(report.job),
-               [CALIBRATION_RUN, *(_candidate(i) for i in range(MEASURE_DEPTH * k))])
+               [CALIBRATION_RUN, *(_candidate(i) for i in range(ranked))])
 
 
 def _measure(file: str, overrides: list[str], ranking: Ranking, k: int, steps: int,
@@ -280,17 +281,17 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
     chosen = [*overrides, *_what_if(file, list(overrides), gpus, nodes, accelerator)]
     base = _load(file, chosen)
     settings, measured, rho = chosen, None, None
+    # Measuring ranks deeper: the candidates it measures must differ (m.distinct).
+    ranked = max(top, MEASURE_DEPTH * (measure_k or 0))
     try:
         if measure_k is not None:
             # Both before anything trains: the calibration file, the directories.
             resources = read_calibration(Path(calibration)) if calibration else None
-            _check_measure_dirs(base, measure_k)
+            _check_measure_dirs(base, ranked)
             settings = [*chosen, *_calibrated(file, base, calibration, resources, echo)]
             base = _load(file, settings)
         start = time.perf_counter()
-        # Measuring ranks deeper: the candidates it measures must differ (m.distinct).
-        ranking = tune_file(Path(file), settings, base, vary,
-                            max(top, MEASURE_DEPTH * (measure_k or 0)))
+        ranking = tune_file(Path(file), settings, base, vary, ranked)
         seconds = time.perf_counter() - start
         winner = ranking.ranked[0] if ranking.ranked else None
         if measure_k is not None and winner is not None:
