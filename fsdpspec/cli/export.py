@@ -12,6 +12,7 @@ from fsdpspec.atomicio import check_target, describe_error
 from fsdpspec.catalog.modelconfig import layer_classes
 from fsdpspec.cli.options import exit_on_errors, load_spec, set_option, spec_inputs
 from fsdpspec.cli.output import deliver, force_option, output_option
+from fsdpspec.job.rundir import ADAPTER, ADAPTER_CONFIG
 from fsdpspec.jsonfile import JsonFileError
 from fsdpspec.plan.checkpoint import stop_grace_seconds
 from fsdpspec.runfiles.resolved import absolute_inputs
@@ -63,6 +64,13 @@ CHECKPOINT_UNVERIFIED = "FS042"
 _TARGETS = {"slurm": _slurm, "kubernetes": _kubernetes, "accelerate": _accelerate}
 
 
+def _is_export(directory: Path) -> bool:
+    """Whether ``directory`` is what `export hf` leaves: a model (config.json), or a
+    LoRA's adapter alone (adapter/adapter_config.json)."""
+    return (directory / "config.json").is_file() or \
+        (directory / ADAPTER / ADAPTER_CONFIG).is_file()
+
+
 def _hf_target(run_dir: Path, output: str, force: bool) -> Path:
     """The model directory to write, checked before torch is imported: never the run,
     a directory holding it, or its checkpoints; an existing one only with --force, and
@@ -75,9 +83,9 @@ def _hf_target(run_dir: Path, output: str, force: bool) -> Path:
         exists = check_target(target, replace=force, directory=True)
     except OSError as exc:
         raise click.ClickException(f"{output}: {describe_error(exc)}") from None
-    if exists and not (target / "config.json").is_file():
-        raise click.ClickException(f"{output}: it is not a model directory (no config.json); "
-                                   "refusing to replace it")
+    if exists and not _is_export(target):
+        raise click.ClickException(f"{output}: it is not a model directory (no config.json "
+                                   f"or {ADAPTER}/{ADAPTER_CONFIG}); refusing to replace it")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -13,6 +13,7 @@ import click
 
 from fsdpspec.cli.options import emit, exit_on_errors, load_spec, resolve_format, set_option
 from fsdpspec.job.rundir import RunDir
+from fsdpspec.runfiles.faults import FaultSettingError, read_faults
 from fsdpspec.runfiles.resolved import absolute_inputs, resolved_document
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.validate import FileReport, check_by_hand
@@ -185,6 +186,10 @@ def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint, rdzv_id)
     argv = build_torchrun_argv(spec, run_dir, node_rank=node_rank, rdzv_id=rdzv_id,
                                launcher=LAUNCHER)
     env = launch_env(spec, os.environ, os.cpu_count())
+    try:
+        read_faults(env)  # the engine reads them at its start: refuse a bad one here
+    except FaultSettingError as exc:
+        raise click.ClickException(str(exc)) from None
     if dry_run:
         added = {k: v for k, v in env.items() if os.environ.get(k) != v}
         _dry_run(argv, added, spec, run_dir)

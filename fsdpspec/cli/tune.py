@@ -136,13 +136,14 @@ def _json(ranking: Ranking, measured: list[dict[str, Any]] | None, top: int,
     return data
 
 
-def _calibrated(file: str, report: FileReport, calibration: str | None, echo) -> list[str]:
-    """The calibration's `--set` lines: read from ``calibration``, or measured now and
-    written beside the measured runs."""
+def _calibrated(file: str, report: FileReport, calibration: str | None,
+                resources: dict[str, Any] | None, echo) -> list[str]:
+    """The calibration's `--set` lines: those of ``resources`` (read from the file
+    ``calibration``), or measured now and written beside the measured runs."""
     from fsdpspec.tune import measure as m
+    from fsdpspec.tune.rundirs import fresh_dir
 
-    if calibration is not None:
-        resources = m.read_calibration(Path(calibration))
+    if resources is not None:
         echo(f"calibration: {calibration}")
         return m.calibration_overrides(resources)
     from fsdpspec.runfiles.resolved import absolute_inputs, write_resolved_spec
@@ -152,10 +153,9 @@ def _calibrated(file: str, report: FileReport, calibration: str | None, echo) ->
     assert job is not None
     spec = job.spec
     folder = _tune_dir(job)
-    folder.mkdir(parents=True, exist_ok=True)
     # The calibration builds the job's own model, from the same file the engine reads.
     resolved = write_resolved_spec(absolute_inputs(spec, Path(file).parent),
-                                   (folder / "calibration-run").resolve())
+                                   fresh_dir(folder, CALIBRATION_RUN))
     result = m.calibrate(job, resolved, folder / "calibration.json",
                          launch_env(spec, os.environ, os.cpu_count()))
     resources = m.calibrated_resources(spec, result)
@@ -172,12 +172,32 @@ def _tune_dir(job: Job) -> Path:
     return Path(f"{job.rundir.root}-tune")
 
 
+CALIBRATION_RUN = "calibration-run"
+
+
+def _candidate(index: int) -> str:
+    """The directory the candidate ranked ``index + 1`` trains in."""
+    return f"candidate-{index + 1}"
+
+
+def _check_measure_dirs(report: FileReport, ranked: int) -> None:
+    """Refuse before anything trains if a directory --measure may train in (the
+    calibration's, one per candidate of the ``ranked`` fastest) exists and is not one
+    tune made (a planted symlink, a user's directory)."""
+    from fsdpspec.tune.rundirs import check_free
+
+    assert report.job is not None
+    check_free(_tune_dir(report.job),
+               [CALIBRATION_RUN, *(_candidate(i) for i in range(ranked))])
+
+
 def _measure(file: str, overrides: list[str], ranking: Ranking, k: int, steps: int,
              rounds: int, echo) -> tuple[list[dict[str, Any]], Candidate]:
     """Train the fastest ``k`` that a measurement can tell apart, ``rounds`` times each,
     every round visiting them in the order opposite to the last (so that a load
     drifting over the rounds weighs on all alike); their records and the measured winner."""
     from fsdpspec.tune import measure as m
+    from fsdpspec.tune.rundirs import fresh_dir
 
     assert ranking.base.job is not None
     folder = _tune_dir(ranking.base.job)
@@ -193,7 +213,7 @@ def _measure(file: str, overrides: list[str], ranking: Ranking, k: int, steps: i
         for index in chosen if round_ % 2 == 0 else chosen[::-1]:
             candidate = ranking.ranked[index]
             result = m.measure(Path(file), [*overrides, *candidate.overrides],
-                               (folder / f"candidate-{index + 1}").resolve(), steps)
+                               fresh_dir(folder, _candidate(index)), steps)
             results[index] = results[index] + result if index in results else result
             echo(f"  round {round_ + 1}/{rounds}, rank {index + 1}: "
                  f"{result.cpu_seconds if by_cpu else result.seconds:.3f} s per step "
@@ -276,8 +296,10 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
     candidate fits, 1 when none does (or the spec has errors), 2 on usage errors. See
     docs/tune.md.
     """
-    from fsdpspec.tune.measure import MeasureError, spearman
-    from fsdpspec.tune.write import WinnerNotWritten, write_winner
+    from fsdpspec.cli.output import write_output
+    from fsdpspec.tune.measure import MeasureError, read_calibration, spearman
+    from fsdpspec.tune.rundirs import NotMadeByTune
+    from fsdpspec.tune.write import WinnerNotWritten, validated_winner
 
     if calibration is not None and measure_k is None:
         raise click.UsageError("--calibration needs --measure")
@@ -293,9 +315,14 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
     chosen = [*overrides, *_what_if(file, list(overrides), gpus, nodes, accelerator)]
     base = _load(file, chosen)
     settings, measured, rho = chosen, None, None
+    # Measuring ranks deeper: the candidates it measures must differ (m.distinct).
+    ranked = max(top, MEASURE_DEPTH * (measure_k or 0))
     try:
         if measure_k is not None:
-            settings = [*chosen, *_calibrated(file, base, calibration, echo)]
+            # Both before anything trains: the calibration file, the directories.
+            resources = read_calibration(Path(calibration)) if calibration else None
+            _check_measure_dirs(base, ranked)
+            settings = [*chosen, *_calibrated(file, base, calibration, resources, echo)]
             base = _load(file, settings)
         spec = base.spec
         assert spec is not None
@@ -304,9 +331,7 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
         if tokens is None and max_gpus is not None:
             tokens = spec_tokens(spec)
         start = time.perf_counter()
-        # Measuring ranks deeper: the candidates it measures must differ (m.distinct).
-        ranking = tune_file(Path(file), settings, base, vary,
-                            max(top, MEASURE_DEPTH * (measure_k or 0)), counts)
+        ranking = tune_file(Path(file), settings, base, vary, ranked, counts)
         seconds = time.perf_counter() - start
         winner = ranking.ranked[0] if ranking.ranked else None
         if measure_k is not None and winner is not None:
@@ -315,7 +340,7 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
             if len(measured) > 1:
                 rho = spearman([r["predicted_seconds"] for r in measured],
                                [r["measured_seconds"] for r in measured])
-    except MeasureError as exc:
+    except (MeasureError, NotMadeByTune) as exc:
         raise click.ClickException(str(exc)) from None
     if output_format == "json":
         data = _json(ranking, measured, top, tokens)
@@ -331,7 +356,7 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
     if output is not None:
         # The calibration describes this machine, not the job: it stays in its own file.
         try:
-            write_winner(base.text, [*chosen, *winner.overrides], Path(output), force=force)
+            text = validated_winner(base.text, [*chosen, *winner.overrides], Path(output))
         except WinnerNotWritten as exc:
             raise click.ClickException(str(exc)) from None
-        echo(f"wrote {output}")
+        write_output(output, text.encode("utf-8"), replace=force)

@@ -13,6 +13,9 @@ CHECKPOINTS = "checkpoints"
 # checkpoints/latest names the newest complete checkpoint.
 LATEST = "latest"
 FINAL = "final"
+# A LoRA export's adapter, in peft's format, inside final/ (or an `export hf` target).
+ADAPTER = "adapter"
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 @dataclass(frozen=True)

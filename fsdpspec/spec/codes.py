@@ -98,7 +98,10 @@ LOAD_CODES = _codes(
     ("FS042", "checkpoint-unverified", "a checkpoint to export does not match its manifest",
      "`fsdpspec export hf` verifies the checkpoint (every file's size and sha256, as its "
      "manifest.json records them) before it reads a tensor: a truncated, changed or "
-     "deleted shard is named, and nothing is written."),
+     "deleted shard is named, and nothing is written. It follows what the checkpoint "
+     "holds (the manifest's record and the tensors: a full model, or a LoRA's adapters "
+     "of one rank on some targets), never an edited resolved-spec.json: a spec that "
+     "describes something else is refused."),
     ("FS043", "introspection-bounded", "a model to introspect declares too many layers",
      "A model_type without an analytic family is planned from the model transformers "
      "builds on the meta device; that costs time per layer, so a config declaring more "

@@ -12,7 +12,6 @@ beside the catalogue entry. It is written as YAML the user can reuse (`--calibra
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -21,11 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-
 from fsdpspec.atomicio import write_text
 from fsdpspec.job.job import Job
 from fsdpspec.job.rundir import RunDir
+from fsdpspec.spec.load import join, load_file
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.spec.yamltext import dump_yaml
 
@@ -144,9 +142,16 @@ def _efficiency_dtype(dtype: str) -> str:
     return {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, "fp32")
 
 
+# The `resources` fields calibrated_resources sets: the only keys --calibration applies.
+CALIBRATED_KEYS = ("accelerator", "performance")
+
+
 def calibration_overrides(resources: dict[str, Any]) -> list[str]:
-    """`--set` lines applying the calibrated resources (JSON is YAML: read verbatim)."""
-    return [f"resources.{key}={json.dumps(value)}" for key, value in resources.items()]
+    """`--set` lines applying the calibrated resources: each key one of CALIBRATED_KEYS
+    (read_calibration refuses others), each value as JSON (YAML reads it verbatim)."""
+    assert set(resources) <= set(CALIBRATED_KEYS)
+    return [f"resources.{key}={json.dumps(resources[key])}" for key in CALIBRATED_KEYS
+            if key in resources]
 
 
 def write_calibration(path: Path, resources: dict[str, Any], result: dict[str, Any]) -> None:
@@ -158,26 +163,34 @@ def write_calibration(path: Path, resources: dict[str, Any], result: dict[str, A
 
 
 def read_calibration(path: Path) -> dict[str, Any]:
-    """The `resources` of a calibration file written by write_calibration."""
-    try:
-        data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise MeasureError(f"{path}: {exc.strerror or exc}") from None
-    except Exception as exc:  # ruamel's YAMLError and its subclasses
-        raise MeasureError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("resources"), dict):
+    """The `resources` of a calibration file written by write_calibration, read as a
+    spec is (a regular file, bounded in size and alias expansion); MeasureError with one
+    coded line for anything else."""
+    loaded = load_file(path)
+    if loaded.diagnostics:
+        first = loaded.diagnostics[0]
+        raise MeasureError(f"{first.location}: {first.code} {first.message}")
+    data = loaded.data
+    resources = data.get("resources") if isinstance(data, dict) else None
+    if not isinstance(resources, dict) or not resources:
         raise MeasureError(f"{path}: expected a `resources:` mapping, as "
                            "`fsdpspec tune --measure` writes")
-    return data["resources"]
+    for key in resources:
+        if key not in CALIBRATED_KEYS:
+            file, at = loaded.source_map.locate(join("/resources", str(key)), key=True)
+            shown = key if isinstance(key, str) and key and key.isprintable() else repr(key)
+            raise MeasureError(f"{file}:{at.line}:{at.col}: FS020 resources.{shown} is not "
+                               f"a calibrated field (only {', '.join(CALIBRATED_KEYS)})")
+    return resources
 
 
 def measure(file: Path, overrides: Sequence[str], run_dir: Path, steps: int) -> Measured:
-    """Train ``file`` with ``overrides`` for ``steps`` steps in ``run_dir`` (replaced),
+    """Train ``file`` with ``overrides`` for ``steps`` steps in ``run_dir`` (empty:
+    `fsdpspec.tune.rundirs.fresh_dir`),
     through `fsdpspec run`: the wall and rank 0's CPU time of each step after the
     warm-up (on a CPU shared with other work, CPU time is what a step costs whatever the
     load: its processes run one thread each, and loopback gloo's transfers are CPU work
     too)."""
-    shutil.rmtree(run_dir, ignore_errors=True)
     settings = [*overrides, f"train.max_steps={steps}",
                 f"checkpoint.dir={json.dumps(str(run_dir))}", "checkpoint.interval_steps=0",
                 "checkpoint.resume=never", "checkpoint.final.enabled=false",

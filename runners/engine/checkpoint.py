@@ -49,6 +49,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from fsdpspec.atomicio import publish_dir, write_text
+from fsdpspec.job.job import Job
 from fsdpspec.job.rundir import LATEST, RunDir
 from fsdpspec_runners.engine import faults
 from fsdpspec_runners.engine.dist import Runtime, console
@@ -76,6 +77,18 @@ class TrainState:
 
     def options(self, **kw: Any) -> StateDictOptions:
         return StateDictOptions(ignore_frozen_params=self.trainable_only, **kw)
+
+
+def model_state_held(job: Job) -> dict[str, Any]:
+    """What a checkpoint of ``job`` holds of the model, as its manifest records it: every
+    weight, or for a LoRA (``trainable_only``) the adapters of this method, rank, scale
+    and targets, and the modules trained whole."""
+    peft = job.spec.peft
+    if peft is None:
+        return {"kind": "full"}
+    return {"kind": "adapter", "method": peft.method, "r": peft.r, "alpha": peft.alpha,
+            "targets": sorted(job.lora_targets),
+            "modules_to_save": sorted(peft.modules_to_save)}
 
 
 def checkpoint_root(run_dir: Path) -> Path:
@@ -215,9 +228,11 @@ def _save_full(state: TrainState, directory: Path, runtime: Runtime) -> None:
 
 
 def save_checkpoint(
-    state: TrainState, run_dir: Path, keep_last: int, runtime: Runtime, *, full_state_dict: bool
+    state: TrainState, run_dir: Path, keep_last: int, runtime: Runtime, *, full_state_dict: bool,
+    holds: dict[str, Any],
 ) -> Path:
-    """Save atomically (temp dir → rename → ``latest``), then rotate old checkpoints."""
+    """Save atomically (temp dir → rename → ``latest``), then rotate old checkpoints;
+    the manifest records what it ``holds`` (model_state_held)."""
     root = checkpoint_root(run_dir)
     final = root / step_dir_name(state.step)
     tmp = root / f".tmp-{final.name}"
@@ -235,7 +250,7 @@ def save_checkpoint(
         raise EngineError(_save_failure(final, exc)) from None
     dist.barrier()  # every rank's shards and rank 0's metadata (or rank 0's file) are written
     if runtime.is_main:
-        write_manifest(tmp)
+        write_manifest(tmp, holds)
     faults.in_save()
     if runtime.is_main:
         _publish(tmp, final)

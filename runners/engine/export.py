@@ -44,7 +44,8 @@ _LAYER = re.compile(r"^(.*?\.\d+)\.")  # a key inside a numbered layer: that lay
 
 class CheckpointUnverified(EngineError):
     """The checkpoint to export does not match its manifest (a truncated, changed or
-    missing file); nothing was written."""
+    missing file), or holds what the run's resolved spec does not describe (FS042);
+    nothing was written."""
 
 
 def export_checkpoint(checkpoint: Path, job: Job, target: Path, *,
@@ -108,6 +109,7 @@ def export_run(run_dir: Path, step: int | None, target: Path, *, replace: bool =
     from fsdpspec_runners.engine.checkpoint import (
         ENTRY_FILES,
         complete_checkpoints,
+        model_state_held,
         step_dir_name,
     )
     from fsdpspec_runners.engine.manifest import verification_problem
@@ -127,7 +129,53 @@ def export_run(run_dir: Path, step: int | None, target: Path, *, replace: bool =
     if problem:
         raise CheckpointUnverified(f"{found[-1]} does not verify: {problem}; nothing was "
                                    "written")
+    problem = _holds_problem(found[-1], job)
+    if problem:
+        raise CheckpointUnverified(f"{found[-1]} holds {problem}, but {run_dir / FILENAME} "
+                                   f"describes {_described(model_state_held(job))}; nothing "
+                                   "was written")
     return export_checkpoint(found[-1], job, target, replace=replace)
+
+
+def _described(holds: Any) -> str:
+    """A manifest's ``holds`` record in words."""
+    if not isinstance(holds, dict) or holds.get("kind") not in ("full", "adapter"):
+        return f"an unknown record {str(holds)[:60]!r}"
+    if holds["kind"] == "full":
+        return "a full model"
+    targets = ", ".join(map(str, holds.get("targets") or [])) or "no module"
+    return (f"a {holds.get('method')} adapter of r {holds.get('r')}, alpha "
+            f"{holds.get('alpha')} on {targets}")
+
+
+def _holds_problem(checkpoint: Path, job: Job) -> str | None:
+    """What ``checkpoint`` holds, in words, when it is not what a checkpoint of ``job``
+    holds (None when it is): by its manifest's record, and by its tensors (their kind
+    and the adapters' rank), which an edited resolved-spec.json cannot change."""
+    from fsdpspec_runners.engine.checkpoint import model_state_held
+    from fsdpspec_runners.engine.lora import is_adapter_key
+    from fsdpspec_runners.engine.manifest import recorded_holds
+
+    expected = model_state_held(job)
+    try:
+        recorded = recorded_holds(checkpoint)
+    except JsonFileError as exc:  # replaced since it verified
+        return f"an unreadable manifest ({exc.coded()})"
+    if recorded is not None and recorded != expected:
+        return _described(recorded)
+    saved = saved_keys(checkpoint)
+    ranks = {_shape(meta)[0] for key, meta in saved.items() if ".lora_A." in key}
+    adapters = any(is_adapter_key(key) for key in saved)
+    if adapters != (job.spec.peft is not None):
+        return f"{len(saved)} {'adapter' if adapters else 'full-model'} tensors"
+    if adapters and ranks != {expected["r"]}:
+        return f"adapters of rank {', '.join(map(str, sorted(ranks)))}"
+    return None
+
+
+def _shape(meta: Any) -> tuple[int, ...]:
+    """A saved tensor's full shape: DCP's metadata, or a full state dict's tensor."""
+    return tuple(meta.shape if isinstance(meta, torch.Tensor) else meta.size)
 
 
 def saved_keys(checkpoint: Path) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from fsdpspec_runners.engine.checkpoint import (
     TrainState,
     checkpoint_root,
     is_complete,
+    model_state_held,
     save_checkpoint,
     step_dir_name,
 )
@@ -220,6 +221,7 @@ def _save(trainer: Trainer) -> int:
         trainer.spec.checkpoint.keep_last,
         trainer.runtime,
         full_state_dict=trainer.spec.fsdp.state_dict_type == "FULL_STATE_DICT",
+        holds=model_state_held(trainer.job),
     )
     console(trainer.runtime, f"checkpoint: {path}")
     trainer.sink.checkpointed(trainer.state.step, path)

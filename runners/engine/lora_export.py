@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from fsdpspec.job.job import Job
+from fsdpspec.job.rundir import ADAPTER
 from fsdpspec_runners.engine.errors import EngineError
 from fsdpspec_runners.engine.lora import (
     base_key,
@@ -25,7 +26,7 @@ from fsdpspec_runners.engine.lora import (
 )
 from fsdpspec_runners.engine.model import build_model, read_weights
 
-ADAPTER_DIR = "adapter"
+ADAPTER_DIR = ADAPTER
 
 
 def write_adapter(trainable: dict[str, torch.Tensor], job: Job, directory: Path) -> None:

@@ -1,6 +1,8 @@
 """A checkpoint's manifest: every file with its size and sha256, written last (after
 every rank's shards and DCP's ``.metadata``), and verified before a resume, so that a
-truncated, flipped or missing file is never loaded. Generic over the layout: it lists
+truncated, flipped or missing file is never loaded; and what the checkpoint holds of the
+model (``holds``: every weight, or a LoRA's adapters with their rank and targets), which
+`export hf` follows over an edited resolved-spec.json. Generic over the layout: it lists
 whatever the save wrote. Torch-free."""
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from fsdpspec.atomicio import write_text
 from fsdpspec.jsonfile import JsonFileError, Limits, load_object
@@ -37,11 +40,19 @@ def _files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
 
 
-def write_manifest(directory: Path) -> None:
-    """Record every file under ``directory``; the manifest is the checkpoint's last file."""
+def write_manifest(directory: Path, holds: dict[str, Any]) -> None:
+    """Record every file under ``directory`` and what it ``holds`` of the model; the
+    manifest is the checkpoint's last file."""
     files = {str(p.relative_to(directory)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
              for p in _files(directory)}
-    write_text(directory / MANIFEST, json.dumps({"files": files}, indent=1) + "\n")
+    write_text(directory / MANIFEST, json.dumps({"holds": holds, "files": files}, indent=1)
+               + "\n")
+
+
+def recorded_holds(directory: Path) -> Any:
+    """What the (verified) manifest of ``directory`` says the checkpoint holds; None for
+    a manifest written before it said."""
+    return load_object(directory / MANIFEST, MANIFEST_LIMITS).get("holds")
 
 
 def _recorded(directory: Path, entry_files: tuple[str, ...]) -> dict[str, dict]:

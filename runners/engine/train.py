@@ -23,6 +23,7 @@ from fsdpspec.runfiles.events import append_event
 from fsdpspec.runfiles.outcome import tell_stopped
 from fsdpspec.runfiles.resolved import read_resolved_job
 from fsdpspec.spec.v1 import JobSpec
+from fsdpspec_runners.engine import faults
 from fsdpspec_runners.engine.checkpoint import (
     TrainState,
     choose_resume_checkpoint,
@@ -208,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir: Path | None = None
     clean = False
     try:
+        faults.injected()  # a bad test setting: one line before anything starts
         job, run_dir = _read_job(args.spec)
         runtime = init_runtime(job)
         trainer = build_trainer(job, run_dir, runtime)

@@ -6,6 +6,7 @@ temp directory is ever left behind. On the session's trained quickstart run."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -72,7 +73,8 @@ def test_what_export_did_not_create_is_refused_and_kept(
             result = run_cli("export", "hf", str(run), "-o", output, *force)
             line = _one_error_line(result)
             if force and name == "a user's folder":
-                reason = "not a model directory (no config.json); refusing to replace it"
+                reason = ("not a model directory (no config.json or adapter/adapter_config.json); "
+                          "refusing to replace it")
             assert line == f"Error: {output}: {reason}" or reason in line, (name, line)
     dot = run_cli("export", "hf", str(run), "-o", ".", cwd=tmp_path)
     assert "it exists; pass --force" in _one_error_line(dot)
@@ -129,3 +131,28 @@ def test_an_existing_export_is_replaced_only_with_force(
     assert done.returncode == 0, done.stderr
     assert (out / "model.safetensors").is_file() and (out / "config.json").stat().st_size > 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no temp, no trash left
+
+
+@pytest.mark.parametrize("by", ["manifest", "tensors"])
+def test_a_full_run_relabelled_as_an_adapter_is_one_coded_line(
+    by: str, trained_run: dict, tmp_path: Path
+) -> None:
+    """An edited resolved-spec.json that adds `peft` would write a full run's weights as
+    an "adapter": the checkpoint's manifest records a full model, and (a manifest
+    written before it said) so do its tensors."""
+    run, newest = _copy_run(trained_run, tmp_path)
+    resolved = run / "resolved-spec.json"
+    document = json.loads(resolved.read_text())
+    document["spec"]["peft"] = {"r": 4}
+    resolved.write_text(json.dumps(document))
+    if by == "tensors":
+        manifest = json.loads((newest / "manifest.json").read_text())
+        assert manifest.pop("holds") == {"kind": "full"}
+        (newest / "manifest.json").write_text(json.dumps(manifest))
+    before = _tree(tmp_path)
+    line = _one_error_line(run_cli("export", "hf", str(run), "-o", str(tmp_path / "out")))
+    held = "a full model" if by == "manifest" else "full-model tensors"
+    assert line.startswith(f"Error: FS042 {newest} holds ") and held in line, line
+    assert f"but {resolved} describes a lora adapter of r 4, alpha 16.0 on " in line
+    assert line.endswith("; nothing was written")
+    assert _tree(tmp_path) == before

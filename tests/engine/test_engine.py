@@ -333,7 +333,7 @@ def test_resume_picks_newest_complete_checkpoint(tmp_path: Path) -> None:
         (root / name).mkdir(parents=True)
         if complete:
             (root / name / ".metadata").write_bytes(b"")
-            write_manifest(root / name)
+            write_manifest(root / name, {"kind": "full"})
     assert find_resume_checkpoint("auto", tmp_path) == root / "step-00000004"
     assert find_resume_checkpoint("never", tmp_path) is None
     assert find_resume_checkpoint("auto", tmp_path / "fresh") is None

@@ -9,6 +9,8 @@ step-4 checkpoint."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +124,6 @@ def test_qlora_trains_a_4bit_base_and_resumes_bit_identically(
 def test_qlora_exports_an_adapter_for_the_original_base(qlora_runs: tuple[Path, Path, str],
                                                         inputs: Path) -> None:
     """final/ holds the adapter only; peft loads it on the original (unquantised) base."""
-    import json
-
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
@@ -254,3 +254,64 @@ def test_export_hf_writes_a_mid_run_adapter(runs: tuple[int, Path, Path], tmp_pa
     final = load_file(straight / "final" / "adapter" / "adapter_model.safetensors")
     assert any(not torch.equal(middle[k], final[k]) for k in final)
     assert (out / "model.safetensors").is_file()  # merged, as peft.merged asks
+
+
+def _export_hf(*args: str) -> tuple[int, str]:
+    """`fsdpspec export hf ARGS` in this process (torch is loaded already): exit code and
+    stderr."""
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["export", "hf", *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    return result.exit_code, result.stderr
+
+
+def _relabelled(run: Path, tmp_path: Path, peft: dict[str, Any] | None) -> Path:
+    """A copy of ``run`` whose resolved-spec.json says ``peft`` (its checkpoints as
+    trained)."""
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, symlinks=True, ignore=shutil.ignore_patterns("final"))
+    resolved = copy / "resolved-spec.json"
+    document = json.loads(resolved.read_text())
+    document["spec"]["peft"] = peft
+    resolved.write_text(json.dumps(document))
+    return copy
+
+
+@pytest.mark.parametrize(("peft", "says"), [
+    (None, "a full model"),
+    ({"r": 64, "alpha": 8, "merged": True}, "a lora adapter of r 64, alpha 8.0 on "),
+], ids=["relabelled-full", "r-64"])
+def test_export_hf_follows_the_checkpoint_not_an_edited_resolved_spec(
+        runs: tuple[int, Path, Path], tmp_path: Path, peft: dict[str, Any] | None,
+        says: str) -> None:
+    """The adapters as a full model.safetensors, or a config of r 64 over rank-4
+    tensors, would be silently wrong: the manifest says what the checkpoint holds."""
+    version, straight, _ = runs
+    if peft is not None:
+        peft = {**VERSIONS[version]["peft"], **peft}
+    run = _relabelled(straight, tmp_path, peft)
+    checkpoint = run / "checkpoints" / f"step-{STEPS:08d}"
+    code, stderr = _export_hf(str(run), "-o", str(tmp_path / "out"))
+    assert code == 1 and len(stderr.splitlines()) == 1, stderr
+    assert stderr.startswith(f"Error: FS042 {checkpoint} holds a lora adapter of r 4, "
+                             "alpha 8.0 on "), stderr
+    assert f"but {run}/resolved-spec.json describes {says}" in stderr
+    assert stderr.rstrip().endswith("; nothing was written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_export_hf_force_refreshes_its_own_adapter_export(
+        qlora_runs: tuple[Path, Path, str], tmp_path: Path) -> None:
+    """An adapter-only export (no config.json beside adapter/) is an export, not a
+    user's folder: --force replaces it."""
+    straight, _, _ = qlora_runs
+    out = tmp_path / "adapter-export"
+    assert _export_hf(str(straight), "-o", str(out)) == (0, "")
+    (out / "adapter" / "adapter_config.json").write_text("{}\n")  # stale
+    code, stderr = _export_hf(str(straight), "-o", str(out), "--force")
+    assert code == 0, stderr
+    assert json.loads((out / "adapter" / "adapter_config.json").read_text())["r"] == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter-export"]

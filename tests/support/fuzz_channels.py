@@ -8,6 +8,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from fuzz_commands import (
+    calibrations,
+    check_calibration,
+    check_levers,
+    check_multinode_export,
+    check_peft,
+    check_tune_output,
+    lever_fields,
+    multinode_exports,
+    peft_sections,
+    tune_targets,
+)
 from fuzz_files import (
     check_output_target,
     check_run_file,
@@ -65,4 +77,9 @@ CHANNELS: dict[str, Channel] = {
     "report: hostile run directories": Channel(hostile_runs(), check_hostile_run),
     **{f"import {kind}: hostile strings": Channel(hostile_imports(kind), check_import)
        for kind in ("accelerate", "trainer", "axolotl", "torchtitan")},
+    "tune -o": Channel(tune_targets(), check_tune_output),
+    "tune --calibration": Channel(calibrations(), check_calibration),
+    "peft values": Channel(peft_sections(), check_peft),
+    "lever fields": Channel(lever_fields(), check_levers),
+    "export multi-node": Channel(multinode_exports(), check_multinode_export),
 }
