@@ -63,6 +63,14 @@ def check_target(path: Path, *, replace: bool = True, directory: bool = False) -
     return True
 
 
+def _temp_prefix(name: str, lead: str = ".") -> str:
+    """A temp name's prefix beside ``name``: at most 100 bytes of it, so that a name of
+    the longest length a file may have (255 bytes) still has room for the temp's own
+    random part and suffix."""
+    short = name.encode("utf-8", "surrogateescape")[:100].decode("utf-8", "ignore")
+    return f"{lead}{short}."
+
+
 def describe_error(exc: OSError) -> str:
     """One line for a failed write: the reason, without the errno prefix."""
     return exc.strerror or str(exc)
@@ -98,7 +106,7 @@ def write_bytes(path: Path, data: bytes, *, executable: bool = False,
     appears while writing."""
     path = _named(path)
     check_target(path, replace=replace)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -134,7 +142,8 @@ def building_dir(target: Path, *, replace: bool = False) -> Iterator[Path]:
     if Path.cwd().is_relative_to(target):
         raise OSError(errno.EINVAL, "it holds the working directory; refusing to replace it",
                       str(target))
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(target.name), suffix=".tmp",
+                                dir=target.parent))
     try:
         yield tmp
         publish_dir(tmp, target, replace=replace)
@@ -153,7 +162,8 @@ def publish_dir(tmp: Path, target: Path, *, replace: bool = True) -> None:
                       "replace it", str(target))
     trash = None
     if exists:
-        trash = Path(tempfile.mkdtemp(prefix=f".trash-{target.name}.", dir=target.parent))
+        trash = Path(tempfile.mkdtemp(prefix=_temp_prefix(target.name, ".trash-"),
+                                      dir=target.parent))
         os.replace(target, trash)  # over the empty placeholder mkdtemp made
     try:
         os.rename(tmp, target)  # Linux renames over an empty directory only

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from resolved_edits import relabel
 
 from fsdpspec.cli.main import cli
 
@@ -141,10 +142,7 @@ def test_a_full_run_relabelled_as_an_adapter_is_one_coded_line(
     an "adapter": the checkpoint's manifest records a full model, and (a manifest
     written before it said) so do its tensors."""
     run, newest = _copy_run(trained_run, tmp_path)
-    resolved = run / "resolved-spec.json"
-    document = json.loads(resolved.read_text())
-    document["spec"]["peft"] = {"r": 4}
-    resolved.write_text(json.dumps(document))
+    resolved = relabel(run, {"r": 4})
     if by == "tensors":
         manifest = json.loads((newest / "manifest.json").read_text())
         assert manifest.pop("holds") == {"kind": "full"}

@@ -23,6 +23,7 @@ pytest.importorskip("datasets")
 from chat_assets import chat_parquet, chat_tokenizer, conversation  # noqa: E402
 from chat_assets import tiny_llama as save_tiny_llama  # noqa: E402
 from engine_jobs import chat_job, metrics, ok, torchrun, write_spec  # noqa: E402
+from resolved_edits import relabel  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
 
@@ -273,10 +274,7 @@ def _relabelled(run: Path, tmp_path: Path, peft: dict[str, Any] | None) -> Path:
     trained)."""
     copy = tmp_path / "run"
     shutil.copytree(run, copy, symlinks=True, ignore=shutil.ignore_patterns("final"))
-    resolved = copy / "resolved-spec.json"
-    document = json.loads(resolved.read_text())
-    document["spec"]["peft"] = peft
-    resolved.write_text(json.dumps(document))
+    relabel(copy, peft)
     return copy
 
 

@@ -112,7 +112,7 @@ def test_o_writes_the_winner_with_its_comments_and_never_replaces_without_force(
     best.write_text("mine\n")
     again = run_cli(*["tune", *args])
     assert again.returncode == 1
-    assert again.stderr.strip() == f"Error: {best}: it exists; pass --force to replace it"
+    assert again.stderr.strip() == f"Error: FS049 {best}: it exists; pass --force to replace it"
     assert best.read_text() == "mine\n"
     assert tune(*args, "--force").exit_code == 0 and best.read_text() == text
 
