@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner, Result
-from fuzz_files import NAMES, OUTPUT_KINDS, _make_target, _snapshot
+from fuzz_files import NAMES, OUTPUT_KINDS, _make_target, snapshot
 from fuzz_specs import ODD_VALUES, ROOT, check_text, dump
 from hypothesis import strategies as st
 
@@ -71,10 +71,10 @@ def check_tune_output(example: tuple[str, bool, str], directory: Path) -> None:
     target = _make_target(kind, name, directory)
     job = directory / "job.yaml"
     shutil.copyfile(TINY, job)
-    before = _snapshot(directory)
+    before = snapshot(directory)
     result = _invoke(["tune", str(job), "--top", "1", "-o", str(target),
                       *(["--force"] if force else [])], directory)
-    after = _snapshot(directory)
+    after = snapshot(directory)
     for kept in ("outside/real.txt", "outside/real-dir/mine.txt"):
         assert after[kept] == before[kept], kept
     if result.exit_code != 0:

@@ -233,7 +233,7 @@ def _make_target(kind: str, name: str, root: Path) -> Path:
     return target
 
 
-def _snapshot(root: Path) -> dict[str, tuple[int, bytes]]:
+def snapshot(root: Path) -> dict[str, tuple[int, bytes]]:
     out = {}
     for path in sorted(root.rglob("*")):
         mode = os.lstat(path).st_mode
@@ -249,7 +249,7 @@ def check_output_target(example: tuple[str, str, bool], directory: Path) -> None
 
     kind, what, force, name = example
     target = _make_target(kind, name, directory)
-    before = _snapshot(directory)
+    before = snapshot(directory)
     try:
         if what == "file":
             write_bytes(target, b"new\n", replace=force)
@@ -259,7 +259,7 @@ def check_output_target(example: tuple[str, str, bool], directory: Path) -> None
         written = True
     except OSError:
         written = False
-    after = _snapshot(directory)
+    after = snapshot(directory)
     leftovers = [n for n in after if Path(n).name.startswith(".")
                  and (n.endswith(".tmp") or ".trash-" in n)]
     assert not leftovers, leftovers

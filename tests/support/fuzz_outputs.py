@@ -10,11 +10,11 @@ from __future__ import annotations
 import functools
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
+from fuzz_files import snapshot
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,15 +41,6 @@ def command_targets(draw) -> tuple[str, str, bool]:
     """(command, what its -o names, --force)."""
     return (draw(st.sampled_from(sorted(COMMANDS))), draw(st.sampled_from(TARGETS)),
             draw(st.booleans()))
-
-
-def _snapshot(root: Path) -> dict[str, tuple[int, bytes]]:
-    out = {}
-    for path in sorted(root.rglob("*")):
-        mode = os.lstat(path).st_mode
-        out[str(path.relative_to(root))] = (mode, path.read_bytes() if stat.S_ISREG(mode)
-                                            else b"")
-    return out
 
 
 @functools.cache
@@ -112,12 +103,12 @@ def check_command_target(example: tuple[str, str, bool], directory: Path) -> Non
     if command == "report":
         source = run / "resolved-spec.json"
     output = _target(kind, work, source)
-    before = _snapshot(directory)
+    before = snapshot(directory)
     argv = [{"INPUT": str(work / "input.yaml"), "RUN": str(run)}.get(a, a) for a in argv]
     result = CliRunner().invoke(cli, [*argv, "-o", output, *(["--force"] if force else [])])
     assert result.exception is None or isinstance(result.exception, SystemExit), (
         example, repr(result.exception))
-    after = _snapshot(directory)
+    after = snapshot(directory)
     if kind in ("new", "newline in the name") or (kind == "existing file" and force):
         assert result.exit_code == 0, (example, result.output)
         changed = {name for name in after if after[name] != before.get(name)}
@@ -198,7 +189,7 @@ def check_hostile_run(example: dict[str, Any], directory: Path) -> None:
     for name, node in example["nodes"].items():
         (run / name).unlink(missing_ok=True)
         _place(run / name, node, texts[name])
-    before = _snapshot(directory)
+    before = snapshot(directory)
     try:
         data = read_run(run, DRAWN_KEYS)
     except RunDataError as exc:
@@ -215,5 +206,5 @@ def check_hostile_run(example: dict[str, Any], directory: Path) -> None:
         assert result.exit_code == (0 if data is not None else 1), result.output
         if result.exit_code:
             assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    after = _snapshot(directory)
+    after = snapshot(directory)
     assert {k: v for k, v in after.items() if k != "r.html"} == before
