@@ -37,14 +37,14 @@ def adapter_sharding(job: Job, sh: Sharding) -> Sharding:
     """The adapters' tensors in the units the base model is split into: each layer's
     with its layer (transformer and size policies: the engine's size units are the
     layers' modules or larger), everything in the root under the `none` policy."""
-    a, g = job.adapters, job.geometry
+    a = job.adapters
     assert a is not None
     layer = tuple((s, 1) for s in a.layer_shapes())
     root = tuple((s, 1) for s in a.root_shapes())
     if not sh.units:
-        everything = tuple((s, n * g.num_layers) for s, n in layer) + root
+        everything = tuple((s, n * a.layers) for s, n in layer) + root
         return Sharding((), Unit("root", everything), sh.shard_size, sh.fsdp_version)
-    return Sharding((Unit("layer", layer, g.num_layers),), Unit("root", root), sh.shard_size,
+    return Sharding((Unit("layer", layer, a.layers),), Unit("root", root), sh.shard_size,
                     sh.fsdp_version)
 
 
@@ -82,9 +82,9 @@ def frozen_base_bytes(job: Job, sh: Sharding) -> int:
 
 def trainable_numel(job: Job) -> int:
     """Elements of every trainable tensor (adapters and modules to save), unsharded."""
-    a, g = job.adapters, job.geometry
+    a = job.adapters
     assert a is not None
-    return (g.num_layers * sum(math.prod(s) for s in a.layer_shapes())
+    return (a.layers * sum(math.prod(s) for s in a.layer_shapes())
             + sum(math.prod(s) for s in a.root_shapes()))
 
 
