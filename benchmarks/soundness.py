@@ -7,8 +7,10 @@ sharding strategy and shard group, wrap policy and min_num_params, mixed precisi
 CPU offload, activation checkpointing (op-level included), activation offload, state
 dict type, prefetch, optimizer, its state precision and scheduler, data source and
 tokenizer, accumulation, loss chunks, compile, and LoRA: method, rank, alpha, dropout,
-targets, modules_to_save, merged export) on the tiny presets with 2
-CPU processes. Each spec is validated; each one without errors is run with `fsdpspec
+targets (names, path suffixes, all-linear, a Mixture of Experts' expert names),
+modules_to_save (lm_head, a projection, `norm`, each family's embedding name), merged
+export, on another family's tiny preset or a model directory with weights) on the tiny
+presets with 2 CPU processes. Each spec is validated; each one without errors is run with `fsdpspec
 run` for 2 of its 3 steps (checkpointing at step 2), then run again, which resumes, trains
 step 3 and exports final/. Prints how many were refused (by code), how many ran and how
 many validated but failed (target: 0). ``--first K`` skips the first K samples of the
@@ -46,7 +48,8 @@ DTYPES = ["float32", "bfloat16", "float16"]
 MIN_NUM_PARAMS = [0, 1, 1_000, 20_000, 100_000, 1_000_000_000]
 WORDS = [f"w{i}" for i in range(150)]  # the small tokenizer's words; the text is made of them
 STEPS = 3
-RUN_TIMEOUT_S = 300
+# A compiled run on a loaded 2-core machine took over 300 s.
+RUN_TIMEOUT_S = 900
 
 
 @dataclass(frozen=True)
@@ -449,7 +452,10 @@ def run(samples: int, seed: int, first: int, root: Path, wide: bool = False) -> 
         document = sample_spec(rng, index, assets, seed)
         if index < first:
             continue
-        outcome = try_spec(document, root / f"sample-{index}", wide)
+        try:
+            outcome = try_spec(document, root / f"sample-{index}", wide)
+        except subprocess.TimeoutExpired as exc:  # a failure of its own, not the run's end
+            outcome = Outcome([], f"timed out after {exc.timeout:.0f} s: {exc.cmd}")
         refused.update(outcome.refused)
         verdict = ("refused " + ",".join(outcome.refused) if outcome.refused else
                    "FAILED" if outcome.failure else "trained")

@@ -235,13 +235,16 @@ def _all_params(node: Node) -> list[Shape]:
     return out
 
 
-def adapted_linears(g: Geometry, matched: Matched) -> list[tuple[str, Shape]]:
-    """The adapted projections of one decoder layer, as (planner's name, (out, in)):
-    transformers' names mapped back to the planner's (GPT-NeoX's query_key_value is
-    qkv_proj) for the activation model; ``lm_head`` is counted with the root."""
+def adapted_linears(g: Geometry, matched: Matched, *, saved: bool = False
+                    ) -> list[tuple[str, Shape]]:
+    """The adapted projections of one decoder layer (``saved``: the modules trained in
+    full), as (planner's name, (out, in)): transformers' names mapped back to the
+    planner's (GPT-NeoX's query_key_value is qkv_proj) for the activation model;
+    ``lm_head`` is counted with the root."""
     fam = FAMILIES.get(g.family)
     planned = {fam.projection_name(p): p for p in _PROJECTIONS} if fam else {}
-    return [(planned.get(name, name), shape) for name, shape in matched.layer_linears]
+    found = matched.layer_saved if saved else matched.layer_linears
+    return [(planned.get(name, name), shape) for name, shape in found]
 
 
 def quantised_projections(g: Geometry) -> list[tuple[str, Shape]]:

@@ -88,7 +88,9 @@ def lora_experts(ctx: LintContext) -> Iterator[Diagnostic]:
     ``up_proj``, ``down_proj`` and ``gate``, and ``all-linear`` takes them all. peft
     then trains a LoRA of every expert and the router weight (as `target_parameters`,
     with the fused gate/up pair at twice the rank), which fsdpspec neither plans nor
-    trains: refused by name rather than planned as something else.
+    trains: refused by name rather than planned as something else. A model without a
+    family (DeepSeek-V3, GLM-4-MoE, ...) is asked on the meta device: the names are
+    the ones peft's own table maps for its model_type.
 
     FAIL:
 

@@ -20,7 +20,13 @@ from typing import Any
 from fsdpspec.catalog.families import family
 from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job
-from fsdpspec.job.lora import NF4_BLOCK, NF4_SCALER_BLOCK, Adapters, quantised_projections
+from fsdpspec.job.lora import (
+    NF4_BLOCK,
+    NF4_SCALER_BLOCK,
+    Adapters,
+    adapted_linears,
+    quantised_projections,
+)
 from fsdpspec.job.units import Unit
 from fsdpspec.plan import activations as act
 from fsdpspec.plan.units import Sharding
@@ -205,8 +211,10 @@ def _renamed_path(g: Geometry, planned: str) -> str:
 def _unsaved_inputs(g: Geometry, b: int, t: int, a: Adapters) -> int:
     """Inputs a full fine-tune's projections save for their weight gradients that no one
     keeps once they are frozen: an input read by no adapted projection (with dropout,
-    the adapters keep their own dropped-out copies, so no input is kept for them)."""
+    the adapters keep their own dropped-out copies, so no input is kept for them) nor
+    by a projection trained in full (modules_to_save: its weight gradient reads it)."""
     adapted = {name for name, _ in a.linears} if not a.dropout else set()
+    adapted |= {name for name, _ in adapted_linears(g, a.matched, saved=True)}
     groups = (({"q_proj", "k_proj", "v_proj", "qkv_proj"}, g.hidden_size),
               ({"gate_proj", "up_proj", "gate_up_proj"}, g.hidden_size),
               ({"down_proj"}, g.intermediate_size))
