@@ -7,8 +7,10 @@ sharding strategy and shard group, wrap policy and min_num_params, mixed precisi
 CPU offload, activation checkpointing (op-level included), activation offload, state
 dict type, prefetch, optimizer, its state precision and scheduler, data source and
 tokenizer, accumulation, loss chunks, compile, and LoRA: method, rank, alpha, dropout,
-targets, modules_to_save, merged export) on the tiny presets with 2
-CPU processes. Each spec is validated; each one without errors is run with `fsdpspec
+targets (names, path suffixes, all-linear, a Mixture of Experts' expert names),
+modules_to_save (lm_head, a projection, `norm`, each family's embedding name), merged
+export, on another family's tiny preset or a model directory with weights) on the tiny
+presets with 2 CPU processes. Each spec is validated; each one without errors is run with `fsdpspec
 run` for 2 of its 3 steps (checkpointing at step 2), then run again, which resumes, trains
 step 3 and exports final/. Prints how many were refused (by code), how many ran and how
 many validated but failed (target: 0). ``--first K`` skips the first K samples of the
@@ -46,7 +48,8 @@ DTYPES = ["float32", "bfloat16", "float16"]
 MIN_NUM_PARAMS = [0, 1, 1_000, 20_000, 100_000, 1_000_000_000]
 WORDS = [f"w{i}" for i in range(150)]  # the small tokenizer's words; the text is made of them
 STEPS = 3
-RUN_TIMEOUT_S = 300
+# A compiled run on a loaded 2-core machine took over 300 s.
+RUN_TIMEOUT_S = 900
 
 
 @dataclass(frozen=True)
@@ -57,15 +60,15 @@ class Assets:
     jsonl: Path
     tokenizer: Path  # vocabulary smaller than the tiny presets' 320
     big_tokenizer: Path  # vocabulary larger than the model's: validate must refuse it
+    model: Path  # save_pretrained of a tiny Llama with the presets' vocabulary
     wide: WideAssets | None = None
 
 
 @dataclass(frozen=True)
 class WideAssets:
-    """What --wide adds: a chat tokenizer, a model directory, datasets in each layout."""
+    """What --wide adds: a chat tokenizer, datasets in each layout."""
 
     chat_tokenizer: Path
-    model: Path  # save_pretrained of a tiny Llama with the presets' vocabulary
     chats: Path  # train.parquet + test.parquet of chat records
     pairs: Path  # one jsonl file of prompt/completion records
     docs: Path  # train.jsonl + test.jsonl of text records
@@ -73,8 +76,10 @@ class WideAssets:
 
 
 def make_assets(root: Path, wide: bool = False) -> Assets:
-    """Write a text file, a jsonl file and two word-level tokenizers under ``root`` (and
-    with ``wide`` the WideAssets)."""
+    """Write a text file, a jsonl file, two word-level tokenizers and a model directory
+    under ``root`` (and with ``wide`` the WideAssets)."""
+    from chat_assets import tiny_llama
+
     rng = random.Random(0)
     docs = [" ".join(rng.choice(WORDS) for _ in range(60)) for _ in range(40)]
     (root / "text").mkdir(parents=True)
@@ -83,7 +88,7 @@ def make_assets(root: Path, wide: bool = False) -> Assets:
     jsonl.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
     extra = make_wide_assets(root, docs) if wide else None
     return Assets(root / "text", jsonl, _tokenizer(root / "tok-small", 0),
-                  _tokenizer(root / "tok-big", 250), extra)
+                  _tokenizer(root / "tok-big", 250), tiny_llama(root / "model", 320), extra)
 
 
 HUB_DATASET = "acme/chats"
@@ -92,10 +97,9 @@ HUB_DATASET = "acme/chats"
 def make_wide_assets(root: Path, docs: list[str]) -> WideAssets:
     import shutil
 
-    from chat_assets import chat_parquet, chat_tokenizer, tiny_llama
+    from chat_assets import chat_parquet, chat_tokenizer
 
     tokenizer = chat_tokenizer(root / "tok-chat")
-    model = tiny_llama(root / "model", 320)
     chats = chat_parquet(root / "chats")
     pairs = root / "pairs.jsonl"
     pairs.write_text("".join(json.dumps({"prompt": d[:40], "completion": d[40:120]}) + "\n"
@@ -109,7 +113,7 @@ def make_wide_assets(root: Path, docs: list[str]) -> WideAssets:
     shutil.copytree(chats, repo / "snapshots" / commit)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
-    return WideAssets(tokenizer, model, chats, pairs, root / "docs", root / "hf")
+    return WideAssets(tokenizer, chats, pairs, root / "docs", root / "hf")
 
 
 def _tokenizer(directory: Path, extra_words: int) -> Path:
@@ -219,11 +223,11 @@ def _optimizer(rng: random.Random) -> dict[str, Any]:
     }
 
 
-def _wide_model(rng: random.Random, wide: WideAssets) -> dict[str, Any]:
+def _wide_model(rng: random.Random, assets: Assets) -> dict[str, Any]:
     from fsdpspec.catalog.presets import preset_names
 
     if rng.random() < 0.2:
-        model: dict[str, Any] = {"hf_config": str(wide.model), "weights": str(wide.model)}
+        model: dict[str, Any] = {"hf_config": str(assets.model), "weights": str(assets.model)}
     else:
         model = {"preset": rng.choice([p for p in preset_names() if p.startswith("tiny-")])}
     attention = rng.choice([None, "sdpa", "eager"])
@@ -231,7 +235,22 @@ def _wide_model(rng: random.Random, wide: WideAssets) -> dict[str, Any]:
 
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-           "lm_head", "query_key_value"]
+           "lm_head", "query_key_value", "dense", "self_attn.q_proj", "mlp.down_proj",
+           "attention.query_key_value", "self_attn.o_proj"]
+# Target lists as users write them (issue 33): the family's default, peft's all-linear,
+# a Mixture of Experts' expert names (peft adapts the stacked experts: FS146), and a
+# sample of names and path suffixes.
+TARGET_LISTS = [["all-linear"], ["gate_proj", "up_proj", "down_proj"], ["w1", "w2", "w3"],
+                ["q_proj", "gate"]]
+# Modules trained in full: the head, a projection peft copies in every layer, `norm`
+# (every module whose name ends in it), each family's embedding name, pairs.
+SAVES = [["lm_head"], ["o_proj"], ["norm"], ["input_layernorm"], ["embed_tokens"],
+         ["embed_in"], ["lm_head", "embed_tokens"], ["dense"], ["down_proj"]]
+# The families a LoRA sample may switch to: dense, GPT-NeoX's names, Mixtures of Experts
+# (with and without the experts peft converts), Gemma 3 (eager attention by default).
+PEFT_PRESETS = ["tiny-llama", "tiny-qwen2", "tiny-gpt-neox", "tiny-gemma3", "tiny-olmo2",
+                "tiny-starcoder2", "tiny-mixtral", "tiny-qwen3-moe", "tiny-olmoe",
+                "tiny-phimoe"]
 
 
 def _peft(index: int, seed: int) -> dict[str, Any] | None:
@@ -249,11 +268,27 @@ def _peft(index: int, seed: int) -> dict[str, Any] | None:
         "dropout": rng.choice([0.0, 0.1]),
         "merged": rng.random() < 0.5,
     }
-    if rng.random() < 0.5:
+    targets = rng.random()
+    if targets < 0.15:
+        peft["target_modules"] = rng.choice(TARGET_LISTS)
+    elif targets < 0.6:
         peft["target_modules"] = rng.sample(TARGETS, rng.randint(1, 3))
-    if rng.random() < 0.2:
-        peft["modules_to_save"] = ["lm_head"]
+    if rng.random() < 0.35:
+        peft["modules_to_save"] = rng.choice(SAVES)
     return peft
+
+
+def _peft_model(index: int, seed: int, assets: Assets) -> dict[str, Any] | None:
+    """The model a LoRA sample trains instead of the sampled one, or None: now and then
+    another family's tiny preset (attention left to its `auto` default), or the local
+    model directory with weights (a merged export then starts from given weights)."""
+    rng = random.Random(f"peft-model-{seed}-{index}")
+    draw = rng.random()
+    if draw < 0.35:
+        return {"preset": rng.choice(PEFT_PRESETS)}
+    if draw < 0.5:
+        return {"hf_config": str(assets.model), "weights": str(assets.model)}
+    return None
 
 
 def sample_spec(rng: random.Random, index: int, assets: Assets, seed: int = 0) -> dict[str, Any]:
@@ -267,8 +302,8 @@ def sample_spec(rng: random.Random, index: int, assets: Assets, seed: int = 0) -
                            "attention": rng.choice(["sdpa", "eager"])}
     if assets.wide is not None:
         processes = rng.choice([1, 2, 3])
-        model = _wide_model(rng, assets.wide)
-    return {
+        model = _wide_model(rng, assets)
+    document = {
         "apiVersion": "fsdpspec/v1",
         "kind": "TrainingJob",
         "metadata": {"name": f"sound-{index}"},
@@ -283,8 +318,11 @@ def sample_spec(rng: random.Random, index: int, assets: Assets, seed: int = 0) -
         "checkpoint": {"interval_steps": 2, "keep_last": 2,
                        "final": {"dtype": rng.choice(DTYPES)}},
         "logging": {"interval_steps": 1},
-        **({"peft": peft} if (peft := _peft(index, seed)) else {}),
     }
+    if (peft := _peft(index, seed)) is not None:
+        document["peft"] = peft
+        document["model"] = _peft_model(index, seed, assets) or model
+    return document
 
 
 @dataclass
@@ -414,7 +452,10 @@ def run(samples: int, seed: int, first: int, root: Path, wide: bool = False) -> 
         document = sample_spec(rng, index, assets, seed)
         if index < first:
             continue
-        outcome = try_spec(document, root / f"sample-{index}", wide)
+        try:
+            outcome = try_spec(document, root / f"sample-{index}", wide)
+        except subprocess.TimeoutExpired as exc:  # a failure of its own, not the run's end
+            outcome = Outcome([], f"timed out after {exc.timeout:.0f} s: {exc.cmd}")
         refused.update(outcome.refused)
         verdict = ("refused " + ",".join(outcome.refused) if outcome.refused else
                    "FAILED" if outcome.failure else "trained")

@@ -91,6 +91,8 @@ class Geometry:
     built_tree: Node | None = None
     # The decoder layer classes it declares (``_no_split_modules``).
     built_layer_classes: tuple[str, ...] = ()
+    # The target names peft maps onto its stacked experts (`introspect.peft_expert_names`).
+    peft_expert_names: tuple[str, ...] = ()
 
     @property
     def introspected(self) -> bool:

@@ -91,7 +91,7 @@ def module_tree(model: Any) -> Node:
         children = tuple(node(n, c) for n, c in module.named_children())
         return Node(name, type(module).__name__, tuple(own), children,
                     container=isinstance(module, (nn.ModuleList, nn.ModuleDict)),
-                    tied=id(module) in tied)
+                    tied=id(module) in tied, linear=isinstance(module, nn.Linear))
 
     return node("", model)
 
@@ -139,4 +139,24 @@ def _geometry_of(model: Any, c: Any, model_type: str) -> Geometry:
         built_params=sum(p.numel() for p in model.parameters()),
         built_tree=module_tree(model),
         built_layer_classes=tuple(sorted(model._no_split_modules or ())),
+        peft_expert_names=peft_expert_names(model_type),
     )
+
+
+def peft_expert_names(model_type: str) -> tuple[str, ...]:
+    """transformers 4's names of a Mixture of Experts' expert projections and router
+    that peft maps onto transformers 5's stacked expert tensors for this model_type
+    (peft's own table, `transformers_weight_conversion`): a target naming one, or
+    all-linear, makes peft adapt the experts. Empty without peft, or for a model peft
+    does not convert."""
+    try:
+        from peft.utils import transformers_weight_conversion as conversion
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    except ImportError:
+        return ()
+    if get_checkpoint_conversion_mapping(model_type) is None:
+        return ()
+    base = conversion._MODEL_TO_CONVERSION_PATTERN.get(model_type)
+    if base not in conversion._MOE_FUSED_TARGETS:
+        return ()
+    return tuple(conversion._MOE_TARGET_MODULE_MAPPING.get(base, {}))

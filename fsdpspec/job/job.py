@@ -159,7 +159,11 @@ def wrap_of(spec: JobSpec, classes: list[str] | tuple[str, ...]) -> Wrap:
     fsdp = spec.fsdp
     return Wrap(policy=fsdp.auto_wrap_policy, min_num_params=fsdp.min_num_params,
                 layer_classes=tuple(classes), ac_mode=fsdp.activation_checkpointing,
-                ac_every=fsdp.ac_every, whole_checkpointed=fsdp.version == 1)
+                ac_every=fsdp.ac_every,
+                # Op-level checkpointing replays a layer's ops by count: an FSDP unit
+                # inside it all-gathers again in the recomputation (its profiler ops
+                # then outnumber the forward's, and torch stops the backward).
+                whole_checkpointed=fsdp.version == 1 or fsdp.activation_checkpointing == "op")
 
 
 def decoder_layer_classes(spec: JobSpec, g: Geometry) -> list[str]:

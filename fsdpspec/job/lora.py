@@ -55,39 +55,45 @@ class Matched:
     some_layers: tuple[str, ...] = ()
     # (target, module to save) naming one module: peft adapts it, then copies it.
     saved_targets: tuple[tuple[str, str], ...] = ()
+    # How many decoder layers carry the per-layer lists (a built model's layers that
+    # match otherwise, a vision tower's say, are listed with the root by path).
+    layer_count: int = 0
 
 
-def _entries(tree: Node, layer_classes: tuple[str, ...]) -> list[tuple[str, Node, bool]]:
-    """(path, node, inside the decoder layers) of every module, the decoder layers as one
-    template: the analytic tree's ``*`` child, or a built tree's largest layer (of
-    ``layer_classes``, the one the geometry's per-layer counts read; the other layers
-    are left out), its index written ``*``."""
+def _entries(tree: Node) -> list[tuple[str, Node, bool]]:
+    """(path, node, inside the decoder layers) of every module of an analytic tree, the
+    decoder layers as its one template child ``*``."""
     out: list[tuple[str, Node, bool]] = []
-    layers: list[Node] = []
-
-    def find(node: Node) -> None:
-        if node.cls in layer_classes:
-            layers.append(node)
-            return
-        for child in node.children:
-            find(child)
-
-    find(tree)
-    sizes = [sum(math.prod(s) for s in _all_params(layer)) for layer in layers]
-    template = layers[sizes.index(max(sizes))] if layers else None
 
     def walk(node: Node, path: str, in_layer: bool) -> None:
-        if not in_layer and (node.name == LAYER or node.cls in layer_classes):
-            if node.name != LAYER and node is not template:
-                return
-            in_layer = True
-            path = f"{path.rpartition('.')[0]}.{LAYER}".lstrip(".")
+        in_layer = in_layer or node.name == LAYER
         out.append((path, node, in_layer))
         for child in node.children:
             walk(child, f"{path}.{child.name}" if path else child.name, in_layer)
 
     walk(tree, "", False)
     return out
+
+
+def _built_entries(tree: Node, layer_classes: tuple[str, ...]
+                   ) -> tuple[list[tuple[str, Node, int]], list[tuple[str, Node]]]:
+    """(real path, node, index of the decoder layer holding it or -1) of every module of
+    a built tree, every layer walked (a multimodal model's vision layers, a Mixture of
+    Experts' dense first layers: layers need not be alike), and (path, node) of the
+    layers."""
+    out: list[tuple[str, Node, int]] = []
+    layers: list[tuple[str, Node]] = []
+
+    def walk(node: Node, path: str, layer: int) -> None:
+        if layer < 0 and node.cls in layer_classes:
+            layer = len(layers)
+            layers.append((path, node))
+        out.append((path, node, layer))
+        for child in node.children:
+            walk(child, f"{path}.{child.name}" if path else child.name, layer)
+
+    walk(tree, "", -1)
+    return out, layers
 
 
 def _paths(path: str, in_layer: bool, num_layers: int, indexed: bool) -> list[str]:
@@ -108,32 +114,44 @@ def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
     in ``tree``, torch-free: a target matches a module whose path is the name or ends in
     ``.name`` (``all-linear``: every Linear but the output head), except inside a module
     to save; a module to save is every module whose path ends in the name (no dot
-    needed: ``norm`` saves ``input_layernorm`` too), copied whole."""
+    needed: ``norm`` saves ``input_layernorm`` too), copied whole. A built tree (an
+    introspected model) is matched at every real path; its largest layer's matches are
+    the per-layer lists, counted for every layer that matches alike."""
     fam = FAMILIES.get(g.family)
     linear_leaves = set(fam.lora_targets) | {"lm_head"} if fam else set()
     if fam and fam.moe and fam.moe.router_linear:
         linear_leaves.add(fam.moe.router)
-    entries = _entries(tree, g.built_layer_classes if g.introspected else ())
     indexed = any(_INDEX.search(name) for name in (*targets, *saves))
+    if g.introspected:
+        built, layers = _built_entries(tree, g.built_layer_classes)
+        entries = [(path, node, layer, [path]) for path, node, layer in built]
+        layer_paths, layer_nodes = [p for p, _ in layers], [n for _, n in layers]
+        sizes = [sum(math.prod(s) for s in _all_params(n)) for n in layer_nodes]
+        template = sizes.index(max(sizes)) if sizes else 0
+    else:
+        entries = [(path, node, 0 if in_layer else -1,
+                    _paths(path, in_layer, g.num_layers, indexed))
+                   for path, node, in_layer in _entries(tree)]
+        layer_nodes, layer_paths, template = [], [], 0
     excluded = [re.compile(rf"(^|.*\.){name}($|\..*)") for name in saves]
     all_linear = targets == (ALL_LINEAR,)
 
     def is_linear(node: Node) -> bool:
         if g.introspected:  # peft's all-linear: nn.Linear and transformers' Conv1D (GPT-2)
-            return node.cls in ("Linear", "Conv1D")
+            return node.linear or node.cls == "Conv1D"
         return node.cls == "Linear" or (node.name in linear_leaves and not node.children)
 
     def shape(node: Node) -> Shape:
         return node.params[0] if node.params else (g.vocab_size, g.hidden_size)  # tied head
 
-    layer_linears, root_linears, layer_saved, root_saved = [], [], [], []
+    hits: list[_Hit] = []
     found_targets, found_saves, not_linear, some_layers = set(), set(), [], set()
+    target_layers: dict[str, set[int]] = {}
     saved_below: list[str] = []
     saved_targets: list[tuple[str, str]] = []
-    for path, node, in_layer in entries:
+    for path, node, layer, keys in entries:
         if not path or path.endswith(f".{LAYER}") or node.container:
             continue
-        keys = _paths(path, in_layer, g.num_layers, indexed)
         if saved_below and any(path.startswith(f"{s}.") for s in saved_below):
             continue  # inside a copied module: copied with it
         save = [n for n in saves if all(k.endswith(n) for k in keys)]
@@ -145,10 +163,7 @@ def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
             saved_below.append(path)
             # A tied head holds the embedding's weight, listed under the embedding.
             params = _all_params(node) or ([shape(node)] if node.tied else [])
-            if in_layer:
-                layer_saved += [(node.name, p) for p in params]
-            else:
-                root_saved += [(path, p) for p in params]
+            hits.append((path, node.name, layer, True, params))
             continue
         if any(x.match(k) for x in excluded for k in keys):
             continue
@@ -160,17 +175,56 @@ def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
         if not hit:
             continue
         found_targets.update(hit)
+        for t in hit:
+            target_layers.setdefault(t, set()).add(layer)
         if not is_linear(node):
             not_linear += [(t, path, node.cls or "not Linear") for t in hit]
-        elif in_layer:
-            layer_linears.append((node.name, shape(node)))
         else:
-            root_linears.append((path, shape(node)))
+            hits.append((path, node.name, layer, False, [shape(node)]))
+    if layer_nodes:
+        some_layers.update(_in_some_layers(target_layers, layer_nodes))
+    per_layer, root, layer_count = _by_layer(hits, template, layer_paths, g.num_layers)
     return Matched(
-        tuple(layer_linears), tuple(root_linears), tuple(layer_saved), tuple(root_saved),
+        tuple((name, s) for _, name, _, saved, shapes in per_layer if not saved for s in shapes),
+        tuple((path, s) for path, _, _, saved, shapes in root if not saved for s in shapes),
+        tuple((name, s) for _, name, _, saved, shapes in per_layer if saved for s in shapes),
+        tuple((path, s) for path, _, _, saved, shapes in root if saved for s in shapes),
         tuple(t for t in targets if t not in found_targets and not all_linear),
         tuple(n for n in saves if n not in found_saves), tuple(not_linear),
-        tuple(sorted(some_layers)), tuple(saved_targets))
+        tuple(sorted(some_layers)), tuple(saved_targets), layer_count)
+
+
+def _in_some_layers(target_layers: dict[str, set[int]], layers: list[Node]) -> set[str]:
+    """Targets that match in some layers of a class but not in all of them."""
+    out = set()
+    for target, hit in target_layers.items():
+        for cls in {n.cls for n in layers}:
+            alike = {i for i, n in enumerate(layers) if n.cls == cls}
+            if hit & alike and not alike <= hit:
+                out.add(target)
+    return out
+
+
+# (path, leaf name, layer or -1, saved, shapes) of a module peft adapts or copies.
+_Hit = tuple[str, str, int, bool, list[Shape]]
+
+
+def _by_layer(hits: list[_Hit], template: int, layer_paths: list[str], num_layers: int
+              ) -> tuple[list[_Hit], list[_Hit], int]:
+    """The template layer's hits; the root's, with those of every built layer that
+    matches otherwise than the template (``layer_paths``: a built tree's layers); how
+    many layers match as the template does."""
+    if not layer_paths:
+        return [h for h in hits if h[2] == 0], [h for h in hits if h[2] < 0], num_layers
+
+    def below(layer: int) -> list[tuple[str, bool, list[Shape]]]:
+        cut = len(layer_paths[layer]) + 1
+        return [(path[cut:], saved, shapes) for path, _, at, saved, shapes in hits
+                if at == layer]
+
+    alike = {i for i in range(len(layer_paths)) if below(i) == below(template)}
+    return ([h for h in hits if h[2] == template],
+            [h for h in hits if h[2] < 0 or h[2] not in alike], len(alike))
 
 
 def _all_params(node: Node) -> list[Shape]:
@@ -181,13 +235,16 @@ def _all_params(node: Node) -> list[Shape]:
     return out
 
 
-def adapted_linears(g: Geometry, matched: Matched) -> list[tuple[str, Shape]]:
-    """The adapted projections of one decoder layer, as (planner's name, (out, in)):
-    transformers' names mapped back to the planner's (GPT-NeoX's query_key_value is
-    qkv_proj) for the activation model; ``lm_head`` is counted with the root."""
+def adapted_linears(g: Geometry, matched: Matched, *, saved: bool = False
+                    ) -> list[tuple[str, Shape]]:
+    """The adapted projections of one decoder layer (``saved``: the modules trained in
+    full), as (planner's name, (out, in)): transformers' names mapped back to the
+    planner's (GPT-NeoX's query_key_value is qkv_proj) for the activation model;
+    ``lm_head`` is counted with the root."""
     fam = FAMILIES.get(g.family)
     planned = {fam.projection_name(p): p for p in _PROJECTIONS} if fam else {}
-    return [(planned.get(name, name), shape) for name, shape in matched.layer_linears]
+    found = matched.layer_saved if saved else matched.layer_linears
+    return [(planned.get(name, name), shape) for name, shape in found]
 
 
 def quantised_projections(g: Geometry) -> list[tuple[str, Shape]]:
@@ -235,11 +292,16 @@ class Adapters:
         """The module at ``path`` outside the layers is trained in full."""
         return any(saved == path for saved, _ in self.matched.root_saved)
 
-    def saved_modules(self, num_layers: int) -> int:
+    @property
+    def layers(self) -> int:
+        """How many decoder layers carry `layer_shapes` (the others' are the root's)."""
+        return self.matched.layer_count
+
+    def saved_modules(self) -> int:
         """How many modules peft trains in full (a module to save in every layer counts
         once per layer)."""
         per_layer = {name for name, _ in self.matched.layer_saved}
-        return len(per_layer) * num_layers + len({path for path, _ in self.matched.root_saved})
+        return len(per_layer) * self.layers + len({path for path, _ in self.matched.root_saved})
 
     def layer_shapes(self) -> list[Shape]:
         """A (r × in) and B (out × r) of each adapted projection of one layer, and the

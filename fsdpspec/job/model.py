@@ -22,7 +22,7 @@ from fsdpspec.job.geometry import Experts, Geometry, UnknownFamilyError, geometr
 from fsdpspec.job.tree import Node
 
 # Bumped when the cached form changes: older entries are then computed again.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 def config_digest(config: dict[str, Any]) -> str:
@@ -58,7 +58,7 @@ def _from_json(data: Any, digest: str) -> Geometry | None:
         fields["experts"] = experts_from_json(fields["experts"])
         for key in ("built_layer", "built_root"):
             fields[key] = tuple((n, tuple(s)) for n, s in fields[key])
-        for key in ("norm_names", "built_layer_classes"):
+        for key in ("norm_names", "built_layer_classes", "peft_expert_names"):
             fields[key] = tuple(fields[key])
         return Geometry(**fields)
     except (KeyError, TypeError, ValueError):

@@ -78,7 +78,7 @@ def _geometry(data: dict[str, Any]) -> Geometry:
     for key in ("built_layer", "built_root"):
         if fields[key] is not None:
             fields[key] = tuple((n, tuple(s)) for n, s in fields[key])
-    for key in ("norm_names", "built_layer_classes"):
+    for key in ("norm_names", "built_layer_classes", "peft_expert_names"):
         fields[key] = tuple(fields[key])
     return Geometry(**fields)
 

@@ -24,14 +24,19 @@ class Node:
     tied: bool = False
     # A template child (name ``*``) of a ModuleList stands for this many layers.
     repeat: int = 1
+    # A built module that is an nn.Linear (a subclass too: peft's all-linear takes it).
+    linear: bool = False
 
     def as_json(self) -> list:
-        """Compact JSON: [name, cls, params, children, container, tied, repeat]."""
+        """Compact JSON: [name, cls, params, children, container, tied, repeat, linear]."""
         return [self.name, self.cls, [list(s) for s in self.params],
-                [c.as_json() for c in self.children], self.container, self.tied, self.repeat]
+                [c.as_json() for c in self.children], self.container, self.tied, self.repeat,
+                self.linear]
 
     @staticmethod
     def from_json(data: list) -> Node:
-        name, cls, params, children, container, tied, repeat = data
+        # A run directory recorded before `linear` holds seven fields.
+        name, cls, params, children, container, tied, repeat, *linear = data
         return Node(name, cls, tuple(tuple(s) for s in params),
-                    tuple(Node.from_json(c) for c in children), container, tied, repeat)
+                    tuple(Node.from_json(c) for c in children), container, tied, repeat,
+                    bool(linear and linear[0]))

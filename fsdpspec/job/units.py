@@ -52,9 +52,9 @@ class Wrap:
     # `fsdp.activation_checkpointing` and `fsdp.ac_every` (whose default is the spec's).
     ac_mode: str
     ac_every: int
-    # FSDP1: nothing inside a checkpointed layer becomes a unit (FSDP1 cannot map
+    # Nothing inside a checkpointed layer becomes a unit: under FSDP1 (it cannot map
     # optimizer state to names through a checkpoint wrapper with units inside it, so
-    # such a run could never resume).
+    # such a run could never resume), and under op-level checkpointing (`job.wrap_of`).
     whole_checkpointed: bool = False
 
 

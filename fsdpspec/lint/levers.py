@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
-from fsdpspec.plan.levers import int8_states_apply, loss_chunks_apply
+from fsdpspec.plan.levers import int8_states_apply, loss_chunks_apply, peft_wraps_head
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
 
 
@@ -36,13 +36,15 @@ def activation_offload_on_cpu(ctx: LintContext) -> Iterator[Diagnostic]:
 
 
 @rule("FS231", "chunked-loss-needs-transformers-head", Severity.ERROR,
-      "train.loss_chunks with a factory model or FSDP1",
+      "train.loss_chunks with a factory model, FSDP1, or peft on lm_head",
       "set train.loss_chunks: 1, or use a preset / hf_config model under fsdp.version 2")
 def chunked_loss_needs_transformers_head(ctx: LintContext) -> Iterator[Diagnostic]:
     """The chunked loss runs the model up to its final norm and applies the output
     projection (`get_output_embeddings()`, transformers' soft-capping included) chunk by
     chunk. A factory model returns bare logits and has no such projection to take over;
-    under FSDP1 the projection's flat parameter is not handled by the engine's chunks.
+    under FSDP1 the projection's flat parameter is not handled by the engine's chunks;
+    a LoRA on lm_head, or lm_head in `peft.modules_to_save`, replaces the projection with
+    peft's wrapper, whose additions the chunks would skip.
 
     FAIL:
 
@@ -62,6 +64,10 @@ def chunked_loss_needs_transformers_head(ctx: LintContext) -> Iterator[Diagnosti
                          "projection; a factory model returns its logits", "/train/loss_chunks")
     elif spec.fsdp.version == 1:
         yield diagnostic("FS231", "train.loss_chunks runs under fsdp.version 2 only",
+                         "/train/loss_chunks")
+    elif peft_wraps_head(spec):
+        yield diagnostic("FS231", "train.loss_chunks applies lm_head's weight chunk by "
+                         "chunk; peft replaces lm_head here (an adapter or a trained copy)",
                          "/train/loss_chunks")
 
 

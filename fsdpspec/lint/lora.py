@@ -70,8 +70,12 @@ def _model_name(ctx: LintContext) -> str:
 
 
 def _expert_names(ctx: LintContext) -> tuple[str, ...]:
-    found = _family(ctx)
-    return found.moe.peft_expert_names if found and found.moe else ()
+    """The target names peft maps onto the experts: the family's, or what the model
+    built on the meta device answered."""
+    found, g = _family(ctx), ctx.geometry()
+    if found:
+        return found.moe.peft_expert_names if found.moe else ()
+    return g.peft_expert_names if g else ()
 
 
 @rule("FS146", "lora-experts", Severity.ERROR,
@@ -84,7 +88,9 @@ def lora_experts(ctx: LintContext) -> Iterator[Diagnostic]:
     ``up_proj``, ``down_proj`` and ``gate``, and ``all-linear`` takes them all. peft
     then trains a LoRA of every expert and the router weight (as `target_parameters`,
     with the fused gate/up pair at twice the rank), which fsdpspec neither plans nor
-    trains: refused by name rather than planned as something else.
+    trains: refused by name rather than planned as something else. A model without a
+    family (DeepSeek-V3, GLM-4-MoE, ...) is asked on the meta device: the names are
+    the ones peft's own table maps for its model_type.
 
     FAIL:
 
@@ -99,11 +105,10 @@ def lora_experts(ctx: LintContext) -> Iterator[Diagnostic]:
     peft, experts = ctx.spec.peft, _expert_names(ctx)
     if peft is None or not experts:
         return
-    found = _family(ctx)
     for index, name in enumerate(peft.target_modules):
         if name in experts or name == ALL_LINEAR:
             yield diagnostic("FS146", f"peft.target_modules {name!r}: peft adapts the experts "
-                             f"and router of {found.prefix} models (their stacked tensors), "
+                             f"and router of {_model_name(ctx)} (their stacked tensors), "
                              "which fsdpspec does not plan or train",
                              f"/peft/target_modules/{index}")
 

@@ -20,7 +20,13 @@ from typing import Any
 from fsdpspec.catalog.families import family
 from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job
-from fsdpspec.job.lora import NF4_BLOCK, NF4_SCALER_BLOCK, Adapters, quantised_projections
+from fsdpspec.job.lora import (
+    NF4_BLOCK,
+    NF4_SCALER_BLOCK,
+    Adapters,
+    adapted_linears,
+    quantised_projections,
+)
 from fsdpspec.job.units import Unit
 from fsdpspec.plan import activations as act
 from fsdpspec.plan.units import Sharding
@@ -37,14 +43,14 @@ def adapter_sharding(job: Job, sh: Sharding) -> Sharding:
     """The adapters' tensors in the units the base model is split into: each layer's
     with its layer (transformer and size policies: the engine's size units are the
     layers' modules or larger), everything in the root under the `none` policy."""
-    a, g = job.adapters, job.geometry
+    a = job.adapters
     assert a is not None
     layer = tuple((s, 1) for s in a.layer_shapes())
     root = tuple((s, 1) for s in a.root_shapes())
     if not sh.units:
-        everything = tuple((s, n * g.num_layers) for s, n in layer) + root
+        everything = tuple((s, n * a.layers) for s, n in layer) + root
         return Sharding((), Unit("root", everything), sh.shard_size, sh.fsdp_version)
-    return Sharding((Unit("layer", layer, g.num_layers),), Unit("root", root), sh.shard_size,
+    return Sharding((Unit("layer", layer, a.layers),), Unit("root", root), sh.shard_size,
                     sh.fsdp_version)
 
 
@@ -82,9 +88,9 @@ def frozen_base_bytes(job: Job, sh: Sharding) -> int:
 
 def trainable_numel(job: Job) -> int:
     """Elements of every trainable tensor (adapters and modules to save), unsharded."""
-    a, g = job.adapters, job.geometry
+    a = job.adapters
     assert a is not None
-    return (g.num_layers * sum(math.prod(s) for s in a.layer_shapes())
+    return (a.layers * sum(math.prod(s) for s in a.layer_shapes())
             + sum(math.prod(s) for s in a.root_shapes()))
 
 
@@ -205,8 +211,10 @@ def _renamed_path(g: Geometry, planned: str) -> str:
 def _unsaved_inputs(g: Geometry, b: int, t: int, a: Adapters) -> int:
     """Inputs a full fine-tune's projections save for their weight gradients that no one
     keeps once they are frozen: an input read by no adapted projection (with dropout,
-    the adapters keep their own dropped-out copies, so no input is kept for them)."""
+    the adapters keep their own dropped-out copies, so no input is kept for them) nor
+    by a projection trained in full (modules_to_save: its weight gradient reads it)."""
     adapted = {name for name, _ in a.linears} if not a.dropout else set()
+    adapted |= {name for name, _ in adapted_linears(g, a.matched, saved=True)}
     groups = (({"q_proj", "k_proj", "v_proj", "qkv_proj"}, g.hidden_size),
               ({"gate_proj", "up_proj", "gate_up_proj"}, g.hidden_size),
               ({"down_proj"}, g.intermediate_size))

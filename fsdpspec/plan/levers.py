@@ -26,9 +26,16 @@ INT8_MIN_NUMEL = 4096
 
 
 def loss_chunks_apply(spec: JobSpec) -> bool:
-    """The chunked loss takes over a transformers model's output projection, under FSDP2
-    (lint rule FS231)."""
-    return not spec.model.factory and spec.fsdp.version == 2
+    """The chunked loss takes over a transformers model's output projection, under FSDP2,
+    when peft leaves it a plain Linear (lint rule FS231)."""
+    return not spec.model.factory and spec.fsdp.version == 2 and not peft_wraps_head(spec)
+
+
+def peft_wraps_head(spec: JobSpec) -> bool:
+    """peft replaces lm_head (an adapter on it, or a trained copy): the chunked loss,
+    which applies the head's own weight chunk by chunk, would skip what peft adds."""
+    names = [*spec.peft.target_modules, *spec.peft.modules_to_save] if spec.peft else []
+    return any(n == "lm_head" or n.endswith(".lm_head") for n in names)
 
 
 def int8_states_apply(spec: JobSpec) -> bool:

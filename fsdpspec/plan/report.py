@@ -21,7 +21,7 @@ def _peft_json(plan: Plan) -> dict[str, Any] | None:
         return None
     return {"method": a.method, "r": a.r, "adapted_per_layer": [n for n, _ in a.linears],
             "trainable_parameters": trainable_numel(plan.job),
-            "modules_saved": a.saved_modules(plan.geometry.num_layers),
+            "modules_saved": a.saved_modules(),
             "frozen_base_bytes_per_parameter": base_bytes_per_element(plan.job)}
 
 
@@ -228,7 +228,7 @@ def _adapter_lines(plan: Plan) -> list[str]:
     stored = f"{base_bytes_per_element(plan.job)} bytes per parameter"
     if a.method == "qlora":
         stored = f"4 bits + block scales per projection weight, {stored} elsewhere"
-    saved = a.saved_modules(plan.geometry.num_layers)
+    saved = a.saved_modules()
     copies = f" and {saved} module(s) trained in full (modules_to_save)" if saved else ""
     line = (f"{a.method} r={a.r} on {len(a.linears)} projection(s) per layer{copies}: "
             f"{trainable / 1e6:,.1f}M trainable ({100 * trainable / plan.parameters:.2f}%), "

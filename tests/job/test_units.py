@@ -112,3 +112,18 @@ def test_the_engine_shards_exactly_the_jobs_units(preset: str, fake_group) -> No
         sharded = [name.replace("._checkpoint_wrapped_module", "")
                    for name, m in model.named_modules() if isinstance(m, FSDPModule) and name]
         assert sorted(sharded) == sorted(job.units.names()), (preset, fsdp)
+
+
+def test_op_level_checkpointing_keeps_checkpointed_layers_whole() -> None:
+    """Soundness sample 152 (seed 0: tiny-qwen2, size policy of 0, op-level checkpointing)
+    stopped in backward: op-level checkpointing replays a layer's ops by count, and an
+    FSDP unit inside the layer all-gathers again in the recomputation. No unit goes
+    inside a checkpointed layer; with full checkpointing they still do."""
+    def inside(mode: str) -> list[str]:
+        units = resolve(_spec("tiny-qwen2", activation_checkpointing=mode,
+                              auto_wrap_policy="size", min_num_params=0), BASE).units
+        layers = list(units.layer_names())
+        return [n for n in units.names() if any(n.startswith(f"{layer}.") for layer in layers)]
+
+    assert inside("op") == []
+    assert inside("full")

@@ -24,8 +24,8 @@ peft = pytest.importorskip("peft")
 
 
 def _config(model_type: str) -> dict[str, Any]:
-    if model_type == "gpt2":
-        return GPT2
+    if model_type in BUILT:
+        return BUILT[model_type]
     tiny = [p for p in FAMILIES[model_type].presets if p.startswith("tiny-")]
     if tiny:
         return preset_config(tiny[0])
@@ -77,7 +77,36 @@ GPT2_CHOICES = {"all-linear": {"target_modules": ["all-linear"]},
                 "paths": {"target_modules": ["attn.c_attn", "mlp.c_proj"]},
                 "save-ln": {"target_modules": ["c_attn"], "modules_to_save": ["ln_2", "ln_f"]}}
 
-CASES = [(m, c) for m in FAMILIES for c in _choices(m)] + [("gpt2", c) for c in GPT2_CHOICES]
+# Built models whose layers differ: Gemma 3's vision tower (SigLIP layers beside the
+# decoder layers; its pooling head's out_proj a Linear subclass), DeepSeek-V3's dense
+# first layer before its Mixture of Experts, whose experts peft adapts (FS146).
+_TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 320, "head_dim": 16}
+GEMMA3 = {"model_type": "gemma3", "mm_tokens_per_image": 16,
+          "text_config": {"model_type": "gemma3_text", **_TEXT},
+          "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32,
+                            "intermediate_size": 64, "num_hidden_layers": 2,
+                            "num_attention_heads": 2, "image_size": 32, "patch_size": 8}}
+DEEPSEEK_V3 = {"model_type": "deepseek_v3", **_TEXT, "n_routed_experts": 4,
+               "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+               "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "kv_lora_rank": 16,
+               "q_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+               "v_head_dim": 16}
+BUILT = {"gpt2": GPT2, "gemma3": GEMMA3, "deepseek_v3": DEEPSEEK_V3}
+BUILT_CHOICES = {
+    "gpt2": GPT2_CHOICES,
+    "gemma3": {"attn": {"target_modules": ["q_proj", "v_proj"]},
+               "mlp": {"target_modules": ["gate_proj", "up_proj", "down_proj"]},
+               "all-linear": {"target_modules": ["all-linear"]},
+               "save-norm": {"target_modules": ["o_proj"], "modules_to_save": ["norm"]}},
+    "deepseek_v3": {"o_proj": {"target_modules": ["o_proj"]},
+                    "mlp": {"target_modules": ["gate_proj", "up_proj", "down_proj"]},
+                    "all-linear": {"target_modules": ["all-linear"]}},
+}
+REFUSED |= {("deepseek_v3", "mlp"): ["FS146"], ("deepseek_v3", "all-linear"): ["FS146"]}
+
+CASES = [(m, c) for m in FAMILIES for c in _choices(m)] + [
+    (m, c) for m, choices in BUILT_CHOICES.items() for c in choices]
 
 
 def _peft_counts(config: dict[str, Any], targets: list[str], saves: list[str]) -> tuple[int, int]:
@@ -95,7 +124,7 @@ def _peft_counts(config: dict[str, Any], targets: list[str], saves: list[str]) -
 @pytest.mark.parametrize(("model_type", "choice"), CASES, ids=[f"{m}-{c}" for m, c in CASES])
 def test_plan_counts_what_peft_builds(model_type: str, choice: str) -> None:
     config = _config(model_type)
-    lora = (GPT2_CHOICES if model_type == "gpt2" else _choices(model_type))[choice]
+    lora = (BUILT_CHOICES[model_type] if model_type in BUILT else _choices(model_type))[choice]
     spec = JobSpec.model_validate({
         "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "t"},
         "model": {"preset": "tiny-llama", "attention": "eager"},
@@ -155,7 +184,10 @@ def test_plan_counts_peft_modules_to_save_on_llama3_8b(saves: list[str]) -> None
 
 def test_validate_takes_peft_names_and_refuses_by_name(tmp_path: Path) -> None:
     """Path targets and all-linear validate (peft accepts them); GPT-NeoX's embed_tokens
-    (its module is embed_in) and Qwen3-MoE's expert names are refused by name."""
+    (its module is embed_in) and Qwen3-MoE's and DeepSeek-V3's expert names are refused
+    by name."""
+    import json
+
     from conftest import run_cli
 
     specs = {
@@ -166,18 +198,47 @@ def test_validate_takes_peft_names_and_refuses_by_name(tmp_path: Path) -> None:
     }
     head = ("apiVersion: fsdpspec/v1\nkind: TrainingJob\nmetadata: {name: t}\n"
             "resources: {accelerator: H100-80GB}\n")
+    # A Mixture of Experts without a family: the model built on the meta device answers.
+    (tmp_path / "deepseek").mkdir()
+    (tmp_path / "deepseek" / "config.json").write_text(json.dumps(DEEPSEEK_V3))
+    specs["deepseek"] = "model: {hf_config: deepseek}\npeft: {target_modules: [o_proj, down_proj]}"
     for name, body in specs.items():
         (tmp_path / f"{name}.yaml").write_text(head + body + "\n")
     files = [f"{name}.yaml" for name in sorted(specs)]
-    result = run_cli("validate", "--format", "concise", *files, cwd=tmp_path)
+    result = run_cli("validate", "--format", "concise", *files, cwd=tmp_path, timeout=300,
+                     env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert result.returncode == 1
     lines = [line for line in result.stdout.splitlines() if ": FS14" in line]
     assert lines == [
+        "deepseek.yaml:6:33: FS146 error peft.target_modules 'down_proj': peft adapts the "
+        "experts and router of model_type 'deepseek_v3' (their stacked tensors), which "
+        "fsdpspec does not plan or train",
         "moe.yaml:6:33: FS146 error peft.target_modules 'down_proj': peft adapts the experts and "
         "router of Qwen3Moe models (their stacked tensors), which fsdpspec does not plan or "
         "train",
         "neox.yaml:6:26: FS144 error peft.modules_to_save 'embed_tokens' matches no module of "
         "GPTNeoX models (it calls it embed_in)"], result.stdout
+
+
+def test_plan_counts_the_vision_tower_peft_adapts(tmp_path: Path) -> None:
+    """A multimodal config.json (Gemma 3: SigLIP vision layers beside the decoder
+    layers): peft adapts q_proj and v_proj in both, and the plan counts both."""
+    import json
+
+    from conftest import run_cli
+
+    (tmp_path / "gemma3").mkdir()
+    (tmp_path / "gemma3" / "config.json").write_text(json.dumps(GEMMA3))
+    (tmp_path / "job.yaml").write_text(
+        "apiVersion: fsdpspec/v1\nkind: TrainingJob\nmetadata: {name: t}\n"
+        "resources: {accelerator: H100-80GB}\nmodel: {hf_config: gemma3}\n"
+        "data: {seq_len: 64, global_batch_size: 8}\n"
+        "peft: {r: 4, target_modules: [q_proj, v_proj]}\n")
+    result = run_cli("plan", "job.yaml", "--format", "json", cwd=tmp_path, timeout=300,
+                     env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stdout + result.stderr
+    planned = json.loads(result.stdout)["peft"]["trainable_parameters"]
+    assert planned == _peft_counts(GEMMA3, ["q_proj", "v_proj"], [])[0] == 2816
 
 
 def test_an_imported_config_with_path_targets_validates(tmp_path: Path) -> None:
