@@ -71,6 +71,7 @@ def test_attention_only_targets_and_dropout() -> None:
     assert dropped.device.peak_allocated > plain  # dropped-out inputs and masks
 
 
+@pytest.mark.slow
 def test_trace_agrees_with_the_lora_plan(tmp_path: Path) -> None:
     # modules_to_save [norm]: peft trains every norm (5 here) in full, which keeps their
     # normalised values for the weights' gradients.
