@@ -49,6 +49,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item, names in shared.items():
         if names:
             item.add_marker(pytest.mark.xdist_group(root(names[0])))
+    # xdist hands out the groups first (most tests first), then single tests in this
+    # order: the slow ones go first so that the last minute is short tests on every
+    # worker, not one long test on one while the other core idles. Only ungrouped tests
+    # move (none shares a fixture wider than a test), so no shared fixture is rebuilt.
+    items[:] = sorted(items, key=lambda item: not (
+        not shared[item] and item.get_closest_marker("slow") is not None))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -71,6 +71,7 @@ def test_attention_only_targets_and_dropout() -> None:
     assert dropped.device.peak_allocated > plain  # dropped-out inputs and masks
 
 
+@pytest.mark.slow
 def test_trace_agrees_with_the_lora_plan(tmp_path: Path) -> None:
     # modules_to_save [norm, down_proj]: peft trains every norm (5 here) and every
     # layer's down_proj in full, which keeps the norms' normalised values and down_proj's

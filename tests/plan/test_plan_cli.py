@@ -106,6 +106,7 @@ def test_405b_on_128_gpus_plans_without_torch() -> None:
     assert out[-2:] == ["False", "False"]
 
 
+@pytest.mark.slow
 def test_trace_compares_the_fake_tensor_run_with_the_plan(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     path = tmp_path / "tiny.yaml"

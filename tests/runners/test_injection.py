@@ -97,6 +97,7 @@ def test_dry_run(hostile, tmp_path: Path) -> None:
     assert_no_markers(tmp_path)
 
 
+@pytest.mark.slow
 def test_run_on_cpu(hostile, tmp_path: Path) -> None:
     path, spec = hostile
     cwd = tmp_path / "cwd"
