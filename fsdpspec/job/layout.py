@@ -90,7 +90,8 @@ def layout(spec: JobSpec, world_size: int | None = None) -> Layout:
     fsdp = spec.fsdp
     dims = parallel_dims(world_size=world_size or spec.world_size,
                          strategy=fsdp.sharding_strategy, shard_group_size=fsdp.shard_group_size,
-                         gpus_per_node=spec.resources.gpus_per_node, fsdp_version=fsdp.version)
+                         gpus_per_node=spec.resources.gpus_per_node, fsdp_version=fsdp.version,
+                         tp=spec.parallelism.tensor_parallel, cp=spec.parallelism.context_parallel)
     batch = batch_of(spec, dims.dp_size)
     return Layout(
         dims=dims,

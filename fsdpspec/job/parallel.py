@@ -109,9 +109,15 @@ class ParallelDims:
         """The one check that the degrees lay out the ranks: the lint rules (FS103,
         FS104) and the engine's mesh call it. Raises ParallelDimsError."""
         world, group = self.world_size, self.requested_shard
-        if self.written_strategy in HYBRID_STRATEGIES and world % group:
-            raise ParallelDimsError(f"shard group of {group} ranks does not divide the world "
-                                    f"size {world}", "/fsdp/shard_group_size")
+        if world % (self.tp * self.cp):
+            raise ParallelDimsError(f"tensor_parallel {self.tp} × context_parallel {self.cp} "
+                                    f"does not divide the world size {world}", "/parallelism")
+        dp_world = world // (self.tp * self.cp)
+        if self.written_strategy in HYBRID_STRATEGIES and dp_world % group:
+            ranks = (f"the world size {world}" if dp_world == world
+                     else f"the {dp_world} data-parallel ranks")
+            raise ParallelDimsError(f"shard group of {group} ranks does not divide {ranks}",
+                                    "/fsdp/shard_group_size")
         product = self.dp_replicate * self.dp_shard * self.cp * self.tp * self.pp
         if product != world:
             degrees = " × ".join(f"{d} {getattr(self, d)}" for d in MESH_ORDER)
@@ -127,20 +133,24 @@ class ParallelDims:
 
 
 def parallel_dims(*, world_size: int, strategy: str, shard_group_size: int | None,
-                  gpus_per_node: int, fsdp_version: int) -> ParallelDims:
-    """The degrees of `fsdp.sharding_strategy` and `fsdp.shard_group_size` on
-    ``world_size`` ranks: FULL_SHARD and SHARD_GRAD_OP shard over every rank; the hybrid
-    ones within groups of the written size (else one node) and replicate across them;
-    NO_SHARD replicates over every rank."""
-    requested = shard_group_size or gpus_per_node
+                  gpus_per_node: int, fsdp_version: int, tp: int = 1,
+                  cp: int = 1) -> ParallelDims:
+    """The degrees of `fsdp.sharding_strategy`, `fsdp.shard_group_size` and
+    `parallelism` on ``world_size`` ranks. The data-parallel ranks are the world ÷
+    (tp × cp): FULL_SHARD and SHARD_GRAD_OP shard over all of them; the hybrid ones
+    within groups of the written size (else the data-parallel ranks of one node) and
+    replicate across them; NO_SHARD replicates over all of them."""
+    dp_world = max(1, world_size // (tp * cp))
+    requested = shard_group_size or max(1, gpus_per_node // (tp * cp))
     if strategy == "NO_SHARD":
         shard = 1
     elif strategy in HYBRID_STRATEGIES:
-        shard = min(world_size, requested)
+        shard = min(dp_world, requested)
     else:
-        shard = world_size
+        shard = dp_world
     runs = strategy
     if fsdp_version == 1 and strategy in HYBRID_STRATEGIES and shard == 1:
         runs = "NO_SHARD"
-    return ParallelDims(world_size=world_size, dp_replicate=world_size // shard, dp_shard=shard,
-                        written_strategy=strategy, strategy=runs, requested_shard=requested)
+    return ParallelDims(world_size=world_size, dp_replicate=max(1, dp_world // shard),
+                        dp_shard=shard, written_strategy=strategy, strategy=runs,
+                        requested_shard=requested, cp=cp, tp=tp)

@@ -244,6 +244,17 @@ class Fsdp(_Section):
     either way."""
 
 
+class Parallelism(_Section):
+    tensor_parallel: PositiveInt = 1
+    """Tensor-parallel degree: ranks each layer's weight matrices are split over
+    (torchtitan's `tensor_parallel_degree`). The data-parallel strategy in `fsdp` runs
+    over the remaining ranks, world size ÷ (tensor_parallel × context_parallel)."""
+    context_parallel: PositiveInt = 1
+    """Context-parallel degree (GPUs only): ranks each sequence is split over, with ring
+    attention (torchtitan's `context_parallel_degree`). FSDP shards over the
+    data-parallel × context-parallel ranks."""
+
+
 class EvalData(_Section):
     path: str | None = Field(default=None, min_length=1)
     """A separate evaluation set: local file or directory, or a Hub dataset id (as
@@ -579,6 +590,8 @@ class JobSpec(_Section):
     """Which model: exactly one of preset, hf_config, factory."""
     fsdp: Fsdp = Fsdp()
     """Sharding, wrapping, precision, offload and checkpointing of activations."""
+    parallelism: Parallelism = Parallelism()
+    """Tensor and context parallelism beside FSDP's data parallelism."""
     data: Data = Data()
     """Training data and batch sizes."""
     optimizer: Optimizer = Optimizer()
