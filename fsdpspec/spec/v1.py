@@ -417,6 +417,21 @@ class Peft(_Section):
     beside final/adapter/."""
 
 
+class Float8(_Section):
+    """float8 training of the linear layers (torchao's `convert_to_float8_training`):
+    each converted matmul casts its inputs to float8 with dynamic scales and runs at the
+    accelerator's FP8 rate; weights, gradients and optimizer state stay in high precision."""
+
+    recipe: Literal["tensorwise", "rowwise"] = "tensorwise"
+    """Scaling granularity: one scale per tensor (tensorwise, torchao's default) or one per
+    row (rowwise: more accurate, slower)."""
+    exclude: list[Annotated[str, Field(min_length=1)]] = ["lm_head"]
+    """Linear layers left in high precision, matched as peft matches names (the end of a
+    module's path); torchtitan leaves the output projection."""
+    fsdp_all_gather: bool = True
+    """tensorwise: FSDP2 all-gathers the weights in float8 (half of bf16's traffic)."""
+
+
 class Checkpoint(_Section):
     dir: str = Field(default="runs/{name}", min_length=1)
     """Run directory; {name} is replaced by metadata.name. Relative to the working dir."""
@@ -600,6 +615,8 @@ class JobSpec(_Section):
     """Steps, seed, compile and fault policy."""
     peft: Peft | None = None
     """A LoRA or QLoRA fine-tune of the model (null = every parameter is trained)."""
+    float8: Float8 | None = None
+    """float8 training of the linear layers (null = the compute dtype of `fsdp`)."""
     checkpoint: Checkpoint = Checkpoint()
     """Run directory, checkpoints, resume and final export."""
     logging: Logging = Logging()
