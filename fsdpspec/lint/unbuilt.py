@@ -1,0 +1,65 @@
+"""Fields the spec can say before the engine, plan and rules behind them have landed:
+refused by name, never accepted and ignored. Each rule goes when its feature lands."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from fsdpspec.lint.registry import LintContext, diagnostic, rule
+from fsdpspec.spec.diagnostics import Diagnostic, Severity
+
+
+@rule("FS169", "tensor-parallel-unbuilt", Severity.ERROR,
+      "tensor parallelism is not in this release",
+      "set parallelism.tensor_parallel: 1 and shard with fsdp alone")
+def tensor_parallel_unbuilt(ctx: LintContext) -> Iterator[Diagnostic]:
+    """The engine of this release shards with FSDP alone.
+
+    FAIL:
+
+        parallelism: {tensor_parallel: 2}
+
+    PASS:
+
+        parallelism: {tensor_parallel: 1}
+    """
+    if ctx.spec.parallelism.tensor_parallel > 1:
+        yield diagnostic("FS169", "tensor_parallel > 1 is not in this release",
+                         "/parallelism/tensor_parallel")
+
+
+@rule("FS189", "context-parallel-unbuilt", Severity.ERROR,
+      "context parallelism is not in this release",
+      "set parallelism.context_parallel: 1")
+def context_parallel_unbuilt(ctx: LintContext) -> Iterator[Diagnostic]:
+    """The engine of this release does not split sequences over ranks.
+
+    FAIL:
+
+        parallelism: {context_parallel: 2}
+
+    PASS:
+
+        parallelism: {context_parallel: 1}
+    """
+    if ctx.spec.parallelism.context_parallel > 1:
+        yield diagnostic("FS189", "context_parallel > 1 is not in this release",
+                         "/parallelism/context_parallel")
+
+
+@rule("FS319", "float8-unbuilt", Severity.ERROR,
+      "float8 training is not in this release",
+      "remove the float8 section")
+def float8_unbuilt(ctx: LintContext) -> Iterator[Diagnostic]:
+    """The engine of this release trains in the compute dtype of `fsdp`.
+
+    FAIL:
+
+        float8: {recipe: tensorwise}
+
+    PASS:
+
+        float8: null
+    """
+    if ctx.spec.float8 is not None:
+        yield diagnostic("FS319", "float8 training is not in this release", "/float8")
