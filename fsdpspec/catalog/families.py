@@ -65,6 +65,46 @@ class Moe:
     peft_expert_names: tuple[str, ...] = ()
 
 
+# How tensor parallelism splits a module (torchtitan's `parallelize_llama`, by the
+# transformers module names of `Family.tensor_parallel_plan`):
+TP_STYLES = {
+    "colwise": "weight split by output features (q/k/v heads, gate/up width); output "
+               "stays split",
+    "rowwise": "weight split by input features (o, down); output reduce-scattered over "
+               "the sequence",
+    "sequence_parallel": "norm run on each rank's shard of the sequence; weight replicated",
+    "head_norm": "per-head q/k norm run on each rank's heads; weight replicated",
+    "gather_input": "input all-gathered from the sequence shards (attention, MLP)",
+    "vocab_embedding": "embedding split by vocabulary; output reduce-scattered over the "
+                       "sequence",
+    "loss_parallel": "output projection split by vocabulary; the cross entropy runs on "
+                     "the split logits",
+}
+# Sizes the degree must divide, by `Geometry` attribute: colwise splits the heads, the
+# key/value heads and the MLP width, the embedding and output split the vocabulary.
+TP_DIVIDES = {"num_heads": "attention heads", "num_kv_heads": "key/value heads",
+              "intermediate_size": "intermediate_size", "vocab_size": "vocab_size"}
+
+
+@dataclass(frozen=True)
+class TensorParallelPlan:
+    """How the engine splits one family over the tensor-parallel ranks: a `TP_STYLES`
+    name by module path of the built ``ForCausalLM`` (``*``: every layer index), or why
+    it cannot split the family at all (``refused``; then ``styles`` is empty).
+
+    Tied embeddings: the vocabulary-parallel embedding and the loss-parallel output both
+    split the shared [vocab, hidden] weight by rows, so they stay one tensor."""
+
+    styles: dict[str, str]
+    refused: str | None = None
+
+    def style_of(self, path: str) -> str | None:
+        """The style of module ``path`` (a layer's index matches ``*``)."""
+        parts = path.split(".")
+        key = ".".join("*" if p.isdigit() else p for p in parts)
+        return self.styles.get(key)
+
+
 @dataclass(frozen=True)
 class Family:
     """What one transformers ``model_type`` builds."""
@@ -120,6 +160,9 @@ class Family:
     aliases: dict[str, str] = field(default_factory=dict)
     # Built-in presets of this family, the first being the one an import picks.
     presets: tuple[str, ...] = ()
+    # Why tensor parallelism cannot split the family's layers, where the registry's
+    # other facts do not say it (`tensor_parallel_plan`).
+    tp_refused: str | None = None
 
     @property
     def auto_attention(self) -> str:
@@ -147,6 +190,39 @@ class Family:
         """Modules a LoRA adapts by default (`peft.target_modules` left empty): every
         attention and MLP projection, by transformers' names."""
         return tuple(self.projection_name(p) for p in self.projections)
+
+    def module_path(self, planned: str) -> str:
+        """transformers' path of a module the planner names Llama-style (model.norm →
+        gpt_neox.final_layer_norm)."""
+        return self.module_names.get(planned, planned)
+
+    @property
+    def tensor_parallel_plan(self) -> TensorParallelPlan:
+        """How tensor parallelism splits this family (`TensorParallelPlan`)."""
+        refused = self.tp_refused
+        if self.moe:
+            refused = ("its experts are stacked tensors, not Linear layers a column or row "
+                       "split applies to (expert parallelism is not built)")
+        elif self.qk_norm == "width":
+            refused = ("its q/k norms normalise over every head at once: a rank holding "
+                       "some of the heads cannot compute them")
+        if refused:
+            return TensorParallelPlan({}, refused)
+        layer = f"{self.module_path('model')}.layers.*"
+        attention, mlp = self.module_path("self_attn"), "mlp"
+        styles = {f"{layer}.{attention}": "gather_input", f"{layer}.{mlp}": "gather_input"}
+        for planned in self.projections:
+            parent = mlp if planned in _MLP_PROJECTIONS else attention
+            rowwise = planned in ("o_proj", "down_proj")
+            styles[f"{layer}.{parent}.{self.projection_name(planned)}"] = (
+                "rowwise" if rowwise else "colwise")
+        if self.qk_norm == "head":
+            styles.update({f"{layer}.{attention}.{n}": "head_norm" for n in ("q_norm", "k_norm")})
+        styles.update({f"{layer}.{n}": "sequence_parallel" for n in NORMS[self.norm_placement]})
+        styles[self.module_path("model.embed_tokens")] = "vocab_embedding"
+        styles[self.module_path("model.norm")] = "sequence_parallel"
+        styles["lm_head"] = "loss_parallel"
+        return TensorParallelPlan(styles)
 
     @property
     def layer_class(self) -> str:
@@ -293,12 +369,16 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "tie_word_embeddings": False},
         mlp="gated_fused", fused_qkv=True, window="always", head_major_query=True,
         presets=("phi3-mini",), modules_first=("o_proj",),
-        hidden_dropout=("resid_pdrop", None)),
+        hidden_dropout=("resid_pdrop", None),
+        tp_refused=("its fused qkv_proj and gate_up_proj hold q, k, v (gate, up) one after "
+                    "the other: a column split would hand one rank the queries, another "
+                    "the values")),
 )}
 
 # A factory model described by `model.geometry`: counted as a Llama-style decoder. It has
 # no transformers classes, so it is not in FAMILIES (nothing to infer a wrap unit from).
 CUSTOM = Family("custom", "", {"tie_word_embeddings": False, "attention_bias": False},
+                tp_refused="a factory model's modules have no transformers names to split by",
                 **_LLAMA_BIAS)
 
 

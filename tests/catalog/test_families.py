@@ -93,3 +93,26 @@ def test_dense_layers_between_expert_layers_are_left_to_introspection() -> None:
     introspected = model_geometry(config)
     assert introspected.introspected
     assert introspected.total_params == sum(p.numel() for p in meta_model(config).parameters())
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+def test_tensor_parallel_plan_names_modules_the_family_builds(model_type: str) -> None:
+    # Every path the plan splits is a module of the built model, and its column and row
+    # splits are the ones transformers' own `base_model_tp_plan` gives those modules.
+    fam, config = FAMILIES[model_type], {"model_type": model_type, "hidden_size": 64,
+                                         "num_hidden_layers": 2, "num_attention_heads": 4,
+                                         "num_key_value_heads": 2, "vocab_size": 320}
+    plan = fam.tensor_parallel_plan
+    if plan.refused:
+        assert not plan.styles
+        return
+    built = meta_model(config)
+    names = dict(built.named_modules())
+    for path in plan.styles:
+        assert path.replace("*", "1") in names, path
+    theirs = {f"{built.base_model_prefix}.{k}": v
+              for k, v in (built.config.base_model_tp_plan or {}).items()}
+    for path, style in plan.styles.items():
+        if theirs.get(path) in ("colwise", "rowwise"):
+            assert style == theirs[path], path
+    assert plan.style_of("lm_head") == "loss_parallel"
