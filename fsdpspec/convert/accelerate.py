@@ -2,10 +2,12 @@
 `fsdpspec export accelerate`.
 
 Both directions read the one vocabulary table, fsdpspec/convert/accelerate_vocab.py.
-Import reads the config's keys (fsdpspec/convert/fsdpkeys.py), maps a pure
-data-parallel `parallelism_config` to hybrid sharding and refuses the parallelisms the
-spec cannot say; the importer core writes the commented spec. Export writes the keys
-accelerate understands for the job's FSDP version, and names what it could not say.
+Import reads the config's keys (fsdpspec/convert/fsdpkeys.py), maps
+`parallelism_config` to hybrid sharding and the tensor- and context-parallel degrees,
+`mixed_precision: fp8` with torchao to the float8 section (fsdpspec/convert/float8.py),
+and refuses by name what the spec cannot say; the importer core writes the commented
+spec. Export writes the keys accelerate understands for the job's FSDP version, and
+names what it could not say.
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ from typing import Any
 
 from fsdpspec.convert import accelerate_vocab as vocab
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note, origin
-from fsdpspec.convert.fsdpkeys import FsdpReading, apply_fsdp, read_keys, take_layers
+from fsdpspec.convert.float8 import ACCELERATE_EXCLUDE, Value, apply_float8, keeps_first_linear
+from fsdpspec.convert.fsdpkeys import (
+    FsdpReading,
+    NotCarried,
+    apply_fsdp,
+    boolean,
+    read_keys,
+    take_layers,
+)
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import Document, SourceError, read_yaml
 from fsdpspec.job.layout import layout
@@ -30,10 +40,11 @@ from fsdpspec.spec.v1 import JobSpec, MixedPrecision
 
 _FSDP_CONFIG = "fsdp_config"
 _PARALLELISM = "parallelism_config"
+_FP8 = "fp8_config"
+# parallelism_config sizes the spec says, and the field of each.
+_DEGREES = {"tp_size": "parallelism.tensor_parallel", "cp_size": "parallelism.context_parallel"}
 # parallelism_config sizes the spec cannot say yet, with the feature each one names.
 _REFUSED_SIZES = {
-    "tp_size": "tensor parallelism",
-    "cp_size": "context parallelism",
     "sp_size": "sequence parallelism",
     "pp_size": "pipeline parallelism",
     "ep_size": "expert parallelism",
@@ -45,6 +56,8 @@ def _entries(document: Document) -> dict[str, Entry]:
     top = document.data
     entries = {key: Entry(value, document.line(join("", key)), key)
                for key, value in top.items() if key not in (_FSDP_CONFIG, _PARALLELISM)}
+    if _fp8(document):
+        entries.pop("mixed_precision")  # float8 over bf16: _float8 reads it
     if str(top.get("dynamo_backend")).lower() == "no":
         entries.pop("dynamo_backend")  # no compile: nothing to carry
     fsdp = top.get(_FSDP_CONFIG)
@@ -60,8 +73,9 @@ def _entries(document: Document) -> dict[str, Entry]:
 
 
 def _parallelism(document: Document, reading: FsdpReading, draft: Draft) -> None:
-    """A pure data-parallel layout is hybrid sharding with dp_shard_size ranks per
-    group; any other parallelism is refused by name and size."""
+    """dp_replicate_size replicas of dp_shard_size-rank groups are hybrid sharding, over
+    the data-parallel ranks tp_size × cp_size leave; the other parallelisms are refused
+    by name and size."""
     section = document.data.get(_PARALLELISM)
     if section is None:
         return
@@ -72,7 +86,7 @@ def _parallelism(document: Document, reading: FsdpReading, draft: Draft) -> None
     for key, value in section.items():
         short = key.removeprefix("parallelism_config_")
         entry = Entry(value, document.line(join(f"/{_PARALLELISM}", key)), key)
-        if short in _REFUSED_SIZES or short in ("dp_replicate_size", "dp_shard_size"):
+        if short in (*_DEGREES, *_REFUSED_SIZES, "dp_replicate_size", "dp_shard_size"):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ImportRefused([Note(entry.line, f"FS052 {key} is not a size")])
             sizes[short] = entry
@@ -83,6 +97,9 @@ def _parallelism(document: Document, reading: FsdpReading, draft: Draft) -> None
             entry = sizes[short]
             draft.refuse(entry.line, f"{entry.written} {entry.value} ({feature}, "
                          f"{entry.value}-way)")
+    for short, field in _DEGREES.items():
+        if short in sizes and sizes[short].value > 1:
+            draft.carry(field, sizes[short].value, sizes[short])
     replicate = sizes.get("dp_replicate_size")
     if replicate is not None and replicate.value > 1:
         shard = sizes.get("dp_shard_size")
@@ -125,10 +142,69 @@ def _special(document: Document, draft: Draft) -> None:
     if kind is not None and kind != "FSDP":
         draft.notes.append(Note(document.line("/distributed_type"),
                                 f"distributed_type is {kind}, not FSDP: imported as an FSDP job"))
-    if str(top.get("mixed_precision")).lower() == "fp8":
-        draft.refuse(document.line("/mixed_precision"), "mixed_precision fp8 (float8 training)")
     if str(top.get("use_cpu")).lower() == "true":
         draft.put("resources.accelerator", "cpu", "use_cpu: true")
+
+
+def _fp8(document: Document) -> bool:
+    return str(document.data.get("mixed_precision")).lower() == "fp8"
+
+
+# fp8_config keys (accelerate launch prefixes `fp8_` where it is missing) that only its
+# Transformer Engine and MS-AMP backends read.
+_OTHER_BACKENDS = frozenset({"fp8_use_autocast_during_eval", "fp8_margin", "fp8_interval",
+                             "fp8_format", "fp8_amax_history_len", "fp8_amax_compute_algo",
+                             "fp8_override_linear_precision", "fp8_opt_level"})
+
+
+def _float8(document: Document, draft: Draft) -> None:
+    """`mixed_precision: fp8` with the torchao backend (`fp8_config.backend: AO`, which
+    accelerate also picks when none is named and torchao is installed) is the float8
+    section over bf16; Transformer Engine and MS-AMP are refused by name."""
+    if not _fp8(document):
+        return
+    enabled = Entry("fp8", document.line("/mixed_precision"), "mixed_precision fp8")
+    section = document.data.get(_FP8) or {}
+    if not isinstance(section, dict):
+        raise SourceError(f"{document.file}:{document.line('/' + _FP8)}: "
+                          "fp8_config is not a mapping")
+    keys = {(k if k.startswith("fp8_") else f"fp8_{k}"): Entry(
+        v, document.line(join(f"/{_FP8}", k)), f"{_FP8}.{k}") for k, v in section.items()}
+    backend = keys.pop("fp8_backend", None)
+    name = str(backend.value).upper() if backend is not None else "AO"
+    if name in ("TE", "MSAMP"):
+        feature = {"TE": "Transformer Engine", "MSAMP": "MS-AMP"}[name]
+        draft.refuse(backend.line, f"{backend.written} {backend.value} ({feature} float8; "
+                     "the spec trains float8 with torchao, backend AO)")
+        return
+    if name != "AO":
+        draft.refusals.append(Note(backend.line, f"FS052 {backend.written} "
+                                   f"{backend.value!r} is not AO, TE or MSAMP"))
+        return
+    draft.carry("fsdp.mixed_precision", "bf16", enabled,
+                ": accelerate runs FSDP in bf16 around the float8 matmuls")
+    gather = keys.pop("fp8_enable_fsdp_float8_all_gather", None)
+    try:
+        all_gather = Value(boolean(gather.value), gather) if gather is not None else \
+            Value(True, says="accelerate's default: enable_fsdp_float8_all_gather true")
+    except NotCarried as exc:
+        draft.refusals.append(Note(gather.line, f"FS052 {gather.written}: {exc}"))
+        return
+    recipe = (f"{origin(backend)}: torchao's default recipe" if backend is not None else
+              f"{origin(enabled)}: torchao's default recipe (accelerate picks torchao when "
+              "installed)")
+    apply_float8(draft, enabled=enabled, recipe=Value("tensorwise", says=recipe),
+                 exclude=ACCELERATE_EXCLUDE,
+                 all_gather=all_gather)
+    keeps_first_linear(draft, enabled)
+    for key, entry in keys.items():
+        if key in _OTHER_BACKENDS:
+            draft.note(entry, f"{entry.written}: read by accelerate's TE and MS-AMP backends "
+                       "only; not imported")
+        elif key == "fp8_pad_inner_dim" and str(entry.value).lower() != "false":
+            continue  # padded or skipped, a layer _scaled_mm cannot take stays high precision
+        elif entry.value is not None:
+            draft.note(entry, f"{entry.written}: no v1 field; not imported")
 
 
 def import_config(path: Path, *, name: str, assumed: Assumptions,
@@ -140,6 +216,7 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
         raise ImportRefused(reading.malformed)
     draft = Draft(notes=list(reading.notes))
     _special(document, draft)
+    _float8(document, draft)
     _topology(reading, draft)
     apply_fsdp(reading, draft)
     _parallelism(document, reading, draft)
@@ -199,19 +276,71 @@ def _fsdp1(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def _fsdp2(spec: JobSpec) -> tuple[dict[str, Any], dict[str, int], list[str]]:
-    """FSDP2 keys, and the parallelism_config a hybrid layout needs (accelerate builds
-    the 2-D mesh from dp_replicate_size × dp_shard_size, not from a strategy name)."""
+def _fsdp2(spec: JobSpec) -> tuple[dict[str, Any], list[str]]:
+    """FSDP2 keys (accelerate runs hybrid sharding from parallelism_config's sizes, not
+    from a strategy name)."""
     strategy = spec.fsdp.sharding_strategy
     keys = {"fsdp_reshard_after_forward": reshards_after_forward(strategy)}
-    if strategy in HYBRID_STRATEGIES:
-        dims = layout(spec).dims
-        return keys, {"parallelism_config_dp_replicate_size": dims.dp_replicate,
-                      "parallelism_config_dp_shard_size": dims.dp_shard}, []
     if strategy == "NO_SHARD":
-        return keys, {}, ["fsdp.sharding_strategy NO_SHARD has no accelerate FSDP2 "
-                          "equivalent; wrote fsdp_reshard_after_forward: true"]
-    return keys, {}, []
+        return keys, ["fsdp.sharding_strategy NO_SHARD has no accelerate FSDP2 "
+                      "equivalent; wrote fsdp_reshard_after_forward: true"]
+    return keys, []
+
+
+def _parallelism_config(spec: JobSpec) -> tuple[dict[str, int], list[str]]:
+    """The mesh sizes accelerate builds its device mesh from: the data-parallel degrees
+    of a hybrid layout, and the tensor- and context-parallel degrees with the
+    data-parallel sizes they leave. FSDP1 has none (accelerate refuses the block)."""
+    dims = layout(spec).dims
+    if not (dims.tp_enabled or dims.cp_enabled) and \
+            spec.fsdp.sharding_strategy not in HYBRID_STRATEGIES:
+        return {}, []
+    if spec.fsdp.version == 1:
+        return {}, [f"{_degrees(spec)}: accelerate's parallelism_config needs FSDP2 "
+                    "(fsdp.version: 2); not written"] if dims.tp_enabled or dims.cp_enabled \
+            else []
+    sizes = {"parallelism_config_dp_replicate_size": dims.dp_replicate,
+             "parallelism_config_dp_shard_size": dims.dp_shard}
+    notes = []
+    if dims.tp_enabled or dims.cp_enabled:
+        sizes.update(parallelism_config_tp_size=dims.tp, parallelism_config_cp_size=dims.cp)
+        if dims.dp_replicate > 1 and dims.dp_shard == 1:
+            notes.append(f"{_degrees(spec)} over replicas that shard nothing "
+                         f"(fsdp.sharding_strategy {spec.fsdp.sharding_strategy}): accelerate "
+                         "refuses tensor or context parallelism with pure data parallelism")
+    return sizes, notes
+
+
+def _degrees(spec: JobSpec) -> str:
+    p = spec.parallelism
+    return f"parallelism.tensor_parallel {p.tensor_parallel}, context_parallel " \
+        f"{p.context_parallel}"
+
+
+def _fp8_config(spec: JobSpec, fsdp_config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """accelerate's torchao float8 (`mixed_precision: fp8`, backend AO): its default
+    config is tensorwise, it picks the layers (all but the first and last linear
+    layer), and it stops on torchao with FSDP2 and cpu_ram_efficient_loading."""
+    float8 = spec.float8
+    assert float8 is not None
+    config: dict[str, Any] = {"backend": "AO"}
+    if float8.fsdp_all_gather is not None:
+        config["enable_fsdp_float8_all_gather"] = float8.fsdp_all_gather
+    notes = []
+    if float8.recipe != "tensorwise":
+        notes.append(f"float8.recipe {float8.recipe}: accelerate's config file runs torchao's "
+                     "default recipe, tensorwise; wrote that")
+    if float8.exclude != ["lm_head"]:
+        notes.append(f"float8.exclude {float8.exclude}: accelerate keeps the first and last "
+                     "linear layers in high precision; its config file cannot name others")
+    if spec.fsdp.mixed_precision.param_dtype != "bfloat16":
+        notes.append(f"fsdp.mixed_precision {spec.fsdp.mixed_precision.param_dtype}: accelerate "
+                     "runs FSDP in bf16 under fp8")
+    if spec.fsdp.version == 2 and fsdp_config.get("fsdp_cpu_ram_efficient_loading"):
+        fsdp_config["fsdp_cpu_ram_efficient_loading"] = False
+        notes.append("fsdp.cpu_ram_efficient_loading true: accelerate refuses it with torchao "
+                     "float8 under FSDP2; wrote false (every rank reads the weights)")
+    return config, notes
 
 
 def _lossy_fsdp(spec: JobSpec) -> list[str]:
@@ -233,14 +362,20 @@ def export_config(spec: JobSpec, layers: list[str]) -> tuple[dict[str, Any], lis
     ``layers`` are the wrapping classes (inferred from the model when the spec has none)."""
     fsdp_config = _fsdp_common(spec, layers)
     notes = _lossy_fsdp(spec)
-    parallelism: dict[str, int] = {}
     if spec.fsdp.version == 1:
         fsdp_config.update(_fsdp1(spec))
     else:
-        extra, parallelism, more = _fsdp2(spec)
+        extra, more = _fsdp2(spec)
         fsdp_config.update(extra)
         notes += more
-    precision, more = _precision(spec.fsdp.mixed_precision)
+    parallelism, more = _parallelism_config(spec)
+    notes += more
+    if spec.float8 is not None:
+        precision = "fp8"
+        fp8, more = _fp8_config(spec, fsdp_config)
+    else:
+        fp8 = {}
+        precision, more = _precision(spec.fsdp.mixed_precision)
     notes += more
     nodes = spec.resources.nodes
     config: dict[str, Any] = {
@@ -255,8 +390,10 @@ def export_config(spec: JobSpec, layers: list[str]) -> tuple[dict[str, Any], lis
         "same_network": True,
         "use_cpu": spec.resources.accelerator == "cpu",
     }
-    if spec.fsdp.version == 2 and parallelism:
+    if parallelism:
         config["parallelism_config"] = parallelism
+    if fp8:
+        config["fp8_config"] = fp8
     if nodes > 1 and spec.launch.rdzv_endpoint:
         host, port = spec.launch.rdzv_endpoint.rsplit(":", 1)
         config.update(main_process_ip=host, main_process_port=int(port))

@@ -4,9 +4,11 @@ axolotl hands its training keys to the HF Trainer (some under its own names, ren
 here for hftrain) and its FSDP settings to accelerate, in two generations: FSDP1 as
 `fsdp: [full_shard, auto_wrap]` with `fsdp_`-prefixed `fsdp_config` keys, FSDP2 as
 `fsdp_version: 2` with unprefixed keys. Its parallelism sizes follow accelerate's
-parallelism_config: a pure data-parallel layout is hybrid sharding, anything else (and
-float8, activation offloading) is refused by name. LoRA and QLoRA adapters are the
-`peft` section (`adapters`).
+parallelism_config: replicas of shard groups are hybrid sharding, the tensor- and
+context-parallel sizes are the `parallelism` degrees, and the others (and activation
+offloading) are refused by name. `fp8` is torchao's float8 through accelerate
+(fsdpspec/convert/float8.py). LoRA and QLoRA adapters are the `peft` section
+(`adapters`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 
 from fsdpspec.convert import adapters, hftrain
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
-from fsdpspec.convert.fsdpkeys import NotCarried, apply_fsdp, read_keys, take_layers
+from fsdpspec.convert.float8 import ACCELERATE_EXCLUDE, Value, apply_float8, keeps_first_linear
+from fsdpspec.convert.fsdpkeys import NotCarried, apply_fsdp, boolean, read_keys, take_layers
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import Document, named_file_exists, read_yaml
 from fsdpspec.convert.trainer import fsdp_entries, positioned_config
@@ -30,10 +33,12 @@ _RENAMED = {
     "optimizer": "optim",
     "torch_compile": "torch_compile",
 }
+# Sizes the spec says, and the field of each.
+_DEGREES = {"tensor_parallel_size": "parallelism.tensor_parallel",
+            "context_parallel_size": "parallelism.context_parallel"}
+_FP8_GATHER = "fp8_enable_fsdp_float8_all_gather"
 # Sizes of parallelisms the spec cannot say, with the feature each names.
 _REFUSED_SIZES = {
-    "tensor_parallel_size": "tensor parallelism",
-    "context_parallel_size": "context parallelism",
     "sequence_parallel_degree": "sequence parallelism",
     "expert_parallel_size": "expert parallelism",
     "pipeline_parallel_size": "pipeline parallelism",
@@ -41,7 +46,6 @@ _REFUSED_SIZES = {
 # Switches the spec cannot say, refused when on.
 _REFUSED_SWITCHES = {
     "activation_offloading": "activation offloading to the CPU",
-    "fp8": "float8 training",
     "load_in_8bit": "an 8-bit quantized base model",
     "load_in_4bit": "a 4-bit quantized base model",  # but under QLoRA (adapters)
     "gptq": "a GPTQ-quantized base model",
@@ -76,7 +80,8 @@ _NO_BEARING = frozenset({
 })
 _HANDLED = frozenset({"base_model", "fsdp", "fsdp_config", "fsdp_version", "sequence_len",
                       "dp_shard_size", "dp_replicate_size", "datasets",
-                      "attn_implementation", *_ATTENTION_FLAGS, *_REFUSED_SIZES,
+                      "attn_implementation", "fp8", _FP8_GATHER, *_ATTENTION_FLAGS,
+                      *_DEGREES, *_REFUSED_SIZES,
                       *_REFUSED_SWITCHES, *_REFUSED_OBJECTIVES,
                       *adapters.KEYS})
 
@@ -87,13 +92,17 @@ def _entries(document: Document) -> dict[str, Entry]:
 
 
 def _refusals(entries: dict[str, Entry], draft: Draft) -> None:
-    for key, feature in _REFUSED_SIZES.items():
+    for key in (*_DEGREES, *_REFUSED_SIZES):
         entry = entries.get(key)
         if entry is None or entry.value is None:
             continue
-        if isinstance(entry.value, bool) or not isinstance(entry.value, int):
+        if isinstance(entry.value, bool) or not isinstance(entry.value, int) or not (
+                1 <= entry.value <= 2**20):
             draft.refusals.append(Note(entry.line, f"FS052 {key} {entry.value!r} is not a size"))
+        elif key in _DEGREES and entry.value > 1:
+            draft.carry(_DEGREES[key], entry.value, entry)
         elif entry.value > 1:
+            feature = _REFUSED_SIZES[key]
             draft.refuse(entry.line, f"{key} {entry.value} ({feature}, {entry.value}-way)")
     qlora = adapters.truthy(entries.get("adapter")) and entries["adapter"].value == "qlora"
     for key, feature in _REFUSED_SWITCHES.items():
@@ -133,15 +142,17 @@ def _layout(entries: dict[str, Entry], reading: Any, draft: Draft,
         raise ImportRefused([Note(e.line, f"FS052 {e.written} {e.value!r} is not a size")
                              for e in bad])
     draft.put("resources.nodes", 1, "assumed: axolotl configs do not say")
-    if not sizes:
+    if shard is None:  # axolotl shards over the devices the other sizes leave
         draft.put("resources.gpus_per_node", assumed.gpus_per_node,
                   "assumed (axolotl configs do not say): --gpus-per-node")
-        return
-    total = 1
-    for entry in sizes:
-        total *= entry.value
-    draft.put("resources.gpus_per_node", total,
-              " × ".join(f"{e.written} {e.value} (line {e.line})" for e in sizes))
+    else:
+        degrees = [e for e in (entries.get(k) for k in _DEGREES)
+                   if e is not None and draft.has(_DEGREES[e.written])]
+        total = 1
+        for entry in (*sizes, *degrees):
+            total *= entry.value
+        draft.put("resources.gpus_per_node", total, " × ".join(
+            f"{e.written} {e.value} (line {e.line})" for e in (*sizes, *degrees)))
     if replicate is not None and replicate.value > 1:
         group = shard.value if shard is not None else 1
         resharded = reading.values.get("fsdp_reshard_after_forward", "FULL_SHARD")
@@ -149,6 +160,32 @@ def _layout(entries: dict[str, Entry], reading: Any, draft: Draft,
                   "HYBRID_SHARD" if resharded == "FULL_SHARD" else "HYBRID_SHARD_ZERO2",
                   f"{replicate.written} {replicate.value} replicas (line {replicate.line})")
         draft.put("fsdp.shard_group_size", group, f"{group}-rank shard groups")
+
+
+def _float8(entries: dict[str, Entry], draft: Draft) -> None:
+    """`fp8: true` is torchao's tensorwise float8 through accelerate, which keeps the first
+    and last linear layers in high precision; the all-gather is off unless
+    fp8_enable_fsdp_float8_all_gather says otherwise."""
+    enabled = entries.get("fp8")
+    gather = entries.get(_FP8_GATHER)
+    try:
+        if enabled is None or not boolean(enabled.value):
+            return
+        all_gather = Value(boolean(gather.value), gather) if gather is not None and \
+            gather.value is not None else Value(False, says=f"axolotl's default: {_FP8_GATHER} "
+                                                "not given")
+    except NotCarried as exc:
+        bad = gather if enabled is not None and isinstance(enabled.value, bool) else enabled
+        draft.refusals.append(Note(bad.line, f"FS052 {bad.written}: {exc}"))
+        return
+    draft.carry("fsdp.mixed_precision", "bf16", enabled,
+                ": accelerate runs FSDP in bf16 around the float8 matmuls")
+    apply_float8(draft, enabled=enabled,
+                 recipe=Value("tensorwise", says=f"from fp8 (line {enabled.line}): "
+                              "axolotl's recipe, torchao's tensorwise scaling"),
+                 exclude=ACCELERATE_EXCLUDE,
+                 all_gather=all_gather)
+    keeps_first_linear(draft, enabled)
 
 
 def _datasets(entries: dict[str, Entry], draft: Draft, base_dir: Path) -> None:
@@ -233,6 +270,7 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     _layout(entries, reading, draft, assumed)
     world = draft.value("resources.gpus_per_node")
     hftrain.apply_training(draft, args, world)
+    _float8(entries, draft)  # over the precision keys: accelerate's fp8 runs FSDP in bf16
     targets = adapters.apply_adapter(entries, draft)
     adapters.qlora_under_fsdp2(draft)
     _model_keys(entries, draft)

@@ -83,6 +83,16 @@ class Draft:
     def value(self, dotted: str, default: Any = None) -> Any:
         return self.fields.get(dotted, (default, ""))[0]
 
+    def data_parallel_ranks(self, world: int) -> int:
+        """The ranks of ``world`` that read batches of their own, under the tensor- and
+        context-parallel degrees written so far (ParallelDims counts them)."""
+        from fsdpspec.job.parallel import parallel_dims
+
+        return parallel_dims(world_size=world, strategy="FULL_SHARD", shard_group_size=None,
+                             gpus_per_node=world, fsdp_version=2,
+                             tp=self.value("parallelism.tensor_parallel", 1),
+                             cp=self.value("parallelism.context_parallel", 1)).dp_size
+
     def refuse(self, line: int | str | None, feature: str, code: str = "FS050") -> None:
         """Stop the import: the source asks for ``feature``, which the spec lacks."""
         self.refusals.append(Note(line, f"{code} {feature}: the spec cannot say this yet"))

@@ -200,7 +200,8 @@ def _hf_defaults(draft: Draft, entries: dict[str, Entry]) -> None:
 
 def apply_training(draft: Draft, entries: dict[str, Entry], world: int) -> None:
     """Carry the training keys of ``entries`` (HF names) into the draft; ``world`` is
-    the process count (the global batch is micro batch × accumulation × world)."""
+    the process count (the global batch is micro batch × accumulation × the
+    data-parallel ranks of the world)."""
     _hf_defaults(draft, {k: e for k, e in entries.items() if e.value is not None})
     for key, entry in entries.items():
         if key not in READ or entry.value is None:
@@ -226,7 +227,9 @@ def apply_training(draft: Draft, entries: dict[str, Entry], world: int) -> None:
     if not draft.has("data.micro_batch_size"):
         draft.put("data.micro_batch_size", micro, "HF's default per_device_train_batch_size")
     where = usable.get("gradient_accumulation_steps")
-    draft.put("data.global_batch_size", micro * accumulation * world,
-              f"{micro} per device × {accumulation} accumulation × {world} processes"
+    ranks = draft.data_parallel_ranks(world)  # a tensor- or context-parallel group reads one
+    counted = f"{world} processes" if ranks == world else f"{ranks} data-parallel ranks"
+    draft.put("data.global_batch_size", micro * accumulation * ranks,
+              f"{micro} per device × {accumulation} accumulation × {counted}"
               + (f" (line {where.line})" if where else ""),
               where or draft.sources.get("data.micro_batch_size"))

@@ -4,8 +4,11 @@ before its 2026 Python configs) as a v1 spec.
 Both of its layouts are read: parallel degrees under `[training]` and `[experimental]`
 (2024), or under `[parallelism]` (2025 on). torchtitan always shards with FSDP2; a
 replicate degree above one is hybrid sharding over the shard degree, and −1 means "the
-GPUs left". Tensor, context, pipeline and expert parallelism and float8 are refused
-by name: the spec cannot say them yet.
+GPUs left". The tensor- and context-parallel degrees are the `parallelism` degrees,
+and the float8 converter (`converters = ["float8"]` with its `[float8]` or
+`[quantize.linear.float8]` table, or 2024's `enable_float8_linear`) is the float8
+section (fsdpspec/convert/float8.py). Pipeline and expert parallelism and the other
+converters are refused by name: the spec cannot say them yet.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from fsdpspec.convert import hftrain
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
+from fsdpspec.convert.float8 import RECIPES, TORCHTITAN_NAMES, Value, apply_float8
 from fsdpspec.convert.fsdpkeys import NotCarried
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import Document, read_toml
@@ -26,15 +30,19 @@ _PRESETS = {
     ("llama2", "70B"): "llama2-70b", ("llama3", "8B"): "llama3-8b",
     ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3.1-405b",
 }
+# Degrees the spec says, and the field of each.
+_DEGREES = {"tensor_parallel_degree": "parallelism.tensor_parallel",
+            "context_parallel_degree": "parallelism.context_parallel"}
 # Degrees the spec cannot say, with the feature each names.
 _REFUSED_DEGREES = {
-    "tensor_parallel_degree": "tensor parallelism",
-    "context_parallel_degree": "context parallelism",
     "pipeline_parallel_degree": "pipeline parallelism",
     "expert_parallel_degree": "expert parallelism",
     "expert_tensor_parallel_degree": "expert tensor parallelism",
 }
 _DEGREE_TABLES = ("parallelism", "training", "experimental")
+# The float8 converter's names (2025, 2026) and its table in each schema.
+_FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
+_FLOAT8_TABLES = ("quantize.linear.float8", "float8")
 _DTYPES = {"bfloat16", "float16", "float32"}
 _SCHEDULES = {"linear": "linear", "cosine": "cosine"}
 
@@ -81,26 +89,96 @@ def _degree(toml: _Toml, key: str) -> Entry | None:
 
 
 def _refusals(toml: _Toml, draft: Draft) -> None:
-    for key, feature in _REFUSED_DEGREES.items():
+    for key in (*_DEGREES, *_REFUSED_DEGREES):
         entry = _degree(toml, key)
         if entry is None:
             continue
-        if isinstance(entry.value, bool) or not isinstance(entry.value, int):
+        if isinstance(entry.value, bool) or not isinstance(entry.value, int) or not (
+                1 <= entry.value <= 2**20):
             draft.refusals.append(Note(entry.line, f"FS052 {entry.written} "
                                        f"{entry.value!r} is not a degree"))
+        elif key in _DEGREES and entry.value > 1:
+            draft.carry(_DEGREES[key], entry.value, entry)
         elif entry.value > 1:
-            draft.refuse(entry.line, f"{entry.written} {entry.value} ({feature}, "
-                         f"{entry.value}-way)")
+            draft.refuse(entry.line, f"{entry.written} {entry.value} "
+                         f"({_REFUSED_DEGREES[key]}, {entry.value}-way)")
     converters = toml.get("model", "converters")
     names = converters.value if converters is not None else []
     for name in names if isinstance(names, list) else [names]:
-        draft.refuse(converters.line, f"{converters.written} {name} ({name} training)")
-    float8 = toml.get("float8", "enable_float8_linear")
-    if float8 is not None and float8.value not in (None, False):
-        draft.refuse(float8.line, f"{float8.written} (float8 training)")
-    for key in ("async_tp", "enable_async_tensor_parallel", "pipeline_parallel_schedule"):
-        _degree(toml, key)  # only meaningful with the parallelisms refused above
-    toml.get("quantize.linear.float8", "enable_fsdp_float8_all_gather")
+        if name not in _FLOAT8_CONVERTERS:
+            draft.refuse(converters.line, f"{converters.written} {name} ({name} training)")
+    for key in ("async_tp", "enable_async_tensor_parallel"):
+        entry = _degree(toml, key)
+        if entry is not None and entry.value is True and draft.value(
+                "parallelism.tensor_parallel", 1) > 1:
+            draft.note(entry, f"{entry.written}: fsdpspec's engine runs tensor parallelism's "
+                       "collectives without micro-pipelining them (the plan counts them as "
+                       "such); not imported")
+    _degree(toml, "pipeline_parallel_schedule")  # only meaningful with pipeline parallelism
+
+
+def _float8_on(toml: _Toml) -> Entry | None:
+    """What turns the float8 converter on: a float8 name in `[model] converters`, or
+    2024's `[float8] enable_float8_linear`."""
+    converters = toml.get("model", "converters")
+    names = converters.value if converters is not None else []
+    if any(name in _FLOAT8_CONVERTERS for name in (names if isinstance(names, list)
+                                                    else [names])):
+        return converters
+    switch = toml.get("float8", "enable_float8_linear")
+    return switch if switch is not None and switch.value is True else None
+
+
+def _float8(toml: _Toml, draft: Draft) -> None:
+    """The float8 section: torchtitan's recipe (tensorwise when none is named), its
+    filter_fqns as the Hugging Face names the engine trains, and its all-gather (off by
+    default). Its table is read only when float8 is on: otherwise it says nothing."""
+    enabled = _float8_on(toml)
+    if enabled is None:
+        return
+    recipe = toml.get(_FLOAT8_TABLES, "recipe_name")
+    if recipe is not None and recipe.value is not None and recipe.value not in RECIPES:
+        draft.refuse(recipe.line, f"{recipe.written} {recipe.value} (a float8 recipe the spec "
+                     f"lacks; it has {', '.join(RECIPES)})")
+        return
+    for key in ("scaling_type_input", "scaling_type_weight", "scaling_type_grad_output"):
+        scaling = toml.get("float8", key)  # 2024: delayed scaling, which torchao removed
+        if scaling is not None and scaling.value not in (None, "dynamic"):
+            draft.refuse(scaling.line, f"{scaling.written} {scaling.value} (delayed float8 "
+                         "scaling; the spec scales dynamically)")
+            return
+    gather = toml.get(_FLOAT8_TABLES, "enable_fsdp_float8_all_gather")
+    if gather is not None and not isinstance(gather.value, bool):
+        draft.refusals.append(Note(gather.line, f"FS052 {gather.written} {gather.value!r} "
+                                   "is not a boolean"))
+        return
+    apply_float8(
+        draft, enabled=enabled,
+        recipe=Value(recipe.value, recipe) if recipe is not None and recipe.value else Value(
+            "tensorwise", says=f"from {enabled.written} (line {enabled.line}): torchtitan's "
+            "default recipe, tensorwise"),
+        exclude=_filter_fqns(toml, draft),
+        all_gather=Value(gather.value, gather) if gather is not None else Value(
+            False, says="torchtitan's default: enable_fsdp_float8_all_gather false"))
+
+
+def _filter_fqns(toml: _Toml, draft: Draft) -> Value:
+    """torchtitan's module names as the ends of the Hugging Face paths `float8.exclude`
+    matches; a name fsdpspec cannot translate is a note."""
+    entry = toml.get(_FLOAT8_TABLES, "filter_fqns")
+    if entry is None:
+        return Value([], says="torchtitan's default filter_fqns: every linear layer")
+    names = entry.value.split(",") if isinstance(entry.value, str) else entry.value
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        draft.note(entry, f"{entry.written} {entry.value!r}: not a list of module names; "
+                   "not imported")
+        return Value([], entry)
+    kept = [TORCHTITAN_NAMES[n.strip()] for n in names if n.strip() in TORCHTITAN_NAMES]
+    unknown = [n for n in names if n.strip() not in TORCHTITAN_NAMES]
+    if unknown:
+        draft.note(entry, f"{entry.written} {unknown}: not torchtitan module names fsdpspec "
+                   f"knows ({', '.join(TORCHTITAN_NAMES)}); not imported")
+    return Value(kept, entry, "torchtitan's module names as the Hugging Face ones")
 
 
 def _checkpointing(toml: _Toml, draft: Draft) -> None:
@@ -153,16 +231,19 @@ def _layout(toml: _Toml, draft: Draft, assumed: Assumptions) -> None:
         raise ImportRefused([Note(where, "FS052 the data parallel degrees are not whole "
                                   "numbers (data_parallel_shard_degree: -1 or above 0)")])
     draft.put("resources.nodes", 1, "assumed: torchtitan configs do not say")
+    others = draft.value("parallelism.tensor_parallel", 1) * \
+        draft.value("parallelism.context_parallel", 1)
     if shard_n == -1:
         world = assumed.gpus_per_node
         draft.put("resources.gpus_per_node", world,
                   "assumed (torchtitan configs do not say; run_train.sh's NGPU): "
                   "--gpus-per-node")
-        shard_n = max(world // replicate_n, 1)
+        shard_n = max(world // (replicate_n * others), 1)
     else:
-        world = shard_n * replicate_n
+        world = shard_n * replicate_n * others
+        degrees = " × tensor × context parallel degrees" if others > 1 else ""
         draft.put("resources.gpus_per_node", world, "data_parallel_shard_degree × "
-                  f"data_parallel_replicate_degree (line {shard.line})")
+                  f"data_parallel_replicate_degree{degrees} (line {shard.line})")
     draft.put("fsdp.version", 2, "torchtitan shards with FSDP2 (fully_shard)")
     reshard = toml.get("parallelism", "fsdp_reshard_after_forward")
     keeps = reshard is not None and reshard.value == "never"
@@ -208,8 +289,7 @@ def _training(toml: _Toml, draft: Draft) -> None:
         batch, micro = None, 8
     draft.put("data.micro_batch_size", micro, f"from {batch.written} (line {batch.line})"
               if batch else "torchtitan's default local batch", batch)
-    world = draft.value("resources.gpus_per_node")
-    data_parallel = world  # every rank is a data-parallel rank (other degrees are refused)
+    data_parallel = draft.data_parallel_ranks(draft.value("resources.gpus_per_node"))
     global_batch = toml.get("training", "global_batch_size")
     if global_batch is not None and isinstance(global_batch.value, int) and global_batch.value > 0:
         draft.carry("data.global_batch_size", global_batch.value, global_batch)
@@ -317,9 +397,9 @@ def _model(toml: _Toml) -> Entry | None:
 
 
 # Keys that change nothing the spec holds (profiling, output folders, metrics colours).
-# ([float8] and [quantize.*] configure float8, which is refused unless off.)
-_NO_BEARING_TABLES = {"profiling", "job", "comm", "memory_estimation", "fault_tolerance",
-                      "float8", "quantize"}
+_NO_BEARING_TABLES = {"profiling", "job", "comm", "memory_estimation", "fault_tolerance"}
+# Tables of converters that are off unless `converters` names them.
+_CONVERTER_TABLES = ("float8", "quantize")
 
 
 def import_config(path: Path, *, name: str, assumed: Assumptions,
@@ -328,6 +408,7 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     toml = _Toml(read_toml(path))
     draft = Draft()
     _refusals(toml, draft)
+    _float8(toml, draft)
     _checkpointing(toml, draft)
     _layout(toml, draft, assumed)
     model = _model(toml)
@@ -341,8 +422,9 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     _checkpoint(toml, draft)
     for entry in toml.unread():
         table = entry.written[1:].split("]")[0].split(".")[0]
-        if table not in _NO_BEARING_TABLES and entry.value not in (None, False, "", [],
-                                                                    "disabled"):
+        silent = table in _NO_BEARING_TABLES or (
+            table in _CONVERTER_TABLES and not draft.has("float8.recipe"))
+        if not silent and entry.value not in (None, False, "", [], "disabled"):
             draft.note(entry, f"{entry.written}: no v1 field; not imported")
     return finish(draft, tool="torchtitan", kind="torchtitan", source=str(path), name=name,
                   model=model, layers=None, assumed=assumed, base_dir=base_dir)
