@@ -88,6 +88,8 @@ class Draft:
         context-parallel degrees written so far (ParallelDims counts them)."""
         from fsdpspec.job.parallel import parallel_dims
 
+        if world < 1:
+            return world  # no ranks: validating the draft says so (FS054)
         return parallel_dims(world_size=world, strategy="FULL_SHARD", shard_group_size=None,
                              gpus_per_node=world, fsdp_version=2,
                              tp=self.value("parallelism.tensor_parallel", 1),

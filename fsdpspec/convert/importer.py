@@ -118,12 +118,13 @@ def _batch(draft: Draft) -> None:
         return
     defaults = Data.model_fields
     micro = draft.value("data.micro_batch_size", defaults["micro_batch_size"].default)
-    ranks = draft.value("resources.gpus_per_node") * draft.value("resources.nodes")
+    ranks = draft.data_parallel_ranks(draft.value("resources.gpus_per_node")
+                                      * draft.value("resources.nodes"))
     default, step = defaults["global_batch_size"].default, micro * ranks
     if step > 0 and default % step:  # no ranks: validating the draft says so (FS054)
         draft.put("data.global_batch_size", step * max(1, round(default / step)),
                   f"assumed (the source does not say): the multiple of {micro} per rank × "
-                  f"{ranks} ranks nearest the spec's default {default}")
+                  f"{ranks} data-parallel ranks nearest the spec's default {default}")
 
 
 def _original_params(draft: Draft) -> None:

@@ -61,6 +61,10 @@ EXPECTED: dict[str, dict] = {
     "accelerate/accelerate-cp8.yaml": job(2, FULL, False, "full", BF16, SSD, 8, cp=8),
     "accelerate/accelerate-tp-hsdp.yaml": job(2, "HYBRID_SHARD", False, "none", BF16, SSD, 8,
                                               tp=2, shard_group_size=2),
+    "accelerate/accelerate-nd.yaml": job(2, FULL, False, "none", BF16, SSD, 8, cp=4),
+    # fp8 with Transformer Engine (the spec's float8 is torchao's).
+    "accelerate/accelerate-fp8-te.yaml": refused("FS050 fp8_config.backend TE (Transformer "
+                                                 "Engine float8"),
     "accelerate/trl-fsdp1.yaml": job(1, FULL, False, "none", BF16, FSD, 8),
     "accelerate/trl-fsdp2.yaml": job(2, FULL, False, "none", BF16, FSD, 8),
     "accelerate/trl-context-parallel-2gpu.yaml": job(2, FULL, False, "full", BF16, FSD, 2,
@@ -177,6 +181,11 @@ EXPECTED: dict[str, dict] = {
                                            errors=("FS201",), model_assumed=False),
     "torchtitan/2026-llama3_8b.toml": job(2, FULL, False, "op", BF16, SSD, 8,
                                           preset="llama3-8b"),
+    # 2025: converters = "float8" and filter_fqns = "output" as strings, the [float8] table.
+    "torchtitan/2025-llama3_405b.toml": job(2, FULL, False, "full", BF16, SSD, 8,
+                                            preset="llama3.1-405b", tp=8, global_batch=2,
+                                            float8=("tensorwise", ["lm_head"], True),
+                                            errors=("FS201",), model_assumed=False),
     "torchtitan/2026-llama3_70b.toml": job(2, FULL, False, "full", BF16, SSD, 8,
                                            preset="llama3-70b", tp=8, global_batch=8,
                                            errors=("FS201",), model_assumed=False),
