@@ -3,8 +3,10 @@ the peak a training step's matrix multiplies reach.
 
 Memory is what a process can allocate (the marketed size in GiB as the driver reports
 it); TFLOP/s are dense (no sparsity) bf16/fp16 peaks from the vendors' data sheets.
-Bandwidths are per device and per direction, in GB/s (10^9 bytes): device memory (HBM,
-the data sheet's figure), the link to the other devices of the node (NVLink / Infinity
+FP8 TFLOP/s are the dense e4m3 peaks with FP32 accumulation (Hopper, Ada, Blackwell,
+CDNA 3); Ampere, Volta and Turing have no FP8 tensor cores (0). Bandwidths are per
+device and per direction, in GB/s (10^9 bytes): device memory (HBM, the data sheet's
+figure), the link to the other devices of the node (NVLink / Infinity
 Fabric, or PCIe where the card has no such link), the NIC per device between nodes
 (400 Gb/s InfiniBand on H100-class systems, 200 Gb/s on A100, 100 Gb/s elsewhere) and
 host↔device (PCIe: 25 GB/s usable of Gen4 x16, 50 of Gen5). `docs/tune.md` lists the
@@ -53,6 +55,8 @@ class Accelerator:
     collective_latency_us: float = 0.0
     layer_overhead_us: float = 0.0
     optimizer_gbps: float | None = None
+    # Dense FP8 (e4m3) tensor-core peak, FP32 accumulation (0: no FP8 tensor cores).
+    fp8_tflops: float = 0.0
 
     def peak_tflops(self, dtype: str) -> float:
         """Dense peak for a compute dtype ("bfloat16", "float16", "float32"); the fp32 peak
@@ -76,9 +80,9 @@ class Accelerator:
 
 def _gpu(name: str, memory_gib: float, bf16: float, fp16: float, fp32: float, *,
          bf16_ok: bool = True, intra: float = 32.0, inter: float = 12.5, hbm: float,
-         host: float = 25.0, **efficiency: float) -> Accelerator:
+         host: float = 25.0, fp8: float = 0.0, **efficiency: float) -> Accelerator:
     return Accelerator(name, memory_gib, bf16, fp16, fp32, bf16_ok, True, intra, inter,
-                       hbm, host, **efficiency)
+                       hbm, host, fp8_tflops=fp8, **efficiency)
 
 
 CATALOG: dict[str, Accelerator] = {
@@ -89,21 +93,21 @@ CATALOG: dict[str, Accelerator] = {
         _gpu("A100-80GB", 79.1, 312.0, 312.0, 19.5, intra=300.0, inter=25.0, hbm=2039.0,
              bf16_efficiency=A100_BF16_EFFICIENCY, fp16_efficiency=A100_BF16_EFFICIENCY),
         _gpu("H100-80GB", 79.1, 989.0, 989.0, 67.0, intra=450.0, inter=50.0, hbm=3350.0,
-             host=50.0),
+             host=50.0, fp8=1979.0),
         # Meta's Grand Teton H100: 96 GB HBM2e at 2.4 TB/s, 500 W (torchtitan's benchmarks).
         _gpu("H100-96GB", 94.5, 989.0, 989.0, 67.0, intra=450.0, inter=50.0, hbm=2400.0,
-             host=50.0, bf16_efficiency=H100_96GB_BF16_EFFICIENCY,
+             host=50.0, fp8=1979.0, bf16_efficiency=H100_96GB_BF16_EFFICIENCY,
              fp16_efficiency=H100_96GB_BF16_EFFICIENCY),
         _gpu("H200-141GB", 139.8, 989.0, 989.0, 67.0, intra=450.0, inter=50.0, hbm=4800.0,
-             host=50.0),
+             host=50.0, fp8=1979.0),
         _gpu("B200", 178.4, 2250.0, 2250.0, 80.0, intra=900.0, inter=50.0, hbm=8000.0,
-             host=50.0),
-        _gpu("L40S", 44.4, 362.0, 362.0, 91.6, hbm=864.0),
-        _gpu("L4", 22.0, 121.0, 121.0, 30.3, hbm=300.0),
+             host=50.0, fp8=4500.0),
+        _gpu("L40S", 44.4, 362.0, 362.0, 91.6, hbm=864.0, fp8=733.0),
+        _gpu("L4", 22.0, 121.0, 121.0, 30.3, hbm=300.0, fp8=242.0),
         _gpu("A10G", 22.0, 70.0, 70.0, 31.2, hbm=600.0),
-        _gpu("RTX-4090", 23.6, 165.2, 165.2, 82.6, hbm=1008.0),
+        _gpu("RTX-4090", 23.6, 165.2, 165.2, 82.6, hbm=1008.0, fp8=330.3),
         _gpu("MI300X", 191.5, 1307.0, 1307.0, 163.4, intra=448.0, inter=50.0, hbm=5300.0,
-             host=50.0),
+             host=50.0, fp8=2614.9),
         _gpu("V100", 31.7, 0.0, 125.0, 15.7, bf16_ok=False, intra=150.0, hbm=900.0,
              host=12.0),
         _gpu("T4", 14.6, 0.0, 65.0, 8.1, bf16_ok=False, intra=16.0, hbm=320.0, host=12.0),
@@ -145,5 +149,6 @@ def resolve_accelerator(value: object, performance: Any = None) -> Accelerator:
         name=value.name, memory_gib=value.memory_gib, bf16_tflops=value.bf16_tflops,
         fp16_tflops=value.fp16_tflops, fp32_tflops=value.fp32_tflops,
         supports_bf16=value.supports_bf16, is_gpu=value.device == "gpu",
+        fp8_tflops=value.fp8_tflops,
     )
     return with_performance(with_performance(device, value), performance)

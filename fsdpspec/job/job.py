@@ -20,6 +20,7 @@ from fsdpspec.catalog.modelconfig import (
     resolve_input_path,
 )
 from fsdpspec.job.batch import Batch
+from fsdpspec.job.float8 import Float8, float8_of
 from fsdpspec.job.geometry import Geometry, GeometryError
 from fsdpspec.job.layout import Layout, layout
 from fsdpspec.job.lora import Adapters, adapters_of, targets_of
@@ -76,6 +77,12 @@ class Job:
     def lora_targets(self) -> tuple[str, ...]:
         """The modules a LoRA adapts, by transformers' names (empty without `peft`)."""
         return targets_of(self.spec, self.config)
+
+    @property
+    def float8(self) -> Float8 | None:
+        """The Linear modules float8 training converts and how FSDP gathers them (None
+        without a `float8` section)."""
+        return float8_of(self.spec.float8, self.geometry, self.layout)
 
     @property
     def attention(self) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +109,23 @@ def _target_hits(target: str, key: str) -> bool:
     return key == target or key.endswith(f".{target}")
 
 
+def linear_test(g: Geometry, *, conv1d: bool) -> Callable[[Node], bool]:
+    """Whether a node of ``g``'s module tree is an nn.Linear (``conv1d``: or transformers'
+    Conv1D, GPT-2's, which peft's all-linear takes too): a built tree says so; in a
+    family's analytic tree, its projections, the head and a Linear router are."""
+    fam = FAMILIES.get(g.family)
+    leaves = set(fam.lora_targets) | {"lm_head"} if fam else set()
+    if fam and fam.moe and fam.moe.router_linear:
+        leaves.add(fam.moe.router)
+
+    def is_linear(node: Node) -> bool:
+        if g.introspected:
+            return node.linear or (conv1d and node.cls == "Conv1D")
+        return node.cls == "Linear" or (node.name in leaves and not node.children)
+
+    return is_linear
+
+
 def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
                  saves: tuple[str, ...]) -> Matched:
     """The modules peft's rules pick for ``targets`` and ``saves`` (`modules_to_save`)
@@ -117,10 +135,7 @@ def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
     needed: ``norm`` saves ``input_layernorm`` too), copied whole. A built tree (an
     introspected model) is matched at every real path; its largest layer's matches are
     the per-layer lists, counted for every layer that matches alike."""
-    fam = FAMILIES.get(g.family)
-    linear_leaves = set(fam.lora_targets) | {"lm_head"} if fam else set()
-    if fam and fam.moe and fam.moe.router_linear:
-        linear_leaves.add(fam.moe.router)
+    is_linear = linear_test(g, conv1d=True)
     indexed = any(_INDEX.search(name) for name in (*targets, *saves))
     if g.introspected:
         built, layers = _built_entries(tree, g.built_layer_classes)
@@ -135,11 +150,6 @@ def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
         layer_nodes, layer_paths, template = [], [], 0
     excluded = [re.compile(rf"(^|.*\.){name}($|\..*)") for name in saves]
     all_linear = targets == (ALL_LINEAR,)
-
-    def is_linear(node: Node) -> bool:
-        if g.introspected:  # peft's all-linear: nn.Linear and transformers' Conv1D (GPT-2)
-            return node.linear or node.cls == "Conv1D"
-        return node.cls == "Linear" or (node.name in linear_leaves and not node.children)
 
     def shape(node: Node) -> Shape:
         return node.params[0] if node.params else (g.vocab_size, g.hidden_size)  # tied head

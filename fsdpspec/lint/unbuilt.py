@@ -45,21 +45,3 @@ def context_parallel_unbuilt(ctx: LintContext) -> Iterator[Diagnostic]:
     if ctx.spec.parallelism.context_parallel > 1:
         yield diagnostic("FS189", "context_parallel > 1 is not in this release",
                          "/parallelism/context_parallel")
-
-
-@rule("FS319", "float8-unbuilt", Severity.ERROR,
-      "float8 training is not in this release",
-      "remove the float8 section")
-def float8_unbuilt(ctx: LintContext) -> Iterator[Diagnostic]:
-    """The engine of this release trains in the compute dtype of `fsdp`.
-
-    FAIL:
-
-        float8: {recipe: tensorwise}
-
-    PASS:
-
-        float8: null
-    """
-    if ctx.spec.float8 is not None:
-        yield diagnostic("FS319", "float8 training is not in this release", "/float8")

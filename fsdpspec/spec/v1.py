@@ -97,6 +97,8 @@ class CustomAccelerator(Performance):
     """Dense fp16 peak in TFLOP/s."""
     fp32_tflops: FiniteFloat = Field(default=0.0, ge=0, le=MAX_TFLOPS)
     """Dense fp32 peak in TFLOP/s."""
+    fp8_tflops: FiniteFloat = Field(default=0.0, ge=0, le=MAX_TFLOPS)
+    """Dense FP8 tensor-core peak in TFLOP/s (0: no FP8 tensor cores; float8 is refused)."""
     supports_bf16: bool = True
     """Whether the device computes in bfloat16."""
     device: Literal["gpu", "cpu"] = "gpu"
@@ -428,8 +430,14 @@ class Float8(_Section):
     exclude: list[Annotated[str, Field(min_length=1)]] = ["lm_head"]
     """Linear layers left in high precision, matched as peft matches names (the end of a
     module's path); torchtitan leaves the output projection."""
-    fsdp_all_gather: bool = True
-    """tensorwise: FSDP2 all-gathers the weights in float8 (half of bf16's traffic)."""
+    fsdp_all_gather: bool | None = None
+    """FSDP2 all-gathers the converted weights in float8 (half of bf16's traffic);
+    tensorwise under FSDP2 only. null = on where it can run (tensorwise, FSDP2, sharded
+    weights), false = gather in the compute dtype and cast after."""
+    skip_small: bool = False
+    """Leave in high precision the layers too small to gain (torchao's
+    `auto_filter_small_kn` thresholds, measured on H100: the casts cost more than the
+    float8 matmul saves)."""
 
 
 class Checkpoint(_Section):

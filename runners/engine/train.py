@@ -40,6 +40,7 @@ from fsdpspec_runners.engine.dist import (
     teardown,
 )
 from fsdpspec_runners.engine.errors import EngineError, first_line
+from fsdpspec_runners.engine.float8 import float8_summary
 from fsdpspec_runners.engine.loop import Trainer, export_final, train
 from fsdpspec_runners.engine.lora import is_quantised
 from fsdpspec_runners.engine.mesh import build_mesh, fsdp_mesh
@@ -61,7 +62,7 @@ def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
     mesh = fsdp_mesh(build_mesh(dims, runtime.device.type), dims)
     if job.layout.fsdp_version == 2:
         model, units = parallelize(build_model(job, on_meta=True), job, mesh, runtime.device)
-        _describe(job, runtime, units, sum(map(is_quantised, model.parameters())))
+        _describe(job, runtime, units, model, sum(map(is_quantised, model.parameters())))
         materialise(model, runtime.device, spec.train.seed)
         if spec.model.weights:
             load_weights(model, spec, runtime, sharded=True)
@@ -77,11 +78,12 @@ def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
     if spec.model.weights:
         load_weights(model, spec, runtime, sharded=False)
     model, units = parallelize(model, job, mesh, runtime.device)
-    _describe(job, runtime, units)
+    _describe(job, runtime, units, model)
     return model
 
 
-def _describe(job: Job, runtime: Runtime, units: Units, quantised: int = 0) -> None:
+def _describe(job: Job, runtime: Runtime, units: Units, model: torch.nn.Module,
+              quantised: int = 0) -> None:
     lay = job.layout
     wrapped = (f"as DDP ({DDP_BUCKET_MB} MiB buckets)" if lay.ddp
                else f"{len(list(units.names()))} units + root "
@@ -99,7 +101,7 @@ def _describe(job: Job, runtime: Runtime, units: Units, quantised: int = 0) -> N
         f"activation checkpointing {units.ac_mode}, "
         f"params {job.spec.fsdp.mixed_precision.param_dtype}, {runtime.world_size} processes on "
         f"{runtime.device.type}" + (f", QLoRA: {quantised} base weights in 4-bit NF4"
-                                    if quantised else ""),
+                                    if quantised else "") + float8_summary(model, job),
     )
 
 

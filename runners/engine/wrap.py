@@ -1,8 +1,8 @@
-"""Activation checkpointing, then FSDP: ``fully_shard`` (FSDP2) or FSDP1, or DDP where
-nothing is sharded (`fsdpspec.job.layout.runs_as_ddp`).
+"""float8 conversion, activation checkpointing, then FSDP: ``fully_shard`` (FSDP2) or
+FSDP1, or DDP where nothing is sharded (`fsdpspec.job.layout.runs_as_ddp`).
 
-Order follows torchtitan: checkpointing wraps each layer first, and the (wrapped) layers
-become the FSDP units.
+Order follows torchtitan: float8 swaps the Linear modules first, checkpointing wraps each
+layer, and the (wrapped) layers become the FSDP units.
 """
 
 from __future__ import annotations
@@ -25,17 +25,21 @@ from fsdpspec.job.units import Units, choose_units
 from fsdpspec.semantics import DTYPE_BYTES, fsdp1_option
 from fsdpspec.spec.v1 import MixedPrecision
 from fsdpspec_runners.engine.errors import EngineError
+from fsdpspec_runners.engine.float8 import convert_float8
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_BYTES}
 
 
 def parallelize(model: nn.Module, job: Job, mesh: DeviceMesh,
                 device: torch.device) -> tuple[nn.Module, Units]:
-    """torchtitan's order: activation checkpointing, then compile, then FSDP2 (each unit,
-    then the root) or FSDP1. The units and the checkpointed layers are the job's, by
-    module name; ``mesh`` is the sub-mesh FSDP runs over (`mesh.fsdp_mesh`). Returns the
-    wrapped model and its units besides the root (none under DDP)."""
+    """torchtitan's order: float8 conversion, activation checkpointing, then compile,
+    then FSDP2 (each unit, then the root) or FSDP1. The units and the checkpointed
+    layers are the job's, by module name; ``mesh`` is the sub-mesh FSDP runs over
+    (`mesh.fsdp_mesh`). Returns the wrapped model and its units besides the root (none
+    under DDP)."""
     spec = job.spec
+    if job.float8 is not None:
+        convert_float8(model, job)
     units_of = model_units(model, job)
     layers = [model.get_submodule(name) for name in units_of.layer_names()]
     units = [model.get_submodule(name) for name in units_of.names()]
