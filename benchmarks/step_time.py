@@ -48,6 +48,9 @@ def row_spec(row: dict[str, Any]) -> JobSpec:
                  "activation_checkpointing": ac, "ac_every": row.get("ac_every", 2)},
         "data": {"seq_len": row["seq_len"], "micro_batch_size": row["micro_batch_size"],
                  "global_batch_size": row["micro_batch_size"] * ranks},
+        # torchtitan's float8 converter: the output projection stays in bf16.
+        "float8": {"recipe": row["float8"]} if "float8" in row else None,
+        "train": {"compile": row.get("compile", False)},
     })
     if row["ac"] == OP_LEVEL:  # not a spec value yet: set on the typed spec directly
         spec = spec.model_copy(update={"fsdp": spec.fsdp.model_copy(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
 from fsdpspec.plan.levers import chunked_loss_flops, offload_seconds
-from fsdpspec.plan.memory import saved_activation_bytes
+from fsdpspec.plan.memory import gathered_bytes, saved_activation_bytes
 from fsdpspec.plan.units import sharding
 from fsdpspec.semantics import (
     model_flops_per_token,
@@ -82,14 +82,14 @@ def unit_traffic(job: Job) -> tuple[UnitTraffic, ...]:
     """Each unit's collectives per micro-batch, ring-sized ((n-1)/n of the buffer per
     rank, an all-reduce twice that), the root last."""
     sh = sharding(job)
-    s, b, r = job.layout.shard_size, job.compute_bytes, job.reduce_bytes
+    s, r = job.layout.shard_size, job.reduce_bytes
     ring, replicas = (s - 1) / s, job.layout.replicas
     out = []
     for unit in sh.all_units:
         gathered = sh.gathered_numel(unit)
         all_reduce = (int(2 * r * gathered / s * (replicas - 1) / replicas)
                       if replicas > 1 else 0)
-        out.append(UnitTraffic(unit.name, unit.count, int(b * ring * gathered),
+        out.append(UnitTraffic(unit.name, unit.count, int(ring * gathered_bytes(sh, job, unit)),
                                int(r * ring * gathered), all_reduce, sh.shard_numel(unit)))
     return tuple(out)
 

@@ -19,6 +19,7 @@ from fsdpspec.job.units import Unit
 from fsdpspec.plan import activations as act
 from fsdpspec.plan import levers
 from fsdpspec.plan.adapters import adapted_parts
+from fsdpspec.plan.float8 import backward_cast_bytes, gathered_float8_saving
 from fsdpspec.plan.units import Sharding, sharding
 from fsdpspec.semantics import (
     MASTER_BYTES,
@@ -108,11 +109,13 @@ class _Parts:
     optimizer_temporaries: int
 
 
-def _gathered_bytes(sh: Sharding, job: Job, unit: Unit) -> int:
+def gathered_bytes(sh: Sharding, job: Job, unit: Unit) -> int:
     # FSDP2's unsharded parameters are views of each parameter's padded all-gather
     # output, FSDP1's of the padded flat parameter: the padding stays allocated (a
     # Mixture of Experts with fewer experts than ranks gathers one row per rank).
-    return job.compute_bytes * sh.gathered_numel(unit)
+    # Weights FSDP2 gathers in float8 take one byte each.
+    return (job.compute_bytes * sh.gathered_numel(unit)
+            - gathered_float8_saving(job, unit, sh.shard_size))
 
 
 def _units_kept_after_forward(job: Job, sh: Sharding) -> int:
@@ -120,9 +123,9 @@ def _units_kept_after_forward(job: Job, sh: Sharding) -> int:
     strategies that do not reshard after forward; under FSDP2 the last unit (the engine
     keeps it, backward needs it at once); none under FSDP1."""
     if not job.layout.reshards_after_forward:
-        return sum(_gathered_bytes(sh, job, u) * u.count for u in sh.units)
+        return sum(gathered_bytes(sh, job, u) * u.count for u in sh.units)
     if job.layout.fsdp_version == 2 and sh.largest is not None:
-        return _gathered_bytes(sh, job, sh.largest)
+        return gathered_bytes(sh, job, sh.largest)
     return 0
 
 
@@ -189,9 +192,9 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
         accumulated=carried,
         # The root stays gathered from its forward to its backward: the engine keeps it
         # under FSDP2 (reshard_after_forward=False) and FSDP1 never frees it before backward.
-        root=_gathered_bytes(sh, job, sh.root),
+        root=gathered_bytes(sh, job, sh.root),
         units_kept=_units_kept_after_forward(job, sh),
-        unit=_gathered_bytes(sh, job, unit) if unit else 0,
+        unit=gathered_bytes(sh, job, unit) if unit else 0,
         prefetch=prefetch,
         # Backward reaches a layer's MLP first: its down projection's gradient exists.
         unit_grads=grads * b * g.down_proj_numel,
@@ -333,7 +336,7 @@ def _layer_point(job: Job, p: _Parts, index: int) -> Point:
     lay = job.layout
     gathered = p.root + (p.unit if lay.reshards_after_forward else (index + 1) * p.unit)
     temporaries = act.backward_temporaries(g, b, job.batch.micro, job.batch.seq,
-                                           job.attention)
+                                           job.attention) + backward_cast_bytes(job)
     return Point(f"backward: layer {index}", {
         **p.persistent,
         "accumulated_gradients": p.accumulated,
