@@ -17,6 +17,8 @@ Two sets of rows:
   Experts traces in bf16 only (transformers' grouped expert matmul), so its fp32 rows
   are skipped and counted.
 - ``--match lora``: one LoRA row per family (``LORA_ROWS``), at full depth.
+- ``--match float8``: float8 training (``FLOAT8_ROWS``): both recipes, with and without
+  the float8 all-gather, under each checkpointing mode.
 
 Gemma 2 and gpt-oss run with eager attention (`auto`: transformers refuses SDPA for them).
 
@@ -25,6 +27,7 @@ Gemma 2 and gpt-oss run with eager attention (`auto`: transformers refuses SDPA 
     python benchmarks/plan_accuracy.py --match moe # the rows whose name has "moe"
     python benchmarks/plan_accuracy.py --levers    # the memory levers' rows
     python benchmarks/plan_accuracy.py --match lora # the LoRA rows (one per family)
+    python benchmarks/plan_accuracy.py --match float8 # the float8 rows
 
 The sweep in two parallel parts, then every row against the plan (no trace re-run):
 
@@ -149,6 +152,24 @@ LORA_ROWS: list[tuple[Any, ...]] = [
      {}, None, {"peft": _LORA}),
     ("lora-gpt-oss-20b-eager-1k", "gpt-oss-20b", (1, 8), "FULL_SHARD", "bf16", "none", 1,
      1024, "eager", {}, None, {"peft": _LORA}),
+]
+
+
+# float8 (torchao's Float8Linear, converted before checkpointing and FSDP): tensorwise with
+# the float8 all-gather, rowwise without it, and under each checkpointing mode.
+_F8 = {"float8": {"recipe": "tensorwise"}}
+FLOAT8_ROWS: list[tuple[Any, ...]] = [
+    ("float8-llama1b-mb2-2k", "llama3.2-1b", (1, 8), "FULL_SHARD", "bf16", "none", 2, 2048,
+     "sdpa", {}, None, _F8),
+    ("float8-llama1b-op-ac-4k", "llama3.2-1b", (1, 8), "FULL_SHARD", "bf16", "op", 1, 4096,
+     "sdpa", {}, None, _F8),
+    ("float8-llama1b-acfull-4k", "llama3.2-1b", (1, 8), "FULL_SHARD", "bf16", "full", 2, 4096,
+     "sdpa", {}, None, _F8),
+    ("float8-rowwise-qwen0.5b-sgo-mb4", "qwen2.5-0.5b", (1, 8), "SHARD_GRAD_OP", "bf16",
+     "none", 4, 1024, "sdpa", {}, None, {"float8": {"recipe": "rowwise"}}),
+    ("float8-no-gather-pythia1.4b-sel", "pythia-1.4b", (1, 8), "FULL_SHARD", "bf16",
+     "selective", 1, 2048, "sdpa", {}, None,
+     {"float8": {"recipe": "tensorwise", "fsdp_all_gather": False}}),
 ]
 
 
@@ -332,8 +353,8 @@ def main() -> int:
         print(f"{len(rows)} rows; {len(skipped)} skipped (a Mixture of Experts traces in "
               f"bf16 only); {SWEEP_LAYERS} layers at published widths")
     else:
-        jobs = [(r[0], resolve(row_spec(r), Path.cwd()))
-                for r in (lever_rows() if args.levers else ROWS + LORA_ROWS)[: args.rows]
+        curated = lever_rows() if args.levers else ROWS + LORA_ROWS + FLOAT8_ROWS
+        jobs = [(r[0], resolve(row_spec(r), Path.cwd())) for r in curated[: args.rows]
                 if args.match in r[0]]
     if args.recorded:
         jobs = [(name, job) for name, job in jobs if name in known]

@@ -27,6 +27,17 @@ class Lever:
     key: str
     values: Values
     doc: str
+    # Searched only when `--vary` names it (or all): it changes the numerics, not only
+    # where the work runs.
+    opt_in: bool = False
+
+    def setting(self, value: Any) -> str:
+        """The `--set KEY=VALUE` that makes ``value``."""
+        if self.key == FLOAT8:  # a section: on with a recipe, off as null
+            return "float8=null" if value is None else f"float8.recipe={value}"
+        if isinstance(value, bool):
+            return f"{self.key}={'true' if value else 'false'}"
+        return f"{self.key}={value}"
 
 
 def value_of(spec: JobSpec, choice: Choice, key: str) -> Any:
@@ -86,6 +97,19 @@ def _offload(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
     return (False, True) if spec.device().is_gpu else ()
 
 
+FLOAT8 = "float8"
+
+
+def _float8(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    """float8 where it runs: a GPU with FP8 tensor cores, FSDP2, no adapters, no tensor
+    parallelism (FS320-FS325); torchao's default recipe."""
+    device = spec.device()
+    if (not device.is_gpu or not device.fp8_tflops or spec.peft is not None
+            or spec.fsdp.version != 2 or spec.parallelism.tensor_parallel > 1):
+        return ()
+    return (None, "tensorwise")
+
+
 LEVERS: tuple[Lever, ...] = (
     Lever("fsdp.sharding_strategy", _strategies, "what is sharded, and over how many ranks"),
     Lever("fsdp.shard_group_size", _shard_groups, "ranks per shard group (hybrid strategies)"),
@@ -94,5 +118,13 @@ LEVERS: tuple[Lever, ...] = (
     Lever("data.micro_batch_size", _micro_batches,
           "sequences per forward; accumulation keeps the global batch"),
     Lever("fsdp.cpu_offload", _offload, "sharded state in host memory (GPUs)"),
+    Lever(FLOAT8, _float8, "float8 matmuls at the FP8 peak (GPUs with FP8 tensor cores)",
+          opt_in=True),
 )
 LEVER_KEYS = tuple(lever.key for lever in LEVERS)
+
+
+def lever_of(key: str) -> Lever:
+    """The lever that sets ``key`` (a GPU count's keys are plain settings)."""
+    return next((lever for lever in LEVERS if lever.key == key),
+                Lever(key, lambda spec, choice: (), ""))

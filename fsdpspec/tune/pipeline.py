@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fsdpspec.spec.diagnostics import Diagnostic
 from fsdpspec.spec.load import Loaded, join, load_file
-from fsdpspec.tune.levers import LEVER_KEYS
+from fsdpspec.tune.levers import LEVER_KEYS, LEVERS
 from fsdpspec.tune.search import Candidate, search, search_counts
 from fsdpspec.validate import FileReport, check_loaded
 
@@ -56,7 +56,8 @@ def open_levers(report: FileReport, vary: Sequence[str]) -> tuple[str, ...]:
     if vary:
         return tuple(key for key in LEVER_KEYS if key in vary)
     written = written_keys(report)
-    return tuple(key for key in LEVER_KEYS if key not in written)
+    return tuple(lever.key for lever in LEVERS
+                 if lever.key not in written and not lever.opt_in)
 
 
 def validated(loaded: Loaded, path: Path, overrides: Sequence[str],

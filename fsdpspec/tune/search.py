@@ -18,8 +18,8 @@ from fsdpspec.plan.host import host_memory
 from fsdpspec.plan.memory import GIB, device_memory
 from fsdpspec.plan.planner import device_capacity
 from fsdpspec.plan.steptime import StepTime, step_time
-from fsdpspec.spec.v1 import JobSpec
-from fsdpspec.tune.levers import LEVERS, Choice, value_of
+from fsdpspec.spec.v1 import Float8, JobSpec
+from fsdpspec.tune.levers import FLOAT8, LEVERS, Choice, lever_of, value_of
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,7 @@ class Candidate:
     @property
     def overrides(self) -> list[str]:
         """The `--set KEY=VALUE` arguments that make the spec this candidate."""
-        return [f"{key}={_yaml_scalar(value)}" for key, value in self.changes]
-
-
-def _yaml_scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+        return [lever_of(key).setting(value) for key, value in self.changes]
 
 
 def choices(spec: JobSpec, open_keys: set[str]) -> Iterator[Choice]:
@@ -77,12 +71,17 @@ def choices(spec: JobSpec, open_keys: set[str]) -> Iterator[Choice]:
 def with_choice(spec: JobSpec, choice: Choice) -> JobSpec:
     """``spec`` with each dotted key set (values from the lever table are valid)."""
     sections: dict[str, dict[str, Any]] = {}
+    whole: dict[str, Any] = {}
     for key, value in choice.items():
+        if key == FLOAT8:  # the section itself: off, or on with a recipe
+            whole[key] = None if value is None else (spec.float8 or Float8()).model_copy(
+                update={"recipe": value})
+            continue
         section, field = key.split(".")
         sections.setdefault(section, {})[field] = value
     return spec.model_copy(update={
-        name: getattr(spec, name).model_copy(update=fields)
-        for name, fields in sections.items()})
+        **{name: getattr(spec, name).model_copy(update=fields)
+           for name, fields in sections.items()}, **whole})
 
 
 def evaluate(base: Job, device: Accelerator, choice: Choice) -> Candidate | None:
