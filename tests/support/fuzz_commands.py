@@ -210,11 +210,13 @@ def lever_fields(draw) -> Any:
     data = copy.deepcopy(LEVERS_DATA)
     keys = _lever_keys()
     for key in draw(st.lists(st.sampled_from(keys), max_size=4)):
-        section, field = key.split(".", 1)
+        section, _, field = key.rpartition(".")  # a whole section (float8) has no dot
+        holder = data.setdefault(section, {}) if section else data
+        value = draw(st.one_of(VALUES, st.integers(0, 64)))
         if draw(st.booleans()):
-            data[section].pop(field, None)
-        else:
-            data[section][field] = draw(st.one_of(VALUES, st.integers(0, 64)))
+            holder.pop(field, None)
+        elif isinstance(holder, dict):
+            holder[field] = value
     return data, draw(st.lists(st.sampled_from(keys), max_size=2))
 
 
