@@ -25,6 +25,15 @@ def _peft_json(plan: Plan) -> dict[str, Any] | None:
             "frozen_base_bytes_per_parameter": base_bytes_per_element(plan.job)}
 
 
+def _float8_json(plan: Plan) -> dict[str, Any] | None:
+    f8 = plan.job.float8
+    if f8 is None:
+        return None
+    return {"recipe": f8.recipe, "linears": sum(n for _, _, n in f8.linears),
+            "converted_parameters": f8.numel, "fsdp_all_gather": f8.all_gather,
+            "fp8_tflops": plan.accelerator.fp8_tflops}
+
+
 def plan_json(plan: Plan) -> dict[str, Any]:
     """The documented JSON form (keys are stable)."""
     device, host, compute = plan.device, plan.host, plan.compute
@@ -39,6 +48,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "accumulation_steps": plan.job.batch.accumulation,
         "accelerator": plan.accelerator.name,
         "peft": _peft_json(plan),
+        "float8": _float8_json(plan),
         "memory": {
             "device": {
                 "peak_allocated_bytes": device.peak_allocated,
@@ -239,6 +249,19 @@ def _adapter_lines(plan: Plan) -> list[str]:
     return lines
 
 
+def _float8_lines(plan: Plan) -> list[str]:
+    """What float8 converts, how its weights are gathered, and the rate it runs at."""
+    f8 = plan.job.float8
+    if f8 is None:
+        return []
+    fp8 = plan.accelerator.fp8_tflops
+    rate = (f"at the FP8 peak ({fp8:,.0f} TFLOP/s)" if fp8
+            else f"at the bf16 rate ({plan.accelerator.name} has no FP8 tensor cores)")
+    gather = "float8" if f8.all_gather else plan.spec.fsdp.mixed_precision.param_dtype
+    return [f"float8 {f8.recipe}: {sum(n for _, _, n in f8.linears)} Linear modules, "
+            f"{_count(f8.numel)} weights, matmuls {rate}, all-gathered in {gather}"]
+
+
 def plan_text(plan: Plan, budget: Budget | None = None, scaling: Scaling | None = None) -> str:
     """The table `fsdpspec plan` prints (with the budget and scaling lines after the
     predicted step when given)."""
@@ -248,7 +271,7 @@ def plan_text(plan: Plan, budget: Budget | None = None, scaling: Scaling | None 
             f"{w.world_size} × {plan.accelerator.name}, {w.written_strategy} {layout}, "
             f"micro-batch {plan.job.batch.micro} × {plan.job.batch.seq}, "
             f"{plan.job.batch.accumulation} accumulation step(s)",
-            *_adapter_lines(plan),
+            *_adapter_lines(plan), *_float8_lines(plan),
             f"per-rank device memory at its peak ({plan.device.peak.name}):"]
     unit, name = _unit(plan)
     host = ["host memory per node (GiB):"]

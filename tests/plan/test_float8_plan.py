@@ -31,6 +31,10 @@ def test_plan_predicts_torchtitans_float8_row_within_its_bands() -> None:
     row = next(r for r in YAML(typ="safe").load(PUBLISHED.read_text())["rows"]
                if r["name"] == ROW)
     data = _plan(str(EXAMPLE))
+    # 7 projections × 32 layers, 6.98B weights; lm_head (0.53B) stays in bf16.
+    assert data["float8"] == {"recipe": "tensorwise", "linears": 224,
+                              "converted_parameters": 32 * 218_103_808,
+                              "fsdp_all_gather": True, "fp8_tflops": 1979.0}
     tokens = data["step_time"]["tokens_per_s_per_device"]
     reserved = data["memory"]["device"]["peak_reserved_bytes"] / GIB
     print(f"torchtitan float8 row: {tokens:,.0f} tokens/s "
