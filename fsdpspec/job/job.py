@@ -9,6 +9,7 @@ analytic family is introspected on the meta device (`fsdpspec.job.introspect`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ class Job:
         """The modules a LoRA adapts, by transformers' names (empty without `peft`)."""
         return targets_of(self.spec, self.config)
 
-    @property
+    @functools.cached_property  # tune plans thousands of candidates of one job each
     def float8(self) -> Float8 | None:
         """The Linear modules float8 training converts and how FSDP gathers them (None
         without a `float8` section)."""
