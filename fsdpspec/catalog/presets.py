@@ -93,6 +93,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
         num_key_value_heads=8, **_LLAMA3,
     ),
+    # torchtitan's CP table trains it at 32k–256k tokens (docs/memory.md).
+    "llama3.1-8b": _llama(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0,
+        max_position_embeddings=131072, rope_scaling=_LLAMA31_ROPE,
+    ),
     "llama3.1-405b": _llama(
         hidden_size=16384, intermediate_size=53248, num_hidden_layers=126,
         num_attention_heads=128, num_key_value_heads=8, vocab_size=128256,

@@ -1,5 +1,6 @@
 """The batch of a job: micro-batch, sequence length, global batch and accumulation,
-derived once from `data` and the data-parallel size (`ParallelDims.dp_size`)."""
+derived once from `data`, the data-parallel size (`ParallelDims.dp_size`) and the
+context-parallel degree that splits each sequence."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ class Batch:
     seq: int
     global_size: int
     dp_size: int
+    # Ranks each sequence is split over (context parallelism): each holds seq ÷ cp tokens.
+    cp: int = 1
 
     @property
     def per_pass(self) -> int:
@@ -35,16 +38,22 @@ class Batch:
         return self.global_size % self.per_pass == 0
 
     @property
+    def local_seq(self) -> int:
+        """The tokens of each sequence one rank holds (all of them without context
+        parallelism): what its activations scale with."""
+        return self.seq // self.cp
+
+    @property
     def tokens(self) -> int:
         """Tokens in one micro-batch of one rank."""
-        return self.micro * self.seq
+        return self.micro * self.local_seq
 
     def as_json(self) -> dict[str, int]:
         return {"micro": self.micro, "seq": self.seq, "global": self.global_size,
                 "accumulation": self.accumulation}
 
 
-def batch_of(spec: JobSpec, dp_size: int) -> Batch:
+def batch_of(spec: JobSpec, dp_size: int, cp: int = 1) -> Batch:
     data = spec.data
     return Batch(micro=data.micro_batch_size, seq=data.seq_len,
-                 global_size=data.global_batch_size, dp_size=dp_size)
+                 global_size=data.global_batch_size, dp_size=dp_size, cp=cp)

@@ -39,7 +39,8 @@ class Layout:
 
     @property
     def shard_size(self) -> int:
-        return self.dims.dp_shard
+        """Ranks a parameter is sharded over (`ParallelDims.fsdp_shard`)."""
+        return self.dims.fsdp_shard
 
     @property
     def replicas(self) -> int:
@@ -92,7 +93,7 @@ def layout(spec: JobSpec, world_size: int | None = None) -> Layout:
                          strategy=fsdp.sharding_strategy, shard_group_size=fsdp.shard_group_size,
                          gpus_per_node=spec.resources.gpus_per_node, fsdp_version=fsdp.version,
                          tp=spec.parallelism.tensor_parallel, cp=spec.parallelism.context_parallel)
-    batch = batch_of(spec, dims.dp_size)
+    batch = batch_of(spec, dims.dp_size, dims.cp)
     return Layout(
         dims=dims,
         batch=batch,

@@ -2,7 +2,10 @@
 
 Every way the ranks split the work is one degree: ``dp_replicate`` (replicas of the
 model), ``dp_shard`` (ranks one parameter is sharded over), and ``cp``, ``tp``, ``pp``,
-``ep``, all 1 until the engine runs them. The spec's ``fsdp.sharding_strategy`` and
+``ep``, all 1 until the engine runs them. Context parallelism splits each sequence
+over ``cp`` ranks that hold different tokens of the same micro-batches, so FSDP shards
+over ``dp_shard × cp`` ranks at once, the flattened ``dp_shard_cp`` sub-mesh (torchtitan's
+name), and the ring attention runs over ``cp``. The spec's ``fsdp.sharding_strategy`` and
 ``fsdp.shard_group_size`` map onto the data-parallel degrees here, and nowhere else; the
 lint rules and the engine's mesh (``fsdpspec_runners.engine.mesh``) call the one
 `ParallelDims.validate`. Data, evaluation, metrics and the batch count data-parallel
@@ -20,6 +23,8 @@ from fsdpspec.semantics import HYBRID_STRATEGIES
 MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 # Strategies whose mesh has a replicate dimension (NO_SHARD: groups of one rank).
 _REPLICATING = (*HYBRID_STRATEGIES, "NO_SHARD")
+# Sub-meshes flattened from dimensions of the world mesh, by name.
+FLATTENED = {"dp_shard_cp": ("dp_shard", "cp")}
 
 
 class ParallelDimsError(ValueError):
@@ -85,20 +90,28 @@ class ParallelDims:
         return self.ep > 1
 
     @property
+    def fsdp_shard(self) -> int:
+        """Ranks one parameter is sharded over: the data-parallel shard degree times the
+        context-parallel one (each cp rank computes gradients of its own tokens)."""
+        return self.dp_shard * self.cp
+
+    @property
     def fsdp_mesh_names(self) -> tuple[str, ...]:
-        """The sub-mesh FSDP (or DDP) runs over: ``dp_shard`` alone for the sharded
-        strategies; ``dp_replicate × dp_shard`` for hybrid ones and NO_SHARD (shard
-        groups of one rank), also where one of the two is 1."""
+        """The sub-mesh FSDP (or DDP) runs over: ``dp_shard`` (``dp_shard_cp`` under
+        context parallelism) alone for the sharded strategies; with ``dp_replicate``
+        before it for hybrid ones and NO_SHARD (shard groups of one rank), also where
+        one of the two is 1."""
+        shard = "dp_shard_cp" if self.cp_enabled else "dp_shard"
         if self.written_strategy in _REPLICATING:
-            return ("dp_replicate", "dp_shard")
-        return ("dp_shard",)
+            return ("dp_replicate", shard)
+        return (shard,)
 
     @property
     def mesh_names(self) -> tuple[str, ...]:
-        """The dimensions of the device mesh, outermost first: FSDP's, and each other
-        enabled one."""
-        names = set(self.fsdp_mesh_names) | {d for d in ("pp", "cp", "tp")
-                                             if getattr(self, d) > 1}
+        """The dimensions of the device mesh, outermost first: FSDP's (the ones a
+        flattened sub-mesh is made of), and each other enabled one."""
+        names = {part for name in self.fsdp_mesh_names for part in FLATTENED.get(name, (name,))}
+        names |= {d for d in ("pp", "cp", "tp") if getattr(self, d) > 1}
         return tuple(d for d in MESH_ORDER if d in names)
 
     @property

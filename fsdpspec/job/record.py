@@ -57,7 +57,8 @@ def _layout(data: dict[str, Any]) -> Layout:
                         strategy=data["strategy"], requested_shard=degrees["requested_shard"],
                         cp=degrees["cp"], tp=degrees["tp"], pp=degrees["pp"], ep=degrees["ep"])
     layout = Layout(dims=dims, batch=Batch(micro=batch["micro"], seq=batch["seq"],
-                                           global_size=batch["global"], dp_size=dims.dp_size),
+                                           global_size=batch["global"], dp_size=dims.dp_size,
+                                           cp=dims.cp),
                     gpus_per_node=data["gpus_per_node"], fsdp_version=data["fsdp_version"],
                     synced_micro_batches=data["synced_micro_batches"], ddp=data["ddp"])
     if layout.as_json() != data:  # the derived facts recorded beside the degrees agree

@@ -28,20 +28,3 @@ def tensor_parallel_unbuilt(ctx: LintContext) -> Iterator[Diagnostic]:
                          "/parallelism/tensor_parallel")
 
 
-@rule("FS189", "context-parallel-unbuilt", Severity.ERROR,
-      "context parallelism is not in this release",
-      "set parallelism.context_parallel: 1")
-def context_parallel_unbuilt(ctx: LintContext) -> Iterator[Diagnostic]:
-    """The engine of this release does not split sequences over ranks.
-
-    FAIL:
-
-        parallelism: {context_parallel: 2}
-
-    PASS:
-
-        parallelism: {context_parallel: 1}
-    """
-    if ctx.spec.parallelism.context_parallel > 1:
-        yield diagnostic("FS189", "context_parallel > 1 is not in this release",
-                         "/parallelism/context_parallel")

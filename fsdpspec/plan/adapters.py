@@ -174,7 +174,7 @@ def adapted_layer_activations(job: Job) -> tuple[int, int]:
     norm's normalised value nor its output."""
     a, g, b, t = job.adapters, job.geometry, job.compute_bytes, job.batch.tokens
     assert a is not None
-    full = act.layer_activation_bytes(g, b, job.batch.micro, job.batch.seq,
+    full = act.layer_activation_bytes(g, b, job.batch.micro, job.batch.local_seq,
                                       job.attention)
     norm_value = 0 if g.norm_bias else (4 if g.fp32_norm else b)
     # A norm trained in full (modules_to_save) keeps its normalised value for its weight.

@@ -7,7 +7,9 @@ rank: an all-gather of each unit in forward and again in backward for units free
 forward, a reduce-scatter of the gradients once per synchronised micro-batch (every one
 but under NO_SHARD, where the engine reduces the last only), and for
 replicated strategies an all-reduce across replicas; ring collectives move (n-1)/n of
-the buffer per rank, an all-reduce twice that.
+the buffer per rank, an all-reduce twice that. Context parallelism adds its ring
+attention's key/value exchange in every layer (`fsdpspec.plan.ring`), again in a layer
+that recomputes its forward.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
 from fsdpspec.plan.levers import chunked_loss_flops, offload_seconds
 from fsdpspec.plan.memory import gathered_bytes, saved_activation_bytes
+from fsdpspec.plan.ring import ring_traffic_bytes
 from fsdpspec.plan.units import sharding
 from fsdpspec.semantics import (
     model_flops_per_token,
@@ -55,6 +58,10 @@ class Compute:
     communication_seconds: float
     # Activation offload's PCIe transfers (out in forward, back in backward).
     offload_seconds: float = 0.0
+    # Context parallelism's ring attention (k/v exchange), per micro-batch: it waits
+    # inside the attention op, so the step-time model counts it exposed.
+    ring_bytes: int = 0
+    ring_seconds: float = 0.0
 
     @property
     def communication_bound(self) -> bool:
@@ -113,6 +120,22 @@ def step_compute(job: Job, parameters: int, device: Accelerator, compute_dtype: 
              if job.layout.shard_size <= job.layout.gpus_per_node else 0)
     inter = all_reduce + (0 if intra else all_gather + reduce_scatter)
     seconds = intra / (device.intra_node_gbps * 1e9) + inter / (device.inter_node_gbps * 1e9)
+    ring = ring_micro_batch_bytes(job)
+    ring_link = (device.intra_node_gbps if job.layout.dims.cp <= job.layout.gpus_per_node
+                 else device.inter_node_gbps)
     return Compute(flops, float(model * job.batch.tokens * micro), all_gather, reduce_scatter,
                    all_reduce, flops / (peak * 1e12) if peak else None, seconds,
-                   offload_seconds(saved_activation_bytes(job), job))
+                   offload_seconds(saved_activation_bytes(job), job),
+                   ring, ring / (ring_link * 1e9))
+
+
+def ring_micro_batch_bytes(job: Job) -> int:
+    """The ring attention's bytes per rank and micro-batch: every layer's forward and
+    backward exchange, and the forward again in each layer whose checkpointing
+    recomputes its attention (torchtitan's op-level policy saves the attention output)."""
+    if job.layout.dims.cp == 1:
+        return 0
+    forward, backward = ring_traffic_bytes(job)
+    layers, units = job.geometry.num_layers, job.units
+    recomputed = 0 if units.ac_mode == "op" else units.checkpointed_count(layers)
+    return layers * (forward + backward) + recomputed * forward

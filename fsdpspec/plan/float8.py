@@ -50,7 +50,7 @@ def _largest(job: Job) -> tuple[int, int]:
     """(out, in) of the converted Linear whose backward casts are largest."""
     f8 = job.float8
     assert f8 is not None
-    tokens = job.batch.micro * job.batch.seq
+    tokens = job.batch.tokens  # this rank's (context parallelism splits the sequence)
     return max((s for _, s, _ in f8.linears), default=(0, 0),
                key=lambda s: tokens * (2 * s[0] + s[1]) + s[0] * s[1])
 
@@ -61,7 +61,7 @@ def backward_cast_bytes(job: Job) -> int:
     if job.float8 is None:
         return 0
     out, into = _largest(job)
-    tokens = job.batch.micro * job.batch.seq
+    tokens = job.batch.tokens  # this rank's (context parallelism splits the sequence)
     weight = 0 if job.float8.all_gather else out * into
     return FLOAT8_BYTES * (tokens * (2 * out + into) + weight)
 
@@ -73,7 +73,7 @@ def cast_traffic_bytes(job: Job) -> int:
     f8 = job.float8
     if f8 is None:
         return 0
-    tokens = job.batch.micro * job.batch.seq
+    tokens = job.batch.tokens  # this rank's (context parallelism splits the sequence)
     per_layer = 0
     for _, (out, into), count in f8.linears:
         weight = 0 if f8.all_gather else 2 * out * into

@@ -20,6 +20,7 @@ from fsdpspec.plan import activations as act
 from fsdpspec.plan import levers
 from fsdpspec.plan.adapters import adapted_parts
 from fsdpspec.plan.float8 import backward_cast_bytes, gathered_float8_saving
+from fsdpspec.plan.ring import ring_backward_bytes
 from fsdpspec.plan.units import Sharding, sharding
 from fsdpspec.semantics import (
     MASTER_BYTES,
@@ -39,7 +40,8 @@ TERMS = (
     "sharded_parameters", "optimizer_states", "sharded_gradients", "gradient_buckets",
     "accumulated_gradients",
     "gathered_parameters", "prefetch_buffer", "unsharded_gradients", "reduce_scatter_buffers",
-    "activations", "logits_and_loss", "backward_temporaries", "optimizer_temporaries",
+    "activations", "logits_and_loss", "backward_temporaries", "ring_buffers",
+    "optimizer_temporaries",
 )
 
 
@@ -237,7 +239,7 @@ def layer_bytes(job: Job) -> int:
     """Activation bytes one layer saves for backward without checkpointing (the memory
     walk's, and the step-time model's elementwise traffic)."""
     return act.layer_activation_bytes(job.geometry, job.compute_bytes, job.batch.micro,
-                                      job.batch.seq, job.attention)
+                                      job.batch.local_seq, job.attention)
 
 
 def _saved_through(job: Job, index: int, full: int) -> int:
@@ -245,7 +247,7 @@ def _saved_through(job: Job, index: int, full: int) -> int:
     op-level checkpointing also the outputs its policy saves)."""
     units, g, b = job.units, job.geometry, job.compute_bytes
     assert units is not None  # the planner plans only jobs with a geometry
-    micro, seq = job.batch.micro, job.batch.seq
+    micro, seq = job.batch.micro, job.batch.local_seq
     if units.ac_mode == "op":
         kept = levers.op_checkpointed_layer_bytes(g, b, micro, seq, job.attention)
     else:
@@ -291,7 +293,7 @@ def _head_points(job: Job, p: _Parts) -> list[Point]:
     """From the lm_head's forward to its backward: logits and loss, the root gathered
     throughout."""
     g, b = job.geometry, job.compute_bytes
-    batch, seq = job.batch.micro, job.batch.seq
+    batch, seq = job.batch.micro, job.batch.local_seq
     logits = b * batch * seq * g.vocab_size
     acts = p.saved + act.root_activation_bytes(g, b, batch, seq)
     base = p.persistent | {"accumulated_gradients": p.accumulated, "activations": acts,
@@ -335,7 +337,7 @@ def _layer_point(job: Job, p: _Parts, index: int) -> Point:
         activations += p.layer
     lay = job.layout
     gathered = p.root + (p.unit if lay.reshards_after_forward else (index + 1) * p.unit)
-    temporaries = act.backward_temporaries(g, b, job.batch.micro, job.batch.seq,
+    temporaries = act.backward_temporaries(g, b, job.batch.micro, job.batch.local_seq,
                                            job.attention) + backward_cast_bytes(job)
     return Point(f"backward: layer {index}", {
         **p.persistent,
@@ -347,6 +349,8 @@ def _layer_point(job: Job, p: _Parts, index: int) -> Point:
         "reduce_scatter_buffers": p.unit_reduce if index < layers - 1 else 0,
         "activations": activations,
         "backward_temporaries": temporaries,
+        # Context parallelism: the ring attention's k/v exchange (fsdpspec/plan/ring.py).
+        "ring_buffers": ring_backward_bytes(job),
     })
 
 

@@ -45,6 +45,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                        "source": "introspected" if plan.geometry.introspected else "analytic"},
         "world_size": plan.job.layout.world_size,
         "shard_size": plan.job.layout.shard_size,
+        "context_parallel": plan.job.layout.dims.cp,
         "accumulation_steps": plan.job.batch.accumulation,
         "accelerator": plan.accelerator.name,
         "peft": _peft_json(plan),
@@ -80,6 +81,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "all_reduce_bytes": compute.all_reduce_bytes,
             "communication_bound": compute.communication_bound,
             "offload_seconds": compute.offload_seconds,
+            "ring_bytes_per_micro_batch": compute.ring_bytes,
+            "ring_seconds_per_micro_batch": compute.ring_seconds,
         },
         "step_time": _step_json(plan),
         "fits": plan.fits,
@@ -193,6 +196,11 @@ def _compute_lines(plan: Plan) -> list[str]:
     if c.offload_seconds:
         lines.append(f"activation offload: {c.offload_seconds:.3f} s of PCIe transfers per "
                      "step (out overlapped with forward, back on demand in backward)")
+    if c.ring_bytes:
+        lines.append(f"ring attention (context_parallel {plan.job.layout.dims.cp}): "
+                     f"{c.ring_bytes / GIB:.1f} GiB of keys, values and their gradients per "
+                     f"rank and micro-batch, {c.ring_seconds:.3f} s, waited for inside "
+                     "attention (fsdpspec/plan/ring.py)")
     return lines
 
 
@@ -265,12 +273,15 @@ def _float8_lines(plan: Plan) -> list[str]:
 def plan_text(plan: Plan, budget: Budget | None = None, scaling: Scaling | None = None) -> str:
     """The table `fsdpspec plan` prints (with the budget and scaling lines after the
     predicted step when given)."""
-    w = plan.job.layout
+    w, batch = plan.job.layout, plan.job.batch
     layout = "as DDP" if w.ddp else f"over {w.shard_size}"
+    if w.dims.cp_enabled:
+        layout += (f" (dp_shard {w.dims.dp_shard} × cp {w.dims.cp}; each rank holds "
+                   f"{batch.local_seq} tokens of a sequence)")
     head = [f"{plan.spec.metadata.name}: {_parameters(plan)}, "
             f"{w.world_size} × {plan.accelerator.name}, {w.written_strategy} {layout}, "
-            f"micro-batch {plan.job.batch.micro} × {plan.job.batch.seq}, "
-            f"{plan.job.batch.accumulation} accumulation step(s)",
+            f"micro-batch {batch.micro} × {batch.seq}, "
+            f"{batch.accumulation} accumulation step(s)",
             *_adapter_lines(plan), *_float8_lines(plan),
             f"per-rank device memory at its peak ({plan.device.peak.name}):"]
     unit, name = _unit(plan)

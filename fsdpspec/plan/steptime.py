@@ -25,7 +25,9 @@ efficiency; float8's converted matmuls at the FP8 peak, `fsdpspec.plan.float8`) 
 elementwise work (and float8's casts) as activation traffic at memory bandwidth, plus the
 framework's fixed time per layer and micro-batch (``layer_overhead_us``: a third in
 forward, two in backward, a third again in a recomputing layer); every collective call
-pays ``collective_latency_us`` on top of its bytes; the optimizer step is memory traffic
+pays ``collective_latency_us`` on top of its bytes; context parallelism's ring attention
+exchanges keys and values inside each layer's attention, which waits for them, so its
+bytes (`compute.ring_micro_batch_bytes`) are exposed time; the optimizer step is memory traffic
 at ``optimizer_gbps``. The fixed costs are 0 until `tune --measure` calibrates them.
 docs/tune.md has the sources and the measured error.
 """
@@ -311,7 +313,8 @@ def step_time(job: Job, c: Compute, device: Accelerator, compute_dtype: str) -> 
     runs = [(_micro_batch_seconds(job, units, device, True), synced)]
     if synced < micro:
         runs.append((_micro_batch_seconds(job, units, device, False), micro - synced))
-    total = sum(r[0] * n for r, n in runs)
+    # Context parallelism's ring waits inside each layer's attention: exposed.
+    total = sum(r[0] * n for r, n in runs) + micro * c.ring_seconds / LINK_EFFICIENCY[device.is_gpu]
     computing = micro * (sum(3 * f * t.count for t, f in units.layers)
                          + units.recompute * _recomputing_copies(job, units.copies)
                          + units.root.forward + units.root.backward)

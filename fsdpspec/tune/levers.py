@@ -17,6 +17,9 @@ from pydantic import BaseModel
 from fsdpspec.semantics import HYBRID_STRATEGIES
 from fsdpspec.spec.v1 import Fsdp, JobSpec
 
+# Sequences from this length on are long enough for tune to split them over ranks
+# (torchtitan's CP table starts at 32k tokens, where one H100 holds one sequence).
+LONG_SEQUENCE = 32768
 # A candidate as it is built: spec key → value.
 Choice = dict[str, Any]
 Values = Callable[[JobSpec, Choice], tuple[Any, ...]]
@@ -55,11 +58,19 @@ def spec_values(section: type[BaseModel], field: str) -> tuple[Any, ...]:
     return get_args(section.model_fields[field].annotation)
 
 
+def _data_parallel(spec: JobSpec, choice: Choice) -> int:
+    """The candidate's data-parallel ranks: the ranks of one context-parallel group hold
+    one sequence between them."""
+    return spec.world_size // value_of(spec, choice, "parallelism.context_parallel")
+
+
 def _strategies(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
-    # A hybrid strategy needs a group smaller than the world; else it is FULL_SHARD.
-    groups = _groups(spec.world_size)
+    # A hybrid strategy needs a group smaller than the data-parallel ranks; else it is
+    # FULL_SHARD.
+    groups = _groups(_data_parallel(spec, choice))
+    sharded = value_of(spec, choice, "parallelism.context_parallel") > 1  # FS195
     return tuple(s for s in spec_values(Fsdp, "sharding_strategy")
-                 if groups or s not in HYBRID_STRATEGIES)
+                 if (groups or s not in HYBRID_STRATEGIES) and not (sharded and s == "NO_SHARD"))
 
 
 def _groups(world: int) -> tuple[int, ...]:
@@ -70,7 +81,7 @@ def _groups(world: int) -> tuple[int, ...]:
 def _shard_groups(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
     if value_of(spec, choice, "fsdp.sharding_strategy") not in HYBRID_STRATEGIES:
         return ()
-    return _groups(spec.world_size)
+    return _groups(_data_parallel(spec, choice))
 
 
 def _checkpointing(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
@@ -83,10 +94,27 @@ def _ac_every(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
     return (2, 3, 4)
 
 
+def _context_parallel(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    """For a long sequence on GPUs, the context-parallel degrees a node holds (powers
+    of two whose 2 × cp chunks split the sequence evenly), where the layout can run them
+    (FSDP2, no adapters, text data, no tensor parallelism: FS194–FS196; NO_SHARD is not
+    offered beside it); the model's attention (FS192, FS193) is validate's to check."""
+    seq = spec.data.seq_len
+    runs = (spec.device().is_gpu and seq >= LONG_SEQUENCE and spec.fsdp.version == 2
+            and spec.peft is None and spec.data.format == "text"
+            and spec.parallelism.tensor_parallel == 1)
+    if not runs:
+        return ()
+    per_node = spec.resources.gpus_per_node
+    degrees = (1 << k for k in range(per_node.bit_length()))
+    return tuple(c for c in degrees if per_node % c == 0 and seq % (2 * c) == 0)
+
+
 def _micro_batches(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
     """Micro-batches that keep the global batch exactly (a whole number of accumulation
-    steps of every rank's micro-batch)."""
-    per_rank, rest = divmod(spec.data.global_batch_size, spec.world_size)
+    steps of every data-parallel rank's micro-batch: the ranks of one context-parallel
+    group share theirs)."""
+    per_rank, rest = divmod(spec.data.global_batch_size, _data_parallel(spec, choice))
     if rest or not per_rank:
         return ()
     return tuple(n for n in range(1, per_rank + 1) if per_rank % n == 0)
@@ -111,6 +139,8 @@ def _float8(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
 
 
 LEVERS: tuple[Lever, ...] = (
+    Lever("parallelism.context_parallel", _context_parallel,
+          "ranks each long sequence is split over (ring attention, GPUs)"),
     Lever("fsdp.sharding_strategy", _strategies, "what is sharded, and over how many ranks"),
     Lever("fsdp.shard_group_size", _shard_groups, "ranks per shard group (hybrid strategies)"),
     Lever("fsdp.activation_checkpointing", _checkpointing, "which layers recompute in backward"),

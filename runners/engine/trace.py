@@ -170,7 +170,7 @@ def train_step(job: Job, model: Any, optimizer: Any, device: Any,
     from fsdpspec_runners.engine.loss import causal_lm_loss
 
     micro = min(2, job.batch.accumulation)
-    shape = (job.batch.micro, job.batch.seq)
+    shape = (job.batch.micro, job.batch.local_seq)
     for index in range(micro):
         if index and between_micro_batches is not None:
             between_micro_batches()

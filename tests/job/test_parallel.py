@@ -100,3 +100,21 @@ def test_fs104_is_validate_s_message_through_the_cli(cli, tmp_path) -> None:
     assert result.returncode == 1
     assert "FS104" in result.stdout and (
         "shard group of 3 ranks does not divide the world size 4" in result.stdout)
+
+
+@pytest.mark.parametrize(("fsdp", "names", "fsdp_names"), [
+    ({"sharding_strategy": "FULL_SHARD"}, ("dp_shard", "cp"), ("dp_shard_cp",)),
+    ({"sharding_strategy": "HYBRID_SHARD", "shard_group_size": 2},
+     ("dp_replicate", "dp_shard", "cp"), ("dp_replicate", "dp_shard_cp")),
+])
+def test_fsdp_shards_over_the_data_parallel_and_context_parallel_ranks(
+        fsdp: dict, names: tuple[str, ...], fsdp_names: tuple[str, ...]) -> None:
+    data = _spec(nodes=1, **fsdp).model_dump()
+    lay = layout(JobSpec.model_validate(data | {"parallelism": {"context_parallel": 2}}))
+    dims = lay.dims
+    dims.validate()
+    assert (dims.mesh_names, dims.fsdp_mesh_names) == (names, fsdp_names)
+    assert dims.dp_size == 4 and dims.fsdp_shard == lay.shard_size == 2 * dims.dp_shard
+    # Each rank holds half of every sequence; the two ranks of a cp group read the same.
+    assert (lay.batch.local_seq, lay.batch.tokens) == (16, 32)
+    assert [dims.dp_rank(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
