@@ -2,7 +2,10 @@
 # GPU smoke test of the engine: one preset, 20 steps, FSDP2 FULL_SHARD in bf16 on every
 # visible GPU, then the same job with float8 (torchao, tensorwise) where the GPU has FP8
 # tensor cores; each run's tokens/s and peak reserved memory beside `fsdpspec plan`'s
-# (benchmarks/gpu_smoke_job.py). Skips (exit 0) without a CUDA GPU.
+# (benchmarks/gpu_smoke_job.py). Then, on 2 or more GPUs, a context-parallel run
+# (benchmarks/gpu_smoke_cp.py: a 32k-token sequence split over the GPUs with ring
+# attention), its peak memory and tokens/s beside `fsdpspec plan`'s.
+# Skips (exit 0) without a CUDA GPU.
 #
 #   benchmarks/gpu_smoke.sh                 # llama3.2-1b, seq_len 2048
 #   PRESET=qwen2.5-0.5b SEQ_LEN=1024 benchmarks/gpu_smoke.sh
@@ -37,3 +40,5 @@ for RECIPE in off $FLOAT8; do
     -m fsdpspec_runners.engine --spec "$RUN_DIR/resolved-spec.json"
   "$PYTHON" benchmarks/gpu_smoke_job.py compare "$RUN_DIR"
 done
+
+"$PYTHON" benchmarks/gpu_smoke_cp.py

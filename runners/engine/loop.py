@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 import signal
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.device_mesh import DeviceMesh
 
 from fsdpspec.job.job import Job
 from fsdpspec.semantics import mfu
@@ -24,6 +26,7 @@ from fsdpspec_runners.engine.checkpoint import (
     save_checkpoint,
     step_dir_name,
 )
+from fsdpspec_runners.engine.context import sequence_split
 from fsdpspec_runners.engine.dist import Runtime, all_reduce_max, all_reduce_sum, console
 from fsdpspec_runners.engine.errors import EngineError
 from fsdpspec_runners.engine.evaluate import evaluate
@@ -49,6 +52,8 @@ class Trainer:
     flops_per_token: float
     peak_flops: float
     eval_sequences: Sequences | None = None
+    # Context parallelism (GPUs): the mesh each sequence is split over.
+    cp_mesh: DeviceMesh | None = None
 
     @property
     def spec(self) -> JobSpec:
@@ -72,11 +77,16 @@ def forward_backward(
     """Forward and backward of one micro-batch; returns its (unscaled) loss, still on the
     device: reading it here would make the host wait for every micro-batch."""
     device = trainer.runtime.device
-    with activation_offload(trainer.spec.fsdp.activation_offload, device):
-        loss = causal_lm_loss(trainer.state.model, {k: v.to(device) for k, v in batch.items()},
-                              chunks=trainer.spec.train.loss_chunks)
-    scaled = loss / accumulation_steps
-    (trainer.scaler.scale(scaled) if trainer.scaler else scaled).backward()
+    on_device = {k: v.to(device) for k, v in batch.items()}
+    split = (sequence_split(trainer.cp_mesh, on_device) if trainer.cp_mesh is not None
+             else nullcontext(on_device))
+    # Ring attention patches SDPA for the backward too: both run inside the split.
+    with split as local:
+        with activation_offload(trainer.spec.fsdp.activation_offload, device):
+            loss = causal_lm_loss(trainer.state.model, local,
+                                  chunks=trainer.spec.train.loss_chunks)
+        scaled = loss / accumulation_steps
+        (trainer.scaler.scale(scaled) if trainer.scaler else scaled).backward()
     return loss.detach()
 
 
@@ -101,8 +111,9 @@ def train_step(trainer: Trainer) -> StepResult:
         runtime.device,
     )
     grad_norm = adapter.clip(state.model, squares, max_norm)
-    # Every rank adds its loss, and the ranks of one data-parallel rank (cp, tp) the same
-    # one: the mean over every rank is the mean over the data-parallel ranks.
+    # Every rank adds its loss: the ranks of one tp group the same one, those of a cp
+    # group the mean over their equal shares of the sequence. The mean over every rank is
+    # the mean over the data-parallel ranks.
     loss = total / (len(micro_batches) * runtime.world_size)
     # float(): torchao keeps the learning rate as a tensor (no recompile when it changes).
     lr = float(state.scheduler.get_last_lr()[0])

@@ -22,6 +22,16 @@ from torch.utils.checkpoint import checkpoint
 from fsdpspec_runners.engine.errors import EngineError
 from fsdpspec_runners.engine.examples import IGNORE
 
+# A batch whose labels are already the next tokens' (context parallelism shifts them
+# before the sequence is split: `fsdpspec_runners.engine.context`).
+SHIFTED_LABELS = "shifted_labels"
+
+
+def next_token_labels(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Each position's label: the next token's (IGNORE after the last). Shift the labels,
+    not the logits: slicing the logits would copy all of them."""
+    return F.pad(batch.get("labels", batch["input_ids"])[:, 1:], (0, 1), value=IGNORE)
+
 
 def causal_lm_loss(
     model: nn.Module, batch: dict[str, torch.Tensor], reduction: str = "mean",
@@ -32,8 +42,7 @@ def causal_lm_loss(
     model's weighted load-balancing loss. The model maps ids to logits (a transformers
     model's output or a bare tensor from a factory model); with ``chunks`` > 1 it must be
     a transformers model, whose output projection the loss then applies chunk by chunk."""
-    # Shift the labels, not the logits: slicing the logits would copy all of them.
-    labels = F.pad(batch.get("labels", batch["input_ids"])[:, 1:], (0, 1), value=IGNORE)
+    labels = batch[SHIFTED_LABELS] if SHIFTED_LABELS in batch else next_token_labels(batch)
     if chunks == 1:
         output = model(batch["input_ids"], **_position_inputs(model, batch))
         logits = getattr(output, "logits", output)
@@ -103,8 +112,9 @@ def _projection_skipped(model: nn.Module, head: nn.Linear) -> Iterator[None]:
 
 def _position_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
     """Packed examples restart their positions; a transformers model also keeps their
-    attention apart from them. A factory model takes the ids alone. (FSDP1's wrapper
-    forwards attribute reads to the module it wraps.)"""
+    attention apart from them. A split sequence (context parallelism) carries its
+    positions and an all-ones mask. A factory model takes the ids alone. (FSDP1's
+    wrapper forwards attribute reads to the module it wraps.)"""
     if "position_ids" in batch and hasattr(model, "config"):
-        return {"position_ids": batch["position_ids"]}
+        return {k: batch[k] for k in ("position_ids", "attention_mask") if k in batch}
     return {}

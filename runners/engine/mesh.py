@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from fsdpspec.job.parallel import ParallelDims, ParallelDimsError
+from fsdpspec.job.parallel import FLATTENED, ParallelDims, ParallelDimsError
 from fsdpspec_runners.engine.errors import EngineError
 
 
@@ -22,8 +22,17 @@ def build_mesh(dims: ParallelDims, device_type: str) -> DeviceMesh:
 
 def fsdp_mesh(world: DeviceMesh, dims: ParallelDims) -> DeviceMesh:
     """The sub-mesh FSDP (or DDP) runs over: ``dp_shard``, or ``dp_replicate × dp_shard``
-    (`ParallelDims.fsdp_mesh_names`)."""
+    (`ParallelDims.fsdp_mesh_names`); under context parallelism ``dp_shard_cp``, the
+    ``dp_shard × cp`` dimensions flattened into one, as torchtitan names it."""
+    for name in dims.fsdp_mesh_names:
+        if name in FLATTENED:
+            world[FLATTENED[name]]._flatten(name)
     return world[dims.fsdp_mesh_names]
+
+
+def cp_mesh(world: DeviceMesh, dims: ParallelDims) -> DeviceMesh | None:
+    """The sub-mesh ring attention runs over (None without context parallelism)."""
+    return world["cp"] if dims.cp_enabled else None
 
 
 def shard_group_mesh(device_type: str, shard: int) -> DeviceMesh:

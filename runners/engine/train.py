@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.device_mesh import DeviceMesh
 
 from fsdpspec.job.job import Job
 from fsdpspec.job.units import Units
@@ -43,7 +44,7 @@ from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.float8 import float8_summary
 from fsdpspec_runners.engine.loop import Trainer, export_final, train
 from fsdpspec_runners.engine.lora import is_quantised
-from fsdpspec_runners.engine.mesh import build_mesh, fsdp_mesh
+from fsdpspec_runners.engine.mesh import build_mesh, cp_mesh, fsdp_mesh
 from fsdpspec_runners.engine.metrics import (
     MetricsSink,
     flops_per_token,
@@ -55,11 +56,13 @@ from fsdpspec_runners.engine.signals import StopRequest
 from fsdpspec_runners.engine.wrap import DDP_BUCKET_MB, fsdp1_syncs_states, parallelize
 
 
-def build_fsdp_model(job: Job, runtime: Runtime) -> torch.nn.Module:
-    """The model, checkpointed, sharded and initialised (or loaded) as the job says."""
+def build_fsdp_model(job: Job, runtime: Runtime,
+                     world: DeviceMesh | None = None) -> torch.nn.Module:
+    """The model, checkpointed, sharded and initialised (or loaded) as the job says, on
+    the ``world`` mesh (built here when not given)."""
     spec = job.spec
     dims = job.layout.dims
-    mesh = fsdp_mesh(build_mesh(dims, runtime.device.type), dims)
+    mesh = fsdp_mesh(world or build_mesh(dims, runtime.device.type), dims)
     if job.layout.fsdp_version == 2:
         model, units = parallelize(build_model(job, on_meta=True), job, mesh, runtime.device)
         _describe(job, runtime, units, model, sum(map(is_quantised, model.parameters())))
@@ -120,7 +123,8 @@ def _open_sink(spec: JobSpec, run_dir: Path, runtime: Runtime, step: int) -> Met
 def build_trainer(job: Job, run_dir: Path, runtime: Runtime) -> Trainer:
     """Model, optimizer, schedule, data, and the state resumed from a checkpoint."""
     spec = job.spec
-    model = build_fsdp_model(job, runtime)
+    world = build_mesh(job.layout.dims, runtime.device.type)
+    model = build_fsdp_model(job, runtime, world)
     torch.manual_seed(spec.train.seed)
     # Frozen parameters (the base of a LoRA) have no gradient and take no optimizer state.
     optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad],
@@ -147,6 +151,7 @@ def build_trainer(job: Job, run_dir: Path, runtime: Runtime) -> Trainer:
         flops_per_token=flops_per_token(model, job),
         peak_flops=peak_tflops(spec) * 1e12,
         eval_sequences=eval_sequences,
+        cp_mesh=cp_mesh(world, job.layout.dims),
     )
 
 
