@@ -3,8 +3,8 @@ by REAL accelerate: its config loader, its launcher's environment, then the
 ParallelismConfig, AORecipeKwargs and FSDP plugin each process builds from that
 environment. The exported file imports back to the same degrees and float8 section.
 
-Until tensor parallelism, context parallelism and float8 land, `validate` refuses them
-by name (FS169, FS189, FS319, fsdpspec/lint/unbuilt.py) and the export stops there:
+Until tensor parallelism and float8 land, `validate` refuses them by name (FS169,
+FS319, fsdpspec/lint/unbuilt.py) and the export stops there:
 these tests then check that refusal and export through `export_config`, what the
 command calls once the spec is valid; once a feature lands, through the command."""
 
@@ -31,8 +31,7 @@ from accelerate.commands.launch import _validate_launch_command, launch_command_
 from accelerate.utils.launch import prepare_multi_gpu_env  # noqa: E402
 
 SPEC = ROOT / "examples" / "llama3-8b-h100.yaml"  # 8 GPUs on one node
-PLACEHOLDERS = {"FS169": "parallelism.tensor_parallel", "FS189": "parallelism.context_parallel",
-                "FS319": "float8"}
+PLACEHOLDERS = {"FS169": "parallelism.tensor_parallel", "FS319": "float8"}
 
 
 def _export(sets: list[str], out: Path) -> tuple[Path, str]:
