@@ -99,7 +99,8 @@ def test_float8_with_context_parallelism_is_torchao_fp8(tmp_path: Path, monkeypa
     from accelerate.parallelism_config import ParallelismConfig
     from accelerate.utils import AORecipeKwargs, FullyShardedDataParallelPlugin
 
-    sets = ["fsdp.version=2", "parallelism.context_parallel=2",
+    # Ring attention takes no per-example mask: the example's chat data goes as text (FS194).
+    sets = ["fsdp.version=2", "parallelism.context_parallel=2", "data.format=text",
             "float8={recipe: tensorwise, fsdp_all_gather: false}"]
     config, notes = _export(sets, tmp_path / "accelerate.yaml")
     # accelerate stops on torchao with FSDP2 and cpu_ram_efficient_loading (the spec's
