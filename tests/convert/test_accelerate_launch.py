@@ -42,7 +42,8 @@ def test_every_example_loads_and_launches(cli, tmp_path: Path, example: Path) ->
     config = _exported(cli, example, tmp_path / "accelerate.yaml")
     loaded = load_config_from_file(str(config))
     assert loaded.distributed_type == "FSDP"
-    assert loaded.mixed_precision in ("no", "bf16", "fp16")
+    # fp8: a float8 spec, as accelerate's torchao backend (AO) runs it.
+    assert loaded.mixed_precision in ("no", "bf16", "fp16", "fp8")
     env = _launch_env(config)
     assert env["ACCELERATE_USE_FSDP"] == "true"
     assert env["ACCELERATE_MIXED_PRECISION"] == loaded.mixed_precision
