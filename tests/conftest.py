@@ -286,6 +286,22 @@ def train_engine():
     return torchrun_engine
 
 
+# One 10-step FULL_SHARD fp32 run of engine_jobs.BASE (constant lr, checkpoint every 5
+# steps) answers the equivalence, resume and export questions of tests/engine, and is the
+# FSDP-alone reference of the tensor-parallel runs.
+STRAIGHT = {"train": {"max_steps": 10}, "checkpoint": {"interval_steps": 5, "keep_last": 2}}
+
+
+@pytest.fixture(scope="session")
+def straight_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from engine_jobs import ok, torchrun, write_spec
+
+    run_dir = tmp_path_factory.mktemp("straight")
+    result = ok(torchrun(write_spec(run_dir, STRAIGHT)))
+    assert "fsdp2 FULL_SHARD" in result.stdout
+    return run_dir
+
+
 @pytest.fixture(scope="session")
 def slurm():
     """The one real Slurm cluster of a test session, two nodes (tests/support/

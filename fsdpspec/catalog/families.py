@@ -97,6 +97,8 @@ class TensorParallelPlan:
 
     styles: dict[str, str]
     refused: str | None = None
+    # The dimension of the heads in the tensor a ``head_norm`` reads.
+    heads_dim: int = 2
 
     def style_of(self, path: str) -> str | None:
         """The style of module ``path`` (a layer's index matches ``*``)."""
@@ -131,6 +133,9 @@ class Family:
     head_major_query: bool = False
     # q/k norms: None, "head" (over head_dim) or "width" (over the whole projection).
     qk_norm: str | None = None
+    # Where a "head" q/k norm finds the heads: [batch, seq, heads, head_dim] (2), or
+    # after the heads moved ahead of the sequence (Gemma 3: 1).
+    qk_norm_heads_dim: int = 2
     # RMSNorm applies its weight in fp32 (Gemma, OLMo 2, gpt-oss), so it saves fp32
     # values only.
     fp32_norm: bool = False
@@ -222,7 +227,7 @@ class Family:
         styles[self.module_path("model.embed_tokens")] = "vocab_embedding"
         styles[self.module_path("model.norm")] = "sequence_parallel"
         styles["lm_head"] = "loss_parallel"
-        return TensorParallelPlan(styles)
+        return TensorParallelPlan(styles, heads_dim=self.qk_norm_heads_dim)
 
     @property
     def layer_class(self) -> str:
@@ -280,8 +285,9 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "vocab_size": 262208, "tie_word_embeddings": True, "attention_bias": False,
         "sliding_window": 4096, "sliding_window_pattern": 6,
         "max_position_embeddings": 131072},
-        norm_placement="sandwich", qk_norm="head", fp32_norm=True, softcap=True,
-        window="layer_types", extra_modules=("Gemma3TextModel", "Gemma3TextScaledWordEmbedding"),
+        norm_placement="sandwich", qk_norm="head", qk_norm_heads_dim=1, fp32_norm=True,
+        softcap=True, window="layer_types",
+        extra_modules=("Gemma3TextModel", "Gemma3TextScaledWordEmbedding"),
         presets=("gemma3-1b", "tiny-gemma3"), **_LLAMA_BIAS),
     Family("olmo2", "Olmo2", {
         "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,

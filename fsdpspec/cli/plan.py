@@ -48,13 +48,17 @@ def _trace(plan: Plan) -> dict:
     analytic = plan.device.peak_allocated
     return {"peak_allocated_bytes": result.peak_bytes, "analytic_peak_allocated_bytes": analytic,
             "error": round((analytic - result.peak_bytes) / result.peak_bytes, 4),
-            "shard_size": result.shard_size, "micro_batches": result.micro_batches,
+            "shard_size": result.shard_size, "tensor_parallel": result.tensor_parallel,
+            "micro_batches": result.micro_batches,
             "categories": result.categories}
 
 
 def _trace_text(trace: dict) -> str:
     mib = 1 << 20
-    lines = [f"trace (FakeTensorMode, fake process group of {trace['shard_size']}, "
+    group = trace["shard_size"] * trace["tensor_parallel"]
+    mesh = (f" (dp_shard {trace['shard_size']} × tp {trace['tensor_parallel']})"
+            if trace["tensor_parallel"] > 1 else "")
+    lines = [f"trace (FakeTensorMode, fake process group of {group}{mesh}, "
              f"{trace['micro_batches']} micro-batch(es) per step): peak allocated "
              f"{trace['peak_allocated_bytes'] / mib:.1f} MiB, analytic "
              f"{trace['analytic_peak_allocated_bytes'] / mib:.1f} MiB "

@@ -76,13 +76,13 @@ def runs_as_ddp(spec: JobSpec, strategy: str) -> bool:
     """Whether the engine replicates the model with DDP (torch's composable
     ``replicate``, as torchtitan does for pure data parallelism) instead of
     ``fully_shard``: FSDP2 at NO_SHARD in full precision, without adapters or CPU
-    offload. Nothing is sharded there, so FSDP2's per-unit copies and blocking
-    reductions buy nothing, while DDP overlaps its bucketed all-reduces with backward
-    (`benchmarks/engine_vs_accelerate.py`). A cast to a lower param_dtype, a LoRA's
-    frozen base in another dtype and CPU offload stay FSDP2's."""
+    offload, without tensor parallelism. Nothing is sharded there, so FSDP2's per-unit
+    copies and blocking reductions buy nothing, while DDP overlaps its bucketed
+    all-reduces with backward (`benchmarks/engine_vs_accelerate.py`). A cast to a lower
+    param_dtype, a LoRA's frozen base in another dtype and CPU offload stay FSDP2's."""
     precision = spec.fsdp.mixed_precision
     return (spec.fsdp.version == 2 and strategy == "NO_SHARD" and spec.peft is None
-            and not spec.fsdp.cpu_offload
+            and not spec.fsdp.cpu_offload and spec.parallelism.tensor_parallel == 1
             and precision.param_dtype == precision.reduce_dtype == "float32")
 
 

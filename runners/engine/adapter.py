@@ -31,11 +31,6 @@ class Fsdp2:
     """``fully_shard`` (DTensor gradients) or DDP (`runs_as_ddp`, plain ones); the norm
     comes from the step's all-reduce, summed over every rank."""
 
-    def __init__(self, replicas: int = 1) -> None:
-        # Ranks that hold the same gradient shard: the dp_replicate degree (HSDP's and
-        # NO_SHARD's replicas; DDP's, where every rank holds all of the gradients).
-        self._replicas = replicas
-
     def gradient_sync(self, model: nn.Module, strategy: str,
                       last_micro_batch: bool) -> AbstractContextManager[None]:
         model.set_requires_gradient_sync(syncs_gradients(strategy, last_micro_batch))
@@ -46,17 +41,36 @@ class Fsdp2:
         if not grads:
             return 0.0
         locals_ = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
-        square = torch.stack([n.double() for n in torch._foreach_norm(locals_)]).square().sum()
-        # Replicas hold the same shard: count each shard once.
-        return square.item() / self._replicas
+        squares = torch.stack([n.double() for n in torch._foreach_norm(locals_)]).square()
+        holders = torch.tensor([_holders(g) for g in grads], dtype=torch.float64)
+        return (squares / holders).sum().item()
 
     def clip(self, model: nn.Module, summed_square: float, max_norm: float | None) -> float:
         total_norm = math.sqrt(summed_square)
         # A non-finite norm is the non-finite check's to handle, not a scale to apply.
         if max_norm is not None and math.isfinite(total_norm) and total_norm > max_norm:
-            torch.nn.utils.clip_grads_with_norm_(
-                model.parameters(), max_norm, torch.tensor(total_norm, dtype=torch.float64))
+            # On the local shards: the gradients of a tensor-parallel model are DTensors
+            # on more than one mesh, which one foreach call over DTensors does not take.
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            torch._foreach_mul_([g.to_local() if isinstance(g, DTensor) else g for g in grads],
+                                max_norm / (total_norm + 1e-6))
         return total_norm
+
+
+def _holders(grad: torch.Tensor) -> int:
+    """How many ranks hold each element of this rank's share of ``grad``: every rank of a
+    plain (DDP) gradient; for a DTensor, the ranks outside its mesh (a gradient only FSDP
+    shards is the same on each tensor-parallel rank) times its replicated dimensions
+    (HSDP's replicas, a sequence-parallel norm's tensor-parallel ranks). Sharded
+    dimensions, ``_StridedShard`` (FSDP over a tensor-parallel split) included, hold
+    disjoint pieces."""
+    world = torch.distributed.get_world_size()
+    if not isinstance(grad, DTensor):
+        return world
+    mesh = grad.device_mesh
+    replicated = math.prod(mesh.size(i) for i, p in enumerate(grad.placements)
+                           if p.is_replicate())
+    return world // mesh.size() * replicated
 
 class Fsdp1:
     """``FullyShardedDataParallel``: flat shards; ``no_sync`` and its own clipping."""
@@ -74,4 +88,4 @@ class Fsdp1:
 
 def fsdp_adapter(layout: Layout) -> FsdpAdapter:
     """The adapter of the layout's FSDP version."""
-    return Fsdp2(layout.dims.dp_replicate) if layout.fsdp_version == 2 else Fsdp1()
+    return Fsdp2() if layout.fsdp_version == 2 else Fsdp1()

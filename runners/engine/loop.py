@@ -36,6 +36,7 @@ from fsdpspec_runners.engine.metrics import MetricsSink, peak_memory_gib
 from fsdpspec_runners.engine.offload import activation_offload
 from fsdpspec_runners.engine.packing import Sequences
 from fsdpspec_runners.engine.signals import StopRequest
+from fsdpspec_runners.engine.tensor_parallel import loss_context
 
 
 @dataclass
@@ -153,6 +154,11 @@ def _apply_update(trainer: Trainer, loss: float, grad_norm: float) -> bool:
 def train(trainer: Trainer) -> bool:
     """Run to ``max_steps`` (or until a signal), checkpointing, evaluating and logging on
     schedule; returns whether the run finished (rather than stopped)."""
+    with loss_context(trainer.job):
+        return _train(trainer)
+
+
+def _train(trainer: Trainer) -> bool:
     spec, state = trainer.spec, trainer.state
     interval, saved_at = spec.checkpoint.interval_steps, state.step
     clock = _Clock(state.step)

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
 from fsdpspec_runners.engine.errors import EngineError
@@ -55,6 +56,8 @@ def causal_lm_loss(
         if reduction == "mean":
             # F.cross_entropy's mean: over the labelled tokens (NaN when there are none).
             loss = loss / (labels != IGNORE).sum()
+    if isinstance(loss, DTensor):  # loss parallel's, from vocabulary-split logits
+        loss = loss.full_tensor()
     aux = getattr(output, "aux_loss", None)
     if aux is not None and reduction == "mean":
         loss = loss + model.config.router_aux_loss_coef * aux.float()

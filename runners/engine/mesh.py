@@ -35,7 +35,10 @@ def cp_mesh(world: DeviceMesh, dims: ParallelDims) -> DeviceMesh | None:
     return world["cp"] if dims.cp_enabled else None
 
 
-def shard_group_mesh(device_type: str, shard: int) -> DeviceMesh:
-    """The FSDP mesh of one shard group alone: what `plan --trace` (one rank of a fake
-    process group of ``shard`` ranks) shards over."""
-    return init_device_mesh(device_type, (shard,), mesh_dim_names=("dp_shard",))
+def shard_group_mesh(device_type: str, shard: int, *, tp: int = 1) -> DeviceMesh:
+    """The mesh of one shard group alone, by its ``tp`` ranks where tensor parallelism
+    splits each (a 2-D ``dp_shard × tp`` mesh): what `plan --trace` (one rank of a fake
+    process group of ``shard × tp`` ranks) runs over."""
+    if tp == 1:
+        return init_device_mesh(device_type, (shard,), mesh_dim_names=("dp_shard",))
+    return init_device_mesh(device_type, (shard, tp), mesh_dim_names=("dp_shard", "tp"))

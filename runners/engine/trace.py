@@ -4,7 +4,9 @@ This is the one plan path that imports torch and transformers. It builds the mod
 engine builds (same code: ``fsdpspec_runners.engine``), wraps it the way the engine wraps it, and
 runs two optimizer steps at the spec's shapes on FakeTensorMode with a fake process group
 of the shard-group size: every tensor one rank would allocate is accounted, none is
-backed by memory, and the collectives are no-ops. The tracker's peak is what one rank
+backed by memory, and the collectives are no-ops. Under tensor parallelism the fake
+group is one shard group by its tensor-parallel ranks, a 2-D mesh, and the model is
+split by the engine's plan before it is sharded. The tracker's peak is what one rank
 would allocate on the device (``torch.cuda.max_memory_allocated``), without the CUDA
 context, NCCL buffers and allocator caching that the analytic plan adds on top.
 """
@@ -37,6 +39,7 @@ class TraceResult:
     categories: dict[str, int]
     shard_size: int
     micro_batches: int
+    tensor_parallel: int = 1
 
 
 def check_traceable(job: Job) -> None:
@@ -83,19 +86,21 @@ def trace_job(job: Job) -> TraceResult:
 
     from fsdpspec_runners.engine.mesh import shard_group_mesh
 
-    shard = job.layout.shard_size
+    shard, tp = job.layout.shard_size, job.layout.dims.tp
     if dist.is_initialized():
         dist.destroy_process_group()
-    dist.init_process_group("fake", rank=0, world_size=shard, store=FakeStore())
+    dist.init_process_group("fake", rank=0, world_size=shard * tp, store=FakeStore())
     try:
         # The mesh must exist before FakeTensorMode (it is real process-group state), and
         # so must the meta model: some modules create meta buffers FakeTensorMode rejects.
-        mesh = shard_group_mesh("cpu", shard)
+        mesh = shard_group_mesh("cpu", shard, tp=tp)
         from fsdpspec_runners.engine.model import build_model
 
+        # So must the wrapping: FSDP2 over a tensor-parallel split builds a mesh of both.
         model = build_model(_fused_attention_dropout(job), on_meta=True)
+        wrap_job(job, model, mesh, torch.device("cpu"))
         with FakeTensorMode(allow_non_fake_inputs=True), _unpacked_sequences():
-            return _run(job, model, mesh, shard, torch)
+            return _run(job, model, shard, torch)
     finally:
         dist.destroy_process_group()
 
@@ -141,15 +146,29 @@ def _unpacked_sequences() -> Iterator[None]:
 
 
 def shard_job(job: Job, model: Any, mesh: Any, device: Any) -> Any:
-    """Checkpoint, shard and materialise ``model`` as the engine does; return its
-    optimizer (shared with benchmarks/plan_gpu_check.py, which runs it on a real GPU)."""
-    from fsdpspec_runners.engine.optim import build_optimizer
+    """Split, checkpoint, shard and materialise ``model`` as the engine does over
+    ``mesh`` (`shard_group_mesh`); return its optimizer (shared with
+    benchmarks/plan_gpu_check.py, which runs it on a real GPU)."""
+    wrap_job(job, model, mesh, device)
+    return materialised_optimizer(job, model, device)
+
+
+def wrap_job(job: Job, model: Any, mesh: Any, device: Any) -> None:
+    """Split, checkpoint and shard the meta ``model`` as the engine does."""
     from fsdpspec_runners.engine.wrap import parallelize
 
     spec = job.spec
     # Fake tensors are not compiled: the trace measures what eager FSDP2 allocates.
     uncompiled = spec.model_copy(update={"train": spec.train.model_copy(update={"compile": False})})
-    parallelize(model, job.with_spec(uncompiled), mesh, device)
+    tp_mesh = mesh["tp"] if job.layout.dims.tp_enabled else None
+    parallelize(model, job.with_spec(uncompiled), mesh["dp_shard"], device, tp_mesh=tp_mesh)
+
+
+def materialised_optimizer(job: Job, model: Any, device: Any) -> Any:
+    """Allocate the wrapped ``model`` on ``device``; return its optimizer."""
+    from fsdpspec_runners.engine.optim import build_optimizer
+
+    spec = job.spec
     model.to_empty(device=device)
     optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad],
                                 spec.optimizer)
@@ -168,6 +187,7 @@ def train_step(job: Job, model: Any, optimizer: Any, device: Any,
 
     from fsdpspec_runners.engine.adapter import Fsdp2
     from fsdpspec_runners.engine.loss import causal_lm_loss
+    from fsdpspec_runners.engine.tensor_parallel import loss_context
 
     micro = min(2, job.batch.accumulation)
     shape = (job.batch.micro, job.batch.local_seq)
@@ -175,7 +195,8 @@ def train_step(job: Job, model: Any, optimizer: Any, device: Any,
         if index and between_micro_batches is not None:
             between_micro_batches()
         batch = torch.randint(0, model.config.vocab_size, shape, device=device)
-        with Fsdp2().gradient_sync(model, job.layout.strategy, index == micro - 1):
+        with (Fsdp2().gradient_sync(model, job.layout.strategy, index == micro - 1),
+              loss_context(job)):
             loss = causal_lm_loss(model, {"input_ids": batch}, chunks=job.spec.train.loss_chunks)
             (loss / micro).backward()
         del loss
@@ -184,11 +205,11 @@ def train_step(job: Job, model: Any, optimizer: Any, device: Any,
     return micro
 
 
-def _run(job: Job, model: Any, mesh: Any, shard: int, torch: Any) -> TraceResult:
+def _run(job: Job, model: Any, shard: int, torch: Any) -> TraceResult:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
     cpu = torch.device("cpu")
-    optimizer = shard_job(job, model, mesh, cpu)
+    optimizer = materialised_optimizer(job, model, cpu)
     for _ in range(TRACED_STEPS):
         # A fresh tracker per step: the last step is the steady state (optimizer state
         # exists). The first step's lazy state initialisation on DTensors is over-counted
@@ -199,7 +220,8 @@ def _run(job: Job, model: Any, mesh: Any, shard: int, torch: Any) -> TraceResult
             micro = train_step(job, model, optimizer, cpu, tracker.reset_mod_stats)
     snapshot = tracker.get_tracker_snapshot("peak")[cpu]
     categories = {_category_name(k): int(v) for k, v in snapshot.items() if k != "Total"}
-    return TraceResult(int(snapshot["Total"]), categories, shard, micro)
+    return TraceResult(int(snapshot["Total"]), categories, shard, micro,
+                       job.layout.dims.tp)
 
 
 def _category_name(key: Any) -> str:

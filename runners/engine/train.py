@@ -53,6 +53,7 @@ from fsdpspec_runners.engine.metrics import (
 from fsdpspec_runners.engine.model import build_model, load_weights, materialise
 from fsdpspec_runners.engine.optim import build_grad_scaler, build_optimizer, build_scheduler
 from fsdpspec_runners.engine.signals import StopRequest
+from fsdpspec_runners.engine.tensor_parallel import tensor_parallel_plan
 from fsdpspec_runners.engine.wrap import DDP_BUCKET_MB, fsdp1_syncs_states, parallelize
 
 
@@ -62,9 +63,13 @@ def build_fsdp_model(job: Job, runtime: Runtime,
     the ``world`` mesh (built here when not given)."""
     spec = job.spec
     dims = job.layout.dims
-    mesh = fsdp_mesh(world or build_mesh(dims, runtime.device.type), dims)
+    if dims.tp_enabled:
+        tensor_parallel_plan(job)  # what it cannot split fails here, before any collective
+    world = world or build_mesh(dims, runtime.device.type)
+    mesh = fsdp_mesh(world, dims)
     if job.layout.fsdp_version == 2:
-        model, units = parallelize(build_model(job, on_meta=True), job, mesh, runtime.device)
+        model, units = parallelize(build_model(job, on_meta=True), job, mesh, runtime.device,
+                                   tp_mesh=world["tp"] if dims.tp_enabled else None)
         _describe(job, runtime, units, model, sum(map(is_quantised, model.parameters())))
         materialise(model, runtime.device, spec.train.seed)
         if spec.model.weights:

@@ -1,8 +1,10 @@
-"""float8 conversion, activation checkpointing, then FSDP: ``fully_shard`` (FSDP2) or
-FSDP1, or DDP where nothing is sharded (`fsdpspec.job.layout.runs_as_ddp`).
+"""float8 conversion, tensor parallelism, activation checkpointing, then FSDP:
+``fully_shard`` (FSDP2) or FSDP1, or DDP where nothing is sharded
+(`fsdpspec.job.layout.runs_as_ddp`).
 
-Order follows torchtitan: float8 swaps the Linear modules first, checkpointing wraps each
-layer, and the (wrapped) layers become the FSDP units.
+Order follows torchtitan: float8 swaps the Linear modules first, the layers are split
+over the tensor-parallel ranks, checkpointing wraps each layer, and the (wrapped) layers
+become the FSDP units.
 """
 
 from __future__ import annotations
@@ -26,20 +28,25 @@ from fsdpspec.semantics import DTYPE_BYTES, fsdp1_option
 from fsdpspec.spec.v1 import MixedPrecision
 from fsdpspec_runners.engine.errors import EngineError
 from fsdpspec_runners.engine.float8 import convert_float8
+from fsdpspec_runners.engine.tensor_parallel import apply_tensor_parallel, tensor_parallel_plan
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_BYTES}
 
 
-def parallelize(model: nn.Module, job: Job, mesh: DeviceMesh,
-                device: torch.device) -> tuple[nn.Module, Units]:
-    """torchtitan's order: float8 conversion, activation checkpointing, then compile,
-    then FSDP2 (each unit, then the root) or FSDP1. The units and the checkpointed
-    layers are the job's, by module name; ``mesh`` is the sub-mesh FSDP runs over
-    (`mesh.fsdp_mesh`). Returns the wrapped model and its units besides the root (none
-    under DDP)."""
+def parallelize(model: nn.Module, job: Job, mesh: DeviceMesh, device: torch.device, *,
+                tp_mesh: DeviceMesh | None = None) -> tuple[nn.Module, Units]:
+    """torchtitan's order: float8 conversion, tensor parallelism over ``tp_mesh`` (the
+    ``tp`` sub-mesh, where the job has that degree), activation checkpointing, then
+    compile, then FSDP2 (each unit, then the root) or FSDP1. The units and the
+    checkpointed layers are the job's, by module name; ``mesh`` is the sub-mesh FSDP runs
+    over (`mesh.fsdp_mesh`). Returns the wrapped model and its units besides the root
+    (none under DDP)."""
     spec = job.spec
     if job.float8 is not None:
         convert_float8(model, job)
+    if job.layout.dims.tp_enabled:
+        assert tp_mesh is not None, "a tensor-parallel job needs its tp sub-mesh"
+        apply_tensor_parallel(model, tensor_parallel_plan(job), tp_mesh)
     units_of = model_units(model, job)
     layers = [model.get_submodule(name) for name in units_of.layer_names()]
     units = [model.get_submodule(name) for name in units_of.names()]

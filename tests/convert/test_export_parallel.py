@@ -77,8 +77,11 @@ def test_hsdp_with_tensor_parallelism_is_accelerates_3d_mesh(tmp_path: Path,
     """accelerate's own tp_hsdp example: 2 replicas × 2-rank shard groups × TP 2."""
     from accelerate.parallelism_config import ParallelismConfig
 
+    # Checkpointed, with bf16 moments: the 8B fits 2-rank shard groups by FSDP's own
+    # split, also where the plan does not yet divide the layers by the TP degree.
     sets = ["fsdp.version=2", "fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=2",
-            "parallelism.tensor_parallel=2"]
+            "parallelism.tensor_parallel=2", "fsdp.activation_checkpointing=full",
+            "optimizer.state_dtype=bfloat16"]
     config, _ = _export(sets, tmp_path / "accelerate.yaml")
     assert load_config_from_file(str(config)).parallelism_config == {
         "parallelism_config_dp_replicate_size": 2, "parallelism_config_dp_shard_size": 2,

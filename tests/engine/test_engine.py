@@ -28,6 +28,7 @@ from engine_jobs import (  # noqa: E402
     write_spec,
 )
 
+from conftest import STRAIGHT  # noqa: E402
 from fsdpspec.spec.v1 import JobSpec  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -126,19 +127,6 @@ def local_jsonl_and_tokenizer(directory: Path) -> dict[str, Any]:
         "path": str(directory / "docs.jsonl"),
         "tokenizer": str(directory / "tokenizer"),
     }
-
-
-# One 10-step FULL_SHARD fp32 run (constant lr, checkpoint every 5 steps) answers the
-# equivalence, resume and export questions.
-STRAIGHT = {"train": {"max_steps": 10}, "checkpoint": {"interval_steps": 5, "keep_last": 2}}
-
-
-@pytest.fixture(scope="module")
-def straight_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("straight")
-    result = ok(torchrun(write_spec(run_dir, STRAIGHT)))
-    assert "fsdp2 FULL_SHARD" in result.stdout
-    return run_dir
 
 
 def test_two_ranks_equal_one_process(straight_run: Path, tmp_path: Path) -> None:

@@ -126,6 +126,40 @@ def test_trace_compares_the_fake_tensor_run_with_the_plan(tmp_path: Path) -> Non
     assert abs(trace["error"]) <= 0.05
 
 
+@pytest.mark.slow
+def test_trace_splits_the_model_over_a_2d_fake_mesh(tmp_path: Path) -> None:
+    """TP 2 on 2 ranks traces one rank of a dp_shard 1 × tp 2 fake mesh: each rank holds
+    half of every parameter, as FSDP over the 2 ranks alone does, but computes half the
+    heads and MLP width, so its activations are smaller."""
+    pytest.importorskip("transformers")
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(textwrap.dedent("""\
+        apiVersion: fsdpspec/v1
+        kind: TrainingJob
+        metadata: {name: tiny}
+        resources: {nodes: 1, gpus_per_node: 2}
+        model: {preset: tiny-llama}
+        fsdp: {mixed_precision: bf16}
+        data: {seq_len: 64, micro_batch_size: 2, global_batch_size: 4}
+    """))
+    traces = {}
+    for tp in (1, 2):
+        # In-process: the command as typed, without starting torch a second time.
+        result = CliRunner().invoke(cli, ["plan", str(path), "--trace", "--format", "json",
+                                          "--set", f"parallelism.tensor_parallel={tp}"])
+        assert result.exit_code == 0, result.output
+        traces[tp] = json.loads(result.stdout)["trace"]
+    assert (traces[2]["shard_size"], traces[2]["tensor_parallel"]) == (1, 2)
+    split, sharded = (traces[tp]["categories"] for tp in (2, 1))
+    # The norms are whole on each tensor-parallel rank.
+    assert split["Sharded Param"] == pytest.approx(sharded["Sharded Param"], rel=0.01)
+    assert split["Activation"] < sharded["Activation"]
+
+
 def test_the_trace_of_attention_dropout_is_the_gpus_fused_kernel(tmp_path: Path) -> None:
     """StarCoder2's published configs set attention_dropout 0.1, which the CPU's fused
     SDPA kernel lacks: the trace took the math path and materialised the S² scores a

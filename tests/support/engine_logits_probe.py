@@ -19,7 +19,9 @@ from fsdpspec_runners.engine.train import build_fsdp_model, build_trainer
 
 def logits(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
-        return model(input_ids).logits.detach().cpu()
+        out = model(input_ids).logits
+    # A tensor-parallel model's logits are split by vocabulary (a DTensor).
+    return (out.full_tensor() if hasattr(out, "full_tensor") else out).detach().cpu()
 
 
 def main() -> None:
