@@ -92,6 +92,7 @@ def _parallelism(document: Document, reading: FsdpReading, draft: Draft) -> None
             sizes[short] = entry
         elif value not in (None, False):
             draft.notes.append(Note(entry.line, f"{key}: no v1 field; not imported"))
+    _mesh_fits(sizes, reading, draft)
     for short, feature in _REFUSED_SIZES.items():
         if short in sizes and sizes[short].value > 1:
             entry = sizes[short]
@@ -110,6 +111,24 @@ def _parallelism(document: Document, reading: FsdpReading, draft: Draft) -> None
         draft.put("fsdp.sharding_strategy", hybrid,
                   f"{origin(*used)}: {replicate.value} replicas of {group}-rank shard groups")
         draft.put("fsdp.shard_group_size", group, origin(*used))
+
+
+def _mesh_fits(sizes: dict[str, Entry], reading: FsdpReading, draft: Draft) -> None:
+    """accelerate stops when the mesh sizes do not multiply to the process count (a
+    product of 1 it takes as replicas over all of them; DeepSpeed's sequence
+    parallelism, refused here, it does not check)."""
+    processes = reading.values.get("num_processes")
+    if "sp_size" in sizes and sizes["sp_size"].value > 1:
+        return
+    total = 1
+    for entry in sizes.values():
+        total *= max(entry.value, 1)
+    if processes is not None and sizes and total not in (1, processes):
+        where = min((e for e in sizes.values()), key=lambda e: e.line or 0)
+        draft.refusals.append(Note(where.line, (
+            f"FS052 parallelism_config sizes multiply to {total} processes, not "
+            f"num_processes {processes} (line {reading.entries['num_processes'].line}): "
+            "accelerate stops on it")))
 
 
 def _topology(reading: FsdpReading, draft: Draft) -> None:

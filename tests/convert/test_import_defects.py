@@ -62,6 +62,13 @@ def test_tensor_parallel_hsdp_and_pure_hsdp_are_hybrid(tmp_path: Path) -> None:
                                                                        tp, 8)
         # FS169 refuses tensor parallelism until it lands (fsdpspec/lint/unbuilt.py)
         assert _errors(out) == (["FS169"] if tp > 1 and "FS169" in RULES else [])
+    # 2 × 2 × 2 of 16 processes: accelerate stops on the mismatch, so does the import
+    source, out, result = _import(tmp_path, "accelerate", "a.yaml", layout.format(
+        shard=2, tp=2).replace("num_processes: 8", "num_processes: 16"))
+    assert result.exit_code == 1
+    assert result.output.strip() == (f"{source}:8: FS052 parallelism_config sizes multiply to 8 "
+                                     "processes, not num_processes 16 (line 3): accelerate "
+                                     "stops on it; nothing imported")
 
 
 def test_a_layer_class_of_another_model_is_reported_not_copied(tmp_path: Path) -> None:
