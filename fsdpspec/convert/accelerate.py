@@ -205,7 +205,8 @@ def _float8(document: Document, draft: Draft) -> None:
     gather = keys.pop("fp8_enable_fsdp_float8_all_gather", None)
     try:
         all_gather = Value(boolean(gather.value), gather) if gather is not None else \
-            Value(True, says="accelerate's default: enable_fsdp_float8_all_gather true")
+            Value(None, says="accelerate's default enable_fsdp_float8_all_gather true: on "
+                  "where FSDP2 can gather in float8")
     except NotCarried as exc:
         draft.refusals.append(Note(gather.line, f"FS052 {gather.written}: {exc}"))
         return
@@ -352,6 +353,9 @@ def _fp8_config(spec: JobSpec, fsdp_config: dict[str, Any]) -> tuple[dict[str, A
     if float8.exclude != ["lm_head"]:
         notes.append(f"float8.exclude {float8.exclude}: accelerate keeps the first and last "
                      "linear layers in high precision; its config file cannot name others")
+    if float8.skip_small:
+        notes.append("float8.skip_small: accelerate leaves out only the layers _scaled_mm "
+                     "cannot take; not written")
     if spec.fsdp.mixed_precision.param_dtype != "bfloat16":
         notes.append(f"fsdp.mixed_precision {spec.fsdp.mixed_precision.param_dtype}: accelerate "
                      "runs FSDP in bf16 under fp8")

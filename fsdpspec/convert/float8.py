@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from fsdpspec.convert.draft import Draft, Entry, origin
 
 RECIPES = ("tensorwise", "rowwise")
+# torchtitan's filter_fqns word for torchao's small-layer filter (float8.skip_small).
+SMALL_LAYERS = "auto_filter_small_kn"
 
 # torchtitan's module names (its own Llama/Qwen/DeepSeek code) → the end of the Hugging
 # Face module path the engine trains, which `float8.exclude` matches.
@@ -51,13 +53,14 @@ ACCELERATE_EXCLUDE = Value(["lm_head"], says=f"the model's last linear layer: {F
 
 
 def apply_float8(draft: Draft, *, enabled: Entry, recipe: Value, exclude: Value,
-                 all_gather: Value) -> None:
+                 all_gather: Value, skip_small: Value | None = None) -> None:
     """The float8 section of ``draft``, turned on by ``enabled``, each field from its
     Value (a default's refusal points at ``enabled``)."""
-    draft.put("float8.recipe", recipe.value, recipe.comment(), recipe.entry or enabled)
-    draft.put("float8.exclude", exclude.value, exclude.comment(), exclude.entry or enabled)
-    draft.put("float8.fsdp_all_gather", all_gather.value, all_gather.comment(),
-              all_gather.entry or enabled)
+    fields = {"recipe": recipe, "exclude": exclude, "fsdp_all_gather": all_gather,
+              "skip_small": skip_small}
+    for name, value in fields.items():
+        if value is not None:
+            draft.put(f"float8.{name}", value.value, value.comment(), value.entry or enabled)
 
 
 def keeps_first_linear(draft: Draft, enabled: Entry) -> None:

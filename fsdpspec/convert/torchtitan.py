@@ -18,7 +18,13 @@ from typing import Any
 
 from fsdpspec.convert import hftrain
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
-from fsdpspec.convert.float8 import RECIPES, TORCHTITAN_NAMES, Value, apply_float8
+from fsdpspec.convert.float8 import (
+    RECIPES,
+    SMALL_LAYERS,
+    TORCHTITAN_NAMES,
+    Value,
+    apply_float8,
+)
 from fsdpspec.convert.fsdpkeys import NotCarried
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import Document, read_toml
@@ -152,33 +158,37 @@ def _float8(toml: _Toml, draft: Draft) -> None:
         draft.refusals.append(Note(gather.line, f"FS052 {gather.written} {gather.value!r} "
                                    "is not a boolean"))
         return
+    exclude, small = _filter_fqns(toml, draft)
     apply_float8(
-        draft, enabled=enabled,
+        draft, enabled=enabled, exclude=exclude, skip_small=small,
         recipe=Value(recipe.value, recipe) if recipe is not None and recipe.value else Value(
             "tensorwise", says=f"from {enabled.written} (line {enabled.line}): torchtitan's "
             "default recipe, tensorwise"),
-        exclude=_filter_fqns(toml, draft),
         all_gather=Value(gather.value, gather) if gather is not None else Value(
             False, says="torchtitan's default: enable_fsdp_float8_all_gather false"))
 
 
-def _filter_fqns(toml: _Toml, draft: Draft) -> Value:
+def _filter_fqns(toml: _Toml, draft: Draft) -> tuple[Value, Value | None]:
     """torchtitan's module names as the ends of the Hugging Face paths `float8.exclude`
-    matches; a name fsdpspec cannot translate is a note."""
+    matches (a name fsdpspec cannot translate is a note), and its word for torchao's
+    small-layer filter as `float8.skip_small`."""
     entry = toml.get(_FLOAT8_TABLES, "filter_fqns")
     if entry is None:
-        return Value([], says="torchtitan's default filter_fqns: every linear layer")
+        return Value([], says="torchtitan's default filter_fqns: every linear layer"), None
     names = entry.value.split(",") if isinstance(entry.value, str) else entry.value
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         draft.note(entry, f"{entry.written} {entry.value!r}: not a list of module names; "
                    "not imported")
-        return Value([], entry)
-    kept = [TORCHTITAN_NAMES[n.strip()] for n in names if n.strip() in TORCHTITAN_NAMES]
-    unknown = [n for n in names if n.strip() not in TORCHTITAN_NAMES]
+        return Value([], entry), None
+    names = [n.strip() for n in names]
+    kept = [TORCHTITAN_NAMES[n] for n in names if n in TORCHTITAN_NAMES]
+    unknown = [n for n in names if n not in TORCHTITAN_NAMES and n != SMALL_LAYERS]
     if unknown:
         draft.note(entry, f"{entry.written} {unknown}: not torchtitan module names fsdpspec "
                    f"knows ({', '.join(TORCHTITAN_NAMES)}); not imported")
-    return Value(kept, entry, "torchtitan's module names as the Hugging Face ones")
+    small = Value(True, entry, f"{SMALL_LAYERS}, torchao's small-layer filter") \
+        if SMALL_LAYERS in names else None
+    return Value(kept, entry, "torchtitan's module names as the Hugging Face ones"), small
 
 
 def _checkpointing(toml: _Toml, draft: Draft) -> None:

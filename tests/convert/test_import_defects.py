@@ -253,3 +253,23 @@ def test_torchtitan_selective_zero_checkpoints_every_layer(tmp_path: Path) -> No
     assert result.exit_code == 0, result.output
     fsdp = check_file(out).spec.fsdp
     assert (fsdp.activation_checkpointing, fsdp.ac_every) == ("selective", 1)
+
+
+def test_torchtitan_float8_filters_are_the_hf_names_and_the_small_layer_filter(
+        tmp_path: Path) -> None:
+    source, out, result = _import(tmp_path, "torchtitan", "f8.toml", (
+        '[model]\nname = "llama3"\nflavor = "8B"\nconverters = ["quantize.linear.float8"]\n'
+        '[quantize.linear.float8]\nrecipe_name = "rowwise"\n'
+        'filter_fqns = ["output", "auto_filter_small_kn", "attention.wk", "tok_embeddings"]\n'))
+    assert result.exit_code == 0, result.output
+    assert (f"{source}:7: [quantize.linear.float8] filter_fqns ['tok_embeddings']: not "
+            "torchtitan module names fsdpspec knows") in result.output
+    float8 = check_file(out).spec.float8
+    assert (float8.recipe, float8.exclude, float8.skip_small, float8.fsdp_all_gather) == (
+        "rowwise", ["lm_head", "k_proj"], True, False)
+    text = " ".join(out.read_text().split())
+    assert "recipe: rowwise # from [quantize.linear.float8] recipe_name (line 6)" in text
+    _, out, result = _import(tmp_path, "torchtitan", "f8.toml", source.read_text().replace(
+        '"rowwise"', '"rowwise_with_gw_hp"'))
+    assert result.exit_code == 1 and "FS050 [quantize.linear.float8] recipe_name " \
+        "rowwise_with_gw_hp (a float8 recipe the spec lacks" in result.output
