@@ -267,25 +267,6 @@ def trained_run(tmp_path_factory) -> dict:
             "plain": second.stdout + second.stderr}
 
 
-def torchrun_engine(spec_data: dict, run_dir: Path, nproc: int = 2,
-                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Write ``spec_data`` as the run's resolved spec and train it with the real engine
-    under torchrun (``nproc`` CPU processes on gloo), as `fsdpspec run` launches it."""
-    from fsdpspec.runfiles.resolved import write_resolved_spec
-    from fsdpspec.spec.v1 import JobSpec
-
-    spec = write_resolved_spec(JobSpec.model_validate(spec_data), run_dir)
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={nproc}", "-m", "fsdpspec_runners.engine", "--spec", str(spec)]
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
-
-
-@pytest.fixture
-def train_engine():
-    return torchrun_engine
-
-
 # One 10-step FULL_SHARD fp32 run of engine_jobs.BASE (constant lr, checkpoint every 5
 # steps) answers the equivalence, resume and export questions of tests/engine, and is the
 # FSDP-alone reference of the tensor-parallel runs.

@@ -1,6 +1,8 @@
 """Every newer family trains with the real engine: torchrun, 2 CPU processes, gloo, a
 tiny preset; FSDP2 for all, FSDP1 for one dense family and one Mixture-of-Experts. A
-Mixture-of-Experts model's load-balancing loss is part of the loss the engine optimises."""
+Mixture-of-Experts model's load-balancing loss is part of the loss the engine optimises.
+The jobs train one after another in one launch (engine_jobs.torchrun_jobs): a tiny job's
+cost is its processes' imports."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from engine_jobs import torchrun_jobs  # noqa: E402
+
 from fsdpspec.catalog.presets import preset_config  # noqa: E402
+from fsdpspec.runfiles.resolved import write_resolved_spec  # noqa: E402
 from fsdpspec.spec.v1 import JobSpec  # noqa: E402
 
 # transformers builds gpt-oss with eager attention only.
@@ -39,20 +44,39 @@ def losses(run_dir: Path) -> list[float]:
     return [json.loads(line)["loss"] for line in lines if '"loss"' in line]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("preset", "version", "precision"), [
+FAMILIES = [
     ("tiny-gemma3", 2, "fp32"), ("tiny-olmo2", 2, "fp32"), ("tiny-gpt-neox", 2, "fp32"),
     ("tiny-starcoder2", 2, "fp32"), ("tiny-mixtral", 2, "fp32"), ("tiny-qwen3-moe", 2, "fp32"),
     ("tiny-olmoe", 2, "fp32"), ("tiny-phimoe", 2, "fp32"), ("tiny-gpt-oss", 2, "fp32"),
     ("tiny-gpt-neox", 1, "fp32"), ("tiny-mixtral", 1, "fp32"),
     # bf16 takes transformers' grouped expert matmul instead of the loop over experts.
     ("tiny-qwen3-moe", 2, "bf16"),
-])
-def test_family_trains(preset: str, version: int, precision: str, tmp_path: Path,
-                       train_engine) -> None:
-    done = train_engine(job(preset, version, precision), tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    found = losses(tmp_path)
+]
+# GPT-2: wrapped at the block class transformers declares (_no_split_modules).
+GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 320,
+        "n_positions": 64, "bos_token_id": 256, "eos_token_id": 256}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:
+    """Each family's run directory and its result, by test id; GPT-2 under "gpt2"."""
+    root = tmp_path_factory.mktemp("families")
+    jobs = {f"{p}-{v}-{m}": job(p, v, m) for p, v, m in FAMILIES}
+    (root / "gpt2-config").mkdir()
+    (root / "gpt2-config" / "config.json").write_text(json.dumps(GPT2))
+    jobs["gpt2"] = {**job("tiny-llama", 2), "model": {"hf_config": str(root / "gpt2-config")}}
+    specs = [write_resolved_spec(JobSpec.model_validate(data), root / name)
+             for name, data in jobs.items()]
+    return {name: (root / name, result)
+            for name, result in zip(jobs, torchrun_jobs(specs), strict=True)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("preset", "version", "precision"), FAMILIES)
+def test_family_trains(preset: str, version: int, precision: str, trained) -> None:
+    run_dir, done = trained[f"{preset}-{version}-{precision}"]
+    assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
+    found = losses(run_dir)
     assert len(found) == 4 and all(math.isfinite(x) for x in found)
     assert found[-1] < found[0]
 
@@ -79,14 +103,7 @@ def test_moe_loss_includes_the_weighted_load_balancing_loss() -> None:
 
 
 @pytest.mark.slow
-def test_a_family_without_an_analytic_plan_trains(tmp_path: Path, train_engine) -> None:
-    # GPT-2: wrapped at the block class transformers declares (_no_split_modules).
-    config = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
-              "vocab_size": 320, "n_positions": 64, "bos_token_id": 256, "eos_token_id": 256}
-    (tmp_path / "gpt2").mkdir()
-    (tmp_path / "gpt2" / "config.json").write_text(json.dumps(config))
-    spec = job("tiny-llama", 2)
-    spec["model"] = {"hf_config": str(tmp_path / "gpt2")}
-    done = train_engine(spec, tmp_path / "run")
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert len(losses(tmp_path / "run")) == 4
+def test_a_family_without_an_analytic_plan_trains(trained) -> None:
+    run_dir, done = trained["gpt2"]
+    assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
+    assert len(losses(run_dir)) == 4

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from fsdpspec.spec.v1 import JobSpec
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent
 PROBE = Path(__file__).with_name("engine_logits_probe.py")
+BATCH = Path(__file__).with_name("engine_batch.py")
 
 BASE: dict[str, Any] = {
     "apiVersion": "fsdpspec/v1",
@@ -68,7 +70,8 @@ def _env(extra: dict[str, str] | None) -> dict[str, str]:
 
 
 def torchrun(
-    spec: Path, nproc: int = 2, env: dict[str, str] | None = None, script: list[str] | None = None
+    spec: Path, nproc: int = 2, env: dict[str, str] | None = None, script: list[str] | None = None,
+    timeout: float = 300,
 ) -> subprocess.CompletedProcess:
     """``python -m torch.distributed.run --standalone`` as `fsdpspec run` launches it."""
     target = script or ["-m", "fsdpspec_runners.engine", "--spec", str(spec)]
@@ -81,8 +84,29 @@ def torchrun(
         *target,
     ]
     return subprocess.run(
-        argv, cwd=ROOT, env=_env(env), capture_output=True, text=True, timeout=300
+        argv, cwd=ROOT, env=_env(env), capture_output=True, text=True, timeout=timeout
     )
+
+
+def torchrun_jobs(
+    specs: list[Path], nproc: int = 2, env: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess]:
+    """Each spec trained as ``torchrun(spec)`` trains it, one after another in one launch
+    (engine_batch.py: the processes import torch and transformers once). One result per
+    spec, its stdout rank 0's output; a spec after a failed one is not run (returncode
+    None), and the failed and unrun ones carry the launch's stderr."""
+    with tempfile.TemporaryDirectory() as out:
+        launch = torchrun(specs[0], nproc, env, script=[str(BATCH), out, *map(str, specs)],
+                          timeout=300 * len(specs))
+        results = []
+        for index, spec in enumerate(specs):
+            status = Path(out, f"{index}.status")
+            code = int(status.read_text()) if status.exists() else None
+            output = Path(out, f"{index}.out")
+            results.append(subprocess.CompletedProcess(
+                [str(spec)], code, output.read_text() if output.exists() else "",
+                "" if code == 0 else launch.stdout + launch.stderr))
+    return results
 
 
 def engine_alone(spec: Path) -> subprocess.CompletedProcess:
