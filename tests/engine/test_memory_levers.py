@@ -1,6 +1,8 @@
 """The memory levers on 2 CPU processes (gloo): a tiny Llama with a 32k vocabulary, so
 that the logits dominate each rank's memory. The plain run is shared; each lever is one
-more 5-step run against it."""
+more 5-step run against it. The jobs compared on losses and weights only train in one
+launch, one after another (engine_jobs.torchrun_jobs), the plain run first; the chunked
+loss, compared on peak resident set (a process's), trains in processes of its own."""
 
 from __future__ import annotations
 
@@ -11,7 +13,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from engine_jobs import ROOT, final_weights, losses, merged, metrics, ok, torchrun, write_spec  # noqa: E402
+from engine_jobs import (  # noqa: E402
+    ROOT,
+    final_weights,
+    losses,
+    merged,
+    metrics,
+    ok,
+    torchrun,
+    torchrun_jobs,
+    write_spec,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -22,14 +34,36 @@ WIDE_VOCAB: dict[str, Any] = {
 }
 
 
-def _run(directory: Path, override: dict[str, Any], base: dict[str, Any] = WIDE_VOCAB) -> Path:
-    ok(torchrun(write_spec(directory, merged(base, override))))
+def _run(directory: Path, override: dict[str, Any]) -> Path:
+    ok(torchrun(write_spec(directory, merged(WIDE_VOCAB, override))))
     return directory
 
 
+# 5 steps with checkpoints, and a resume from step 2 in a new run directory.
+STATES = {"checkpoint": {"interval_steps": 2}}
+
+
 @pytest.fixture(scope="module")
-def plain_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _run(tmp_path_factory.mktemp("plain"), {})
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The run directories by name: "plain", "op", and per optimizer state dtype
+    "<dtype>" and "<dtype>-again" (resumed from its step 2), on the engine's small
+    default model (the states, not the logits, are what is tested there)."""
+    root = tmp_path_factory.mktemp("levers")
+    jobs = {"plain": merged(WIDE_VOCAB, {}),
+            "op": merged(WIDE_VOCAB, {"fsdp": {"activation_checkpointing": "op"}})}
+    for dtype in ("bfloat16", "int8"):
+        job = merged(STATES, {"optimizer": {"state_dtype": dtype}})
+        step2 = str(root / dtype / "checkpoints" / "step-00000002")
+        jobs[dtype], jobs[f"{dtype}-again"] = job, merged(job, {"checkpoint": {"resume": step2}})
+    specs = [write_spec(root / name, job) for name, job in jobs.items()]
+    for result in torchrun_jobs(specs):
+        ok(result)
+    return {name: root / name for name in jobs}
+
+
+@pytest.fixture(scope="module")
+def plain_run(trained: dict[str, Path]) -> Path:
+    return trained["plain"]
 
 
 def _close(a: float, b: float) -> bool:
@@ -60,10 +94,9 @@ def test_chunked_loss_is_the_plain_loss_in_less_memory(plain_run: Path, tmp_path
 
 
 def test_op_level_checkpointing_gives_the_loss_without_checkpointing(
-    plain_run: Path, tmp_path: Path
+    plain_run: Path, trained: dict[str, Path]
 ) -> None:
-    op = _run(tmp_path, {"fsdp": {"activation_checkpointing": "op"}})
-    plain, mine = metrics(plain_run), metrics(op)
+    plain, mine = metrics(plain_run), metrics(trained["op"])
     print(f"op-level checkpointing: largest differences {_largest_differences(mine, plain)}")
     for a, b in zip(mine, plain, strict=True):
         assert _close(a["loss"], b["loss"]) and _close(a["grad_norm"], b["grad_norm"]), (a, b)
@@ -71,16 +104,14 @@ def test_op_level_checkpointing_gives_the_loss_without_checkpointing(
 
 @pytest.mark.parametrize("state_dtype", ["bfloat16", "int8"])
 def test_low_precision_states_train_checkpoint_and_resume_exactly(
-    state_dtype: str, tmp_path: Path
+    state_dtype: str, trained: dict[str, Path]
 ) -> None:
     """5 steps with checkpoints; resumed from step 2 in a new run directory, steps 3–5
     and the final weights are bit-identical. (torchao writes its 8-bit states to the
     checkpoint dequantised, as fp32, and quantises them again exactly on load.) The
     engine's small default model: the states, not the logits, are what is tested."""
-    job = {"optimizer": {"state_dtype": state_dtype}, "checkpoint": {"interval_steps": 2}}
-    straight = _run(tmp_path / "straight", job, base={})
+    straight, again = trained[state_dtype], trained[f"{state_dtype}-again"]
     step2 = str(straight / "checkpoints" / "step-00000002")
-    again = _run(tmp_path / "again", merged(job, {"checkpoint": {"resume": step2}}), base={})
     first, second = losses(straight), losses(again)
     assert [second[s] for s in (3, 4, 5)] == [first[s] for s in (3, 4, 5)]
     if state_dtype == "bfloat16":
