@@ -5,7 +5,9 @@ dict). Per FSDP version one straight run answers the eval, checkpoint, adapter, 
 export questions, and a resumed run the resume question (FSDP2's stopped at step 4 and
 resumed, FSDP1's from the straight run's step-4 checkpoint): five process pairs. QLoRA
 (FSDP2, torchao NF4 base weights) adds two more: a straight run and one resumed from its
-step-4 checkpoint."""
+step-4 checkpoint. The runs nothing stops train in one launch, one after another
+(engine_jobs.torchrun_jobs); FSDP2's stopped run and its resume are launches of their
+own."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ pytest.importorskip("datasets")
 
 from chat_assets import chat_parquet, chat_tokenizer, conversation  # noqa: E402
 from chat_assets import tiny_llama as save_tiny_llama  # noqa: E402
-from engine_jobs import chat_job, metrics, ok, torchrun, write_spec  # noqa: E402
+from engine_jobs import chat_job, metrics, ok, torchrun, torchrun_jobs, write_spec  # noqa: E402
 from resolved_edits import relabel  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
@@ -59,49 +61,58 @@ def _env(root: Path, **extra: str) -> dict[str, str]:
     return {"HF_HOME": str(root / "hf-home"), **extra}  # datasets' cache stays in the test
 
 
+def _resumed(job: dict[str, Any], straight: Path) -> dict[str, Any]:
+    """``job`` resumed from the step-MIDDLE checkpoint of its run in ``straight``."""
+    checkpoint = straight / "checkpoints" / f"step-{MIDDLE:08d}"
+    return {**job, "checkpoint": {**job["checkpoint"], "resume": str(checkpoint)}}
+
+
+@pytest.fixture(scope="module")
+def unstopped(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The runs nothing stops, by name, their run directories and results: "lora2" and
+    "lora1" straight, "lora1-resumed" from lora1's step-MIDDLE full-state-dict checkpoint
+    in a run directory of its own; QLoRA under FSDP2 on a Llama wide enough for NF4's
+    blocks to shard over 2 ranks (FS315), "qlora" straight and "qlora-resumed" from its
+    step-MIDDLE checkpoint (the stop-and-resume path is the LoRA runs')."""
+    from transformers import AutoTokenizer
+
+    root = tmp_path_factory.mktemp("lora")
+    model = save_tiny_llama(inputs / "model-256", len(AutoTokenizer.from_pretrained(
+        inputs / "tokenizer")), hidden_size=256, num_hidden_layers=2)
+    qlora = {**_job(inputs, 2), "peft": {"method": "qlora", "r": 4, "alpha": 8},
+             "model": {"preset": None, "hf_config": str(model), "weights": str(model)}}
+    jobs = {"lora2": _job(inputs, 2), "lora1": _job(inputs, 1),
+            "lora1-resumed": _resumed(_job(inputs, 1), root / "lora1"),
+            "qlora": qlora, "qlora-resumed": _resumed(qlora, root / "qlora")}
+    specs = [write_spec(root / name, job) for name, job in jobs.items()]
+    results = torchrun_jobs(specs, env=_env(inputs))
+    return {name: (root / name, ok(result)) for name, result in zip(jobs, results, strict=True)}
+
+
 @pytest.fixture(scope="module", params=[2, 1], ids=["fsdp2", "fsdp1"])
-def runs(request: pytest.FixtureRequest, inputs: Path,
+def runs(request: pytest.FixtureRequest, inputs: Path, unstopped: dict[str, Any],
          tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, Path]:
     """(FSDP version, a straight run, a resumed run). FSDP2's is stopped by SIGTERM at
     step MIDDLE and resumed in place; FSDP1's resumes the straight run's step-MIDDLE
     full-state-dict checkpoint in a run directory of its own (a process pair less)."""
     version = request.param
-    straight = tmp_path_factory.mktemp(f"lora{version}-straight")
-    ok(torchrun(write_spec(straight, _job(inputs, version)), env=_env(inputs)))
-    resumed = tmp_path_factory.mktemp(f"lora{version}-resumed")
-    job = _job(inputs, version)
-    if version == 2:
-        spec = write_spec(resumed, job)
+    straight, _ = unstopped[f"lora{version}"]
+    if version == 1:
+        resumed, again = unstopped["lora1-resumed"]
+    else:
+        resumed = tmp_path_factory.mktemp("lora2-resumed")
+        spec = write_spec(resumed, _job(inputs, version))
         stopped = ok(torchrun(spec, env=_env(inputs, FSDPSPEC_TEST_SIGNAL_AT_STEP=str(MIDDLE))))
         assert f"stopped by SIGTERM at step {MIDDLE}" in stopped.stdout
-    else:
-        checkpoint = straight / "checkpoints" / f"step-{MIDDLE:08d}"
-        job["checkpoint"] = {**job["checkpoint"], "resume": str(checkpoint)}
-        spec = write_spec(resumed, job)
-    again = ok(torchrun(spec, env=_env(inputs)))
+        again = ok(torchrun(spec, env=_env(inputs)))
     assert f"(step {MIDDLE})" in again.stdout
     return version, straight, resumed
 
 
 @pytest.fixture(scope="module")
-def qlora_runs(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
-    """QLoRA under FSDP2 on a Llama wide enough for NF4's blocks to shard over 2 ranks
-    (FS315): a straight run, and a second run resumed from its step-MIDDLE checkpoint
-    (the stop-and-resume path is the LoRA runs'; this one costs one process pair less).
-    Returns (straight, resumed, the straight run's stdout)."""
-    from transformers import AutoTokenizer
-
-    model = save_tiny_llama(inputs / "model-256", len(AutoTokenizer.from_pretrained(
-        inputs / "tokenizer")), hidden_size=256, num_hidden_layers=2)
-    job = _job(inputs, 2)
-    job["model"] = {"preset": None, "hf_config": str(model), "weights": str(model)}
-    job["peft"] = {"method": "qlora", "r": 4, "alpha": 8}
-    straight = tmp_path_factory.mktemp("qlora-straight")
-    first = ok(torchrun(write_spec(straight, job), env=_env(inputs)))
-    resumed = tmp_path_factory.mktemp("qlora-resumed")
-    checkpoint = straight / "checkpoints" / f"step-{MIDDLE:08d}"
-    job["checkpoint"] = {**job["checkpoint"], "resume": str(checkpoint)}
-    again = ok(torchrun(write_spec(resumed, job), env=_env(inputs)))
+def qlora_runs(unstopped: dict[str, Any]) -> tuple[Path, Path, str]:
+    """QLoRA's (straight, resumed, the straight run's stdout)."""
+    (straight, first), (resumed, again) = unstopped["qlora"], unstopped["qlora-resumed"]
     assert f"(step {MIDDLE})" in again.stdout
     return straight, resumed, first.stdout
 
