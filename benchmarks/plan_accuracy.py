@@ -19,6 +19,11 @@ Two sets of rows:
 - ``--match lora``: one LoRA row per family (``LORA_ROWS``), at full depth.
 - ``--match float8``: float8 training (``FLOAT8_ROWS``): both recipes, with and without
   the float8 all-gather, under each checkpointing mode.
+- ``--tp``: tensor parallelism (``tp_rows``): every dense family with a tensor-parallel
+  plan at degree 2 on one node of 8 and degree 8 on two (FSDP over the 4 or 2
+  data-parallel ranks left), without and with full checkpointing, two accumulation
+  steps, at published widths ``SWEEP_LAYERS`` deep (a family whose published heads do
+  not split 8 ways gets heads that do); the trace runs the engine's 2-D mesh.
 
 Gemma 2 and gpt-oss run with eager attention (`auto`: transformers refuses SDPA for them).
 
@@ -28,6 +33,7 @@ Gemma 2 and gpt-oss run with eager attention (`auto`: transformers refuses SDPA 
     python benchmarks/plan_accuracy.py --levers    # the memory levers' rows
     python benchmarks/plan_accuracy.py --match lora # the LoRA rows (one per family)
     python benchmarks/plan_accuracy.py --match float8 # the float8 rows
+    python benchmarks/plan_accuracy.py --tp --traces benchmarks/plan_accuracy_tp.traces.jsonl
 
 The sweep in two parallel parts, then every row against the plan (no trace re-run):
 
@@ -286,8 +292,28 @@ def sweep_rows() -> tuple[list[tuple[Any, ...]], list[str]]:
     return rows, skipped
 
 
+# Heads (and MLP widths) that split 8 ways, for the families whose published ones do not.
+_TP_HEADS = {"qwen2": {"num_attention_heads": 32, "num_key_value_heads": 8},
+             "gemma3_text": {"num_attention_heads": 8, "num_key_value_heads": 8},
+             "starcoder2": {"num_key_value_heads": 8}}
+
+
+def tp_rows() -> list[tuple[Any, ...]]:
+    """The tensor-parallel rows: sweep rows with a degree (the last field)."""
+    rows = []
+    for ac, tp in itertools.product(("none", "full"), (2, 8)):
+        for model_type, fam in FAMILIES.items():
+            if fam.moe is None and not fam.tensor_parallel_plan.refused:
+                rows.append((f"{model_type}-tp{tp}-ac:{ac}", model_type, "FULL_SHARD", "bf16",
+                             ac, "auto", 2048, SWEEP_LAYERS, _TP_HEADS.get(model_type, {}),
+                             2 * 8 * (tp // 4 or 1) // tp, tp))
+    return rows
+
+
 def sweep_job(row: tuple[Any, ...]) -> Job:
-    name, model_type, strategy, precision, ac, attention, seq, layers, keys, gbs = row
+    name, model_type, strategy, precision, ac, attention, seq, layers, keys, gbs = row[:10]
+    tp = row[10] if len(row) > 10 else 1
+    nodes = tp // 4 or 1  # degree 8 on two nodes: FSDP over 2 data-parallel ranks
     config = published_config(model_type) | keys
     if layers is None:  # the preset's full depth
         full = [p for p in FAMILIES[model_type].presets if not p.startswith("tiny-")]
@@ -295,10 +321,11 @@ def sweep_job(row: tuple[Any, ...]) -> Job:
     config["max_position_embeddings"] = max(seq, config.get("max_position_embeddings", 0))
     spec = JobSpec.model_validate({
         "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "sweep"},
-        "resources": {"nodes": 1, "gpus_per_node": 8, "accelerator": "H100-80GB"},
+        "resources": {"nodes": nodes, "gpus_per_node": 8, "accelerator": "H100-80GB"},
         "model": {"hf_config": f"{model_type}/config.json", "attention": attention},
         "fsdp": {"sharding_strategy": strategy, "mixed_precision": precision,
                  "activation_checkpointing": ac},
+        "parallelism": {"tensor_parallel": tp},
         "data": {"seq_len": seq, "micro_batch_size": 1, "global_batch_size": gbs},
     })
     return resolve(spec, Path.cwd(), config=config)
@@ -336,6 +363,8 @@ def main() -> int:
     parser.add_argument("--match", default="", help="only rows whose name contains this")
     parser.add_argument("--sweep", action="store_true",
                         help="every registered family × checkpointing × strategy × dtype")
+    parser.add_argument("--tp", action="store_true",
+                        help="the tensor-parallel rows (degree 2 and 8, every dense family)")
     parser.add_argument("--levers", action="store_true",
                         help="the memory levers' rows instead (chunked loss, op-level AC, "
                              "optimizer state precision)")
@@ -348,8 +377,8 @@ def main() -> int:
                         help="only the rows --traces holds (trace nothing; a sweep in progress)")
     args = parser.parse_args()
     known = recorded_traces(args.traces)
-    if args.sweep:
-        rows, skipped = sweep_rows()
+    if args.sweep or args.tp:
+        rows, skipped = (tp_rows(), []) if args.tp else sweep_rows()
         part, parts = (int(x) for x in args.part.split("/"))
         jobs = [(r[0], sweep_job(r)) for r in rows[: args.rows][part::parts]
                 if args.match in r[0]]

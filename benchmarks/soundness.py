@@ -6,7 +6,8 @@ Samples specs over every option that changes what the engine does (FSDP version,
 sharding strategy and shard group, wrap policy and min_num_params, mixed precision,
 CPU offload, activation checkpointing (op-level included), activation offload, state
 dict type, prefetch, optimizer, its state precision and scheduler, data source and
-tokenizer, accumulation, loss chunks, compile, and LoRA: method, rank, alpha, dropout,
+tokenizer, accumulation, loss chunks, compile, the tensor-parallel degree (2 on 2
+processes, or data-parallel 2 × TP 2 on 4), and LoRA: method, rank, alpha, dropout,
 targets (names, path suffixes, all-linear, a Mixture of Experts' expert names),
 modules_to_save (lm_head, a projection, `norm`, each family's embedding name), merged
 export, on another family's tiny preset or a model directory with weights) on the tiny
@@ -291,6 +292,18 @@ def _peft_model(index: int, seed: int, assets: Assets) -> dict[str, Any] | None:
     return None
 
 
+def _tensor_parallel(index: int, seed: int) -> tuple[int, int] | None:
+    """Half the samples split their layers over 2 ranks: (degree, processes), on 2
+    processes (FSDP over 1 data-parallel rank) or now and then 4 (over 2). Drawn from a
+    stream of their own, as `_peft`. Under TP, LoRA and the chunked loss are refused
+    (FS180, FS183), and so are FSDP1 and NO_SHARD (FS178, FS179): such a sample keeps
+    them one time in ten, to check the refusals; else it runs FSDP2, sharded."""
+    rng = random.Random(f"tp-{seed}-{index}")
+    if rng.random() < 0.5:
+        return None
+    return 2, 4 if rng.random() < 0.25 else 2
+
+
 def sample_spec(rng: random.Random, index: int, assets: Assets, seed: int = 0) -> dict[str, Any]:
     """One spec document: the sampled options on a tiny preset, 2 CPU processes (with
     --wide: any tiny preset or the model directory, 1 to 3 processes)."""
@@ -322,6 +335,22 @@ def sample_spec(rng: random.Random, index: int, assets: Assets, seed: int = 0) -
     if (peft := _peft(index, seed)) is not None:
         document["peft"] = peft
         document["model"] = _peft_model(index, seed, assets) or model
+    if (split := _tensor_parallel(index, seed)) is not None:
+        degree, ranks = split
+        document["parallelism"] = {"tensor_parallel": degree}
+        document["resources"]["gpus_per_node"] = ranks
+        document["data"] = _data(random.Random(f"tp-data-{seed}-{index}"), assets, ranks // degree)
+        if random.Random(f"tp-keep-{seed}-{index}").random() >= 0.1:
+            document.pop("peft", None)
+            document["model"] = model
+            document["train"]["loss_chunks"] = 1
+            fsdp = document["fsdp"] = _fsdp(random.Random(f"tp-fsdp-{seed}-{index}"))
+            fsdp["version"] = 2
+            for fsdp1_only in ("limit_all_gathers", "use_orig_params", "sync_module_states",
+                               "cpu_ram_efficient_loading"):
+                fsdp.pop(fsdp1_only, None)
+            if fsdp["sharding_strategy"] == "NO_SHARD":
+                fsdp["sharding_strategy"] = "FULL_SHARD"
     return document
 
 

@@ -1,4 +1,5 @@
-"""The step-time model (fsdpspec/plan/steptime.py) against published FSDP runs: predicted
+"""The step-time model (fsdpspec/plan/steptime.py) against published FSDP runs (and one
+FSDP × tensor-parallel run): predicted
 vs published tokens/s per GPU and the error of each row of benchmarks/published_runs.yaml.
 
     python benchmarks/step_time.py          # the table; exit 1 when a check fails
@@ -35,15 +36,17 @@ DTYPE = "bfloat16"
 
 
 def row_spec(row: dict[str, Any]) -> JobSpec:
-    """The row as a spec: FSDP2 FULL_SHARD over every GPU, bf16 with fp32 reduction, one
-    micro-batch per step (torchtitan's local batch)."""
-    ranks = row["nodes"] * row["gpus_per_node"]
+    """The row as a spec: FSDP2 FULL_SHARD over every data-parallel rank (every GPU
+    without `tensor_parallel`), bf16 with fp32 reduction, one micro-batch per step
+    (torchtitan's local batch)."""
+    tp = row.get("tensor_parallel", 1)
+    ranks = row["nodes"] * row["gpus_per_node"] // tp
     ac = "none" if row["ac"] == OP_LEVEL else row["ac"]
     spec = JobSpec.model_validate({
         "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "row"},
         "resources": {"nodes": row["nodes"], "gpus_per_node": row["gpus_per_node"],
                       "accelerator": row["accelerator"]},
-        "model": {"preset": row["preset"]},
+        "model": {"preset": row["preset"]}, "parallelism": {"tensor_parallel": tp},
         "fsdp": {"mixed_precision": {"param_dtype": DTYPE, "reduce_dtype": "float32"},
                  "activation_checkpointing": ac, "ac_every": row.get("ac_every", 2)},
         "data": {"seq_len": row["seq_len"], "micro_batch_size": row["micro_batch_size"],

@@ -189,8 +189,16 @@ def _wrap(spec: JobSpec, g: Geometry) -> Wrap:
 def job_units(spec: JobSpec, g: Geometry | None) -> Units | None:
     if g is None:
         return None
+    return units_of(g, _wrap(spec, g))
+
+
+# Cached: `fsdpspec tune` varies checkpointing (part of the wrap) over thousands of
+# candidates of one geometry.
+@functools.lru_cache(maxsize=256)
+def units_of(g: Geometry, wrap: Wrap) -> Units:
+    """The units ``wrap`` makes of the model ``g`` (its built tree, else its family's)."""
     tree = g.built_tree if g.built_tree is not None else geometry_tree(g)
-    return choose_units(tree, _wrap(spec, g))
+    return choose_units(tree, wrap)
 
 
 def job_adapters(spec: JobSpec, g: Geometry | None,

@@ -59,6 +59,17 @@ class Layout:
         return reshards_after_forward(self.strategy)
 
     @property
+    def shard_ranks_per_node(self) -> int:
+        """Ranks of one shard group on one node: a group's ranks are cp × tp apart."""
+        stride = self.dims.cp * self.dims.tp
+        return max(1, min(self.shard_size, self.gpus_per_node // stride))
+
+    @property
+    def shard_group_spans_nodes(self) -> bool:
+        """Whether a shard group holds ranks of more than one node."""
+        return self.shard_size * self.dims.cp * self.dims.tp > self.gpus_per_node
+
+    @property
     def hybrid(self) -> bool:
         return self.strategy in HYBRID_STRATEGIES
 

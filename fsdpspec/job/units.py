@@ -13,6 +13,7 @@ Identical decoder layers are one template node standing for all of them, so a
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -284,6 +285,7 @@ def _subtree(name: str, cls: str, tensors: list[tuple[str, Shape]],
     return Node(name, cls, own, tuple(_subtree(h, "", below[h], first) for h in order))
 
 
+@functools.lru_cache(maxsize=64)  # tune and float8 ask for one geometry's tree again and again
 def geometry_tree(g: Geometry) -> Node:
     """The module tree transformers builds for ``g``, named as transformers names it
     (the family's renames), the decoder layers as one template."""

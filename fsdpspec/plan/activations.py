@@ -31,15 +31,20 @@ of one micro-batch, H/I the hidden/MLP widths, q/kv the query/key-value widths:
 from __future__ import annotations
 
 from fsdpspec.job.geometry import Geometry
+from fsdpspec.plan.tensor_parallel import local_geometry
 
 
-def norm_bytes(g: Geometry, b: int, width_tokens: int) -> int:
-    """A norm whose output feeds a projection (so the output is saved too)."""
+def norm_bytes(g: Geometry, b: int, width_tokens: int, *, tp: int = 1) -> int:
+    """A norm whose output feeds a projection (so the output is saved too). Under
+    sequence parallelism the norm runs on 1/tp of the positions and its output is
+    all-gathered for the projection, which saves it whole."""
     if g.norm_bias:
-        return 2 * b * width_tokens
-    if g.fp32_norm:
-        return (8 + b) * width_tokens
-    return (4 + 2 * b) * width_tokens
+        own = b * width_tokens
+    elif g.fp32_norm:
+        own = 8 * width_tokens
+    else:
+        own = (4 + b) * width_tokens
+    return own // tp + b * width_tokens
 
 
 def _attention_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) -> int:
@@ -102,35 +107,41 @@ def mlp_activation_bytes(g: Geometry, b: int, t: int) -> int:
     return b * rows * saved + 4 * t * e.count + 40 * rows
 
 
-def layer_activation_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str) -> int:
-    """Bytes one decoder layer saves for backward without checkpointing."""
-    t = batch * seq
-    total = 2 * norm_bytes(g, b, t * g.hidden_size)
+def layer_activation_bytes(g: Geometry, b: int, batch: int, seq: int, attention: str,
+                           *, tp: int = 1) -> int:
+    """Bytes one decoder layer saves for backward without checkpointing, on one rank of
+    a tensor-parallel group of ``tp`` (`fsdpspec.plan.tensor_parallel`): the hidden
+    states between the blocks over 1/tp of the positions, each block's gathered input
+    whole, the per-head and per-column tensors of the local heads and MLP columns."""
+    t, local = batch * seq, local_geometry(g, tp)
+    hidden = t * g.hidden_size
+    total = 2 * norm_bytes(g, b, hidden, tp=tp)
     if g.parallel_residual:
-        total -= b * t * g.hidden_size
+        total -= b * hidden // tp
     if g.norms_per_layer == 4:
-        total += 2 * 8 * t * g.hidden_size  # Gemma's post-norms: fp32 input and value
+        total += 2 * 8 * hidden // tp  # Gemma's post-norms: fp32 input and value
     if g.qk_norm:
         # Their outputs feed the rotary embedding, which saves nothing of them.
-        total += (8 if g.fp32_norm else 4 + b) * t * (g.q_width + g.kv_width)
-    total += _attention_bytes(g, b, batch, seq, attention)
-    total += g.layer_dropout_masks * t * g.hidden_size  # bool masks
-    return total + mlp_activation_bytes(g, b, t)
+        total += (8 if g.fp32_norm else 4 + b) * t * (local.q_width + local.kv_width)
+    total += _attention_bytes(local, b, batch, seq, attention)
+    total += g.layer_dropout_masks * hidden // tp  # bool masks
+    return total + mlp_activation_bytes(local, b, t)
 
 
-def checkpointed_layer_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
-    """A checkpointed layer keeps only its input hidden states."""
-    return b * batch * seq * g.hidden_size
+def checkpointed_layer_bytes(g: Geometry, b: int, batch: int, seq: int, *, tp: int = 1) -> int:
+    """A checkpointed layer keeps only its input hidden states (1/tp of the positions
+    under sequence parallelism)."""
+    return b * batch * seq * g.hidden_size // tp
 
 
-def root_activation_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
+def root_activation_bytes(g: Geometry, b: int, batch: int, seq: int, *, tp: int = 1) -> int:
     """The final norm (feeding lm_head), the rotary cos/sin shared by every layer, the
     embeddings' dropout mask, and a Mixture-of-Experts model's router probabilities saved
     by its load-balancing loss."""
     t = batch * seq
-    total = norm_bytes(g, b, t * g.hidden_size) + 2 * b * t * g.head_dim
+    total = norm_bytes(g, b, t * g.hidden_size, tp=tp) + 2 * b * t * g.head_dim
     if g.embedding_dropout_mask:
-        total += t * g.hidden_size  # a bool mask
+        total += t * g.hidden_size // tp  # a bool mask
     if g.experts:
         total += 4 * g.num_layers * t * g.experts.count
     return total
@@ -145,23 +156,40 @@ def router_loss_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
     return b * tokens * e.count + 12 * tokens * e.active * e.count
 
 
-def logits_forward_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
+# Loss parallel (torch's `tensor/parallel/loss.py`) on the vocabulary-split logits, fp32
+# bytes per local logit (torch's MemTracker on FakeTensorMode, DTensor's propagation
+# kept apart as on a GPU): its log-softmax is decomposed, so forward (`_log_softmax`)
+# holds the fp32 upcast, x − max and its exp (then the log-softmax) beside the logits;
+# backward (`_nll_loss_and_log_softmax_backward`) the saved log-softmax, the zeros it
+# scatters the targets into, exp(x) and their sum (then its product with the gradient).
+LOSS_PARALLEL_FORWARD_BYTES = 12
+LOSS_PARALLEL_BACKWARD_BYTES = 16
+
+
+def logits_forward_bytes(g: Geometry, b: int, batch: int, seq: int, *,
+                         loss_parallel: bool = False) -> int:
     """At the cross entropy in forward: the logits, their fp32 upcast and the fp32
     log-softmax saved for backward (the engine shifts the labels, not the logits, so
-    every position is scored and nothing is copied)."""
+    every position is scored and nothing is copied); under loss parallel
+    (``g`` the rank's vocabulary shard) `LOSS_PARALLEL_FORWARD_BYTES` beside them."""
     tokens_vocab = batch * seq * g.vocab_size
     total = b * tokens_vocab + 4 * tokens_vocab
-    if b < 4:
+    if loss_parallel:
+        total = (b + LOSS_PARALLEL_FORWARD_BYTES) * tokens_vocab
+    elif b < 4:
         total += 4 * tokens_vocab
     if g.final_softcap:
         total += 2 * b * tokens_vocab  # the scaled logits and their tanh
     return total
 
 
-def logits_backward_bytes(g: Geometry, b: int, batch: int, seq: int) -> int:
+def logits_backward_bytes(g: Geometry, b: int, batch: int, seq: int, *,
+                          loss_parallel: bool = False) -> int:
     """The start of backward: the saved fp32 log-softmax, the gradient arriving at it
-    and the gradient it produces (all fp32)."""
-    total = 12 * batch * seq * g.vocab_size
+    and the gradient it produces (all fp32); under loss parallel
+    `LOSS_PARALLEL_BACKWARD_BYTES` per local logit."""
+    per_logit = LOSS_PARALLEL_BACKWARD_BYTES if loss_parallel else 12
+    total = per_logit * batch * seq * g.vocab_size
     if g.final_softcap:
         total += b * batch * seq * g.vocab_size
     return total

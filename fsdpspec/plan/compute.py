@@ -21,6 +21,7 @@ from fsdpspec.job.job import Job
 from fsdpspec.plan.levers import chunked_loss_flops, offload_seconds
 from fsdpspec.plan.memory import gathered_bytes, saved_activation_bytes
 from fsdpspec.plan.ring import ring_traffic_bytes
+from fsdpspec.plan.tensor_parallel import link_gbps, step_bytes, tp_degree
 from fsdpspec.plan.units import sharding
 from fsdpspec.semantics import (
     model_flops_per_token,
@@ -62,6 +63,8 @@ class Compute:
     # inside the attention op, so the step-time model counts it exposed.
     ring_bytes: int = 0
     ring_seconds: float = 0.0
+    # Tensor parallelism's activation collectives (`fsdpspec.plan.tensor_parallel`).
+    tensor_parallel_bytes: int = 0
 
     @property
     def communication_bound(self) -> bool:
@@ -80,9 +83,10 @@ def _flops_per_token(job: Job, parameters: int) -> tuple[float, float]:
 
 
 def step_flops(job: Job, parameters: int) -> float:
-    """FLOPs of one rank's optimizer step (all its micro-batches)."""
-    return float(sum(_flops_per_token(job, parameters)) * job.batch.tokens
-                 * job.batch.accumulation) + chunked_loss_flops(job)
+    """FLOPs of one rank's optimizer step (all its micro-batches): a tensor-parallel
+    group shares its micro-batches' FLOPs."""
+    return (float(sum(_flops_per_token(job, parameters)) * job.batch.tokens
+                  * job.batch.accumulation) + chunked_loss_flops(job)) / tp_degree(job)
 
 
 def unit_traffic(job: Job) -> tuple[UnitTraffic, ...]:
@@ -116,17 +120,19 @@ def step_compute(job: Job, parameters: int, device: Accelerator, compute_dtype: 
     model, _ = _flops_per_token(job, parameters)
     flops = step_flops(job, parameters)
     peak = device.peak_tflops(compute_dtype)
-    intra = (all_gather + reduce_scatter
-             if job.layout.shard_size <= job.layout.gpus_per_node else 0)
+    intra = 0 if job.layout.shard_group_spans_nodes else all_gather + reduce_scatter
     inter = all_reduce + (0 if intra else all_gather + reduce_scatter)
     seconds = intra / (device.intra_node_gbps * 1e9) + inter / (device.inter_node_gbps * 1e9)
+    seconds += step_bytes(job) / (link_gbps(job, device) * 1e9)
+    # A tensor-parallel group shares its micro-batches' FLOPs.
+    model_flops = float(model * job.batch.tokens * micro) / tp_degree(job)
     ring = ring_micro_batch_bytes(job)
     ring_link = (device.intra_node_gbps if job.layout.dims.cp <= job.layout.gpus_per_node
                  else device.inter_node_gbps)
-    return Compute(flops, float(model * job.batch.tokens * micro), all_gather, reduce_scatter,
+    return Compute(flops, model_flops, all_gather, reduce_scatter,
                    all_reduce, flops / (peak * 1e12) if peak else None, seconds,
                    offload_seconds(saved_activation_bytes(job), job),
-                   ring, ring / (ring_link * 1e9))
+                   ring, ring / (ring_link * 1e9), tensor_parallel_bytes=step_bytes(job))
 
 
 def ring_micro_batch_bytes(job: Job) -> int:

@@ -1,11 +1,12 @@
 """The cheapest combination of memory levers that fits the job on the GPUs it names.
 
 Each lever is a `--set` override: the chunked loss, op-level or full activation
-checkpointing, bf16 or 8-bit optimizer states, activation offload and parameter offload.
+checkpointing, bf16 or 8-bit optimizer states, activation offload, parameter offload and
+the tensor-parallel degree (within a node).
 Every combination the engine can run (the same predicates the lint rules apply) is
 planned; of those that fit with the spec's headroom, the one that costs the least time
-per step wins (recomputed FLOPs at the device's peak, PCIe transfers), then the one with
-fewer changes, then the one keeping more precision.
+per step wins (recomputed FLOPs at the device's peak, PCIe transfers, tensor-parallel
+collectives), then the one with fewer changes, then the one keeping more precision.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from dataclasses import dataclass
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
 from fsdpspec.plan import levers
+from fsdpspec.plan import tensor_parallel as tp
 from fsdpspec.plan.compute import step_compute
 from fsdpspec.plan.memory import DeviceMemory, device_memory
 from fsdpspec.plan.suggest import apply_override
 from fsdpspec.semantics import MASTER_BYTES
-from fsdpspec.spec.v1 import JobSpec
 
 # States kept in less precision rank after full precision when the time is equal.
 _PRECISION_COST = {"optimizer.state_dtype=bfloat16": 1, "optimizer.state_dtype=int8": 2}
@@ -36,8 +37,9 @@ class Fit:
     extra_seconds: float
 
 
-def _groups(spec: JobSpec, device: Accelerator) -> list[list[str | None]]:
+def _groups(job: Job, device: Accelerator) -> list[list[str | None]]:
     """Per lever, the values to try (None: leave the spec's)."""
+    spec = job.spec
     fsdp, optimizer = spec.fsdp, spec.optimizer
     groups: list[list[str | None]] = []
     if spec.train.loss_chunks == 1 and levers.loss_chunks_apply(spec):
@@ -52,17 +54,22 @@ def _groups(spec: JobSpec, device: Accelerator) -> list[list[str | None]]:
         groups.append([None, "fsdp.activation_offload=true"])
     if device.is_gpu and not fsdp.cpu_offload:
         groups.append([None, "fsdp.cpu_offload=true"])
+    degrees = tp.lever_degrees(job) if device.is_gpu else ()
+    if degrees:
+        groups.append([None, *(f"parallelism.tensor_parallel={d}" for d in degrees)])
     return groups
 
 
 def _seconds(job: Job, parameters: int, device: Accelerator, dtype: str) -> float:
     """Time a step costs beyond its ideal forward and backward: recomputation (layers
-    and loss chunks) at the device's peak, activation offload's transfers, and with
-    parameter offload the fp32 shards' copies to and from the host."""
+    and loss chunks) at the device's peak, activation offload's transfers, tensor
+    parallelism's blocking collectives, and with parameter offload the fp32 shards'
+    copies to and from the host."""
     compute = step_compute(job, parameters, device, dtype)
     seconds = (compute.compute_seconds or 0.0) + compute.offload_seconds
+    seconds += tp.micro_batch_seconds(job, device) * job.batch.accumulation
     if job.spec.fsdp.cpu_offload:
-        shard = MASTER_BYTES * parameters // job.layout.shard_size
+        shard = MASTER_BYTES * parameters // (job.layout.shard_size * tp.tp_degree(job))
         seconds += 3 * shard / (levers.PCIE_GBPS * 1e9)  # params in, grads out, params in
     return seconds
 
@@ -75,7 +82,7 @@ def cheapest_fit(job: Job, memory: DeviceMemory, capacity: int,
     usable = capacity * (1.0 - spec.resources.memory_headroom)
     base = _seconds(job, parameters, device, dtype)
     best: tuple[tuple[float, int, int], Fit] | None = None
-    for choice in itertools.product(*_groups(spec, device)):
+    for choice in itertools.product(*_groups(job, device)):
         overrides = tuple(o for o in choice if o)
         if not overrides:
             continue
@@ -83,6 +90,8 @@ def cheapest_fit(job: Job, memory: DeviceMemory, capacity: int,
         for override in overrides:
             changed = apply_override(changed, override)
         after = job.with_spec(changed)
+        if not tp.runs_at(after, tp.tp_degree(after)):
+            continue  # a degree the engine cannot run with the other levers (FS183)
         total = device_memory(after, is_gpu=device.is_gpu).total
         if total > usable:
             continue

@@ -12,6 +12,7 @@ import math
 from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job
 from fsdpspec.plan import activations as act
+from fsdpspec.plan.tensor_parallel import local_geometry
 from fsdpspec.plan.units import Sharding
 from fsdpspec.semantics import MASTER_BYTES
 from fsdpspec.spec.v1 import JobSpec
@@ -94,16 +95,16 @@ def _matmul_widths(g: Geometry) -> list[int]:
 
 
 def op_checkpointed_layer_bytes(g: Geometry, b: int, batch: int, seq: int,
-                                attention: str) -> int:
+                                attention: str, *, tp: int = 1) -> int:
     """What one layer keeps under torchtitan's op-level policy: its input, the outputs
     of the first, third, … ``mm`` (every other one is recomputed), and the fused
     attention's output and log-sum-exp (eager attention's matmuls are ``bmm``: kept by
-    nothing)."""
-    t = batch * seq
-    kept = sum(width for i, width in enumerate(_matmul_widths(g)) if i % 2 == 0)
-    total = act.checkpointed_layer_bytes(g, b, batch, seq) + b * t * kept
+    nothing); under tensor parallelism, of the rank's local projections."""
+    t, local = batch * seq, local_geometry(g, tp)
+    kept = sum(width for i, width in enumerate(_matmul_widths(local)) if i % 2 == 0)
+    total = act.checkpointed_layer_bytes(g, b, batch, seq, tp=tp) + b * t * kept
     if attention != "eager":
-        total += b * t * g.q_width + 4 * batch * g.num_heads * seq
+        total += b * t * local.q_width + 4 * batch * local.num_heads * seq
     return total
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job
 from fsdpspec.job.units import Unit
 from fsdpspec.plan import activations as act
@@ -21,6 +22,7 @@ from fsdpspec.plan import levers
 from fsdpspec.plan.adapters import adapted_parts
 from fsdpspec.plan.float8 import backward_cast_bytes, gathered_float8_saving
 from fsdpspec.plan.ring import ring_backward_bytes
+from fsdpspec.plan.tensor_parallel import local_geometry, tp_degree
 from fsdpspec.plan.units import Sharding, sharding
 from fsdpspec.semantics import (
     MASTER_BYTES,
@@ -111,6 +113,12 @@ class _Parts:
     optimizer_temporaries: int
 
 
+def _local(job: Job) -> Geometry:
+    """The model one rank holds: under tensor parallelism its local shards'."""
+    assert job.geometry is not None  # the planner plans only jobs with a geometry
+    return local_geometry(job.geometry, tp_degree(job))
+
+
 def gathered_bytes(sh: Sharding, job: Job, unit: Unit) -> int:
     # FSDP2's unsharded parameters are views of each parameter's padded all-gather
     # output, FSDP1's of the padded flat parameter: the padding stays allocated (a
@@ -175,7 +183,7 @@ def _ddp_parts(job: Job, sh: Sharding) -> _Parts:
 def _parts(job: Job, sh: Sharding) -> _Parts:
     if job.layout.ddp:
         return _ddp_parts(job, sh)
-    g, b, r, m = job.geometry, job.compute_bytes, job.reduce_bytes, MASTER_BYTES
+    g, b, r, m = _local(job), job.compute_bytes, job.reduce_bytes, MASTER_BYTES
     shard_bytes = m * sh.total_shard_numel()
     on_device = 0 if job.spec.fsdp.cpu_offload else 1
     unit = sh.largest
@@ -239,7 +247,7 @@ def layer_bytes(job: Job) -> int:
     """Activation bytes one layer saves for backward without checkpointing (the memory
     walk's, and the step-time model's elementwise traffic)."""
     return act.layer_activation_bytes(job.geometry, job.compute_bytes, job.batch.micro,
-                                      job.batch.local_seq, job.attention)
+                                      job.batch.local_seq, job.attention, tp=tp_degree(job))
 
 
 def _saved_through(job: Job, index: int, full: int) -> int:
@@ -247,11 +255,11 @@ def _saved_through(job: Job, index: int, full: int) -> int:
     op-level checkpointing also the outputs its policy saves)."""
     units, g, b = job.units, job.geometry, job.compute_bytes
     assert units is not None  # the planner plans only jobs with a geometry
-    micro, seq = job.batch.micro, job.batch.local_seq
+    micro, seq, tp = job.batch.micro, job.batch.local_seq, tp_degree(job)
     if units.ac_mode == "op":
-        kept = levers.op_checkpointed_layer_bytes(g, b, micro, seq, job.attention)
+        kept = levers.op_checkpointed_layer_bytes(g, b, micro, seq, job.attention, tp=tp)
     else:
-        kept = act.checkpointed_layer_bytes(g, b, micro, seq)
+        kept = act.checkpointed_layer_bytes(g, b, micro, seq, tp=tp)
     checkpointed = units.checkpointed_count(index + 1)
     mask = act.checkpointed_mask_bytes(g, b, micro, seq, job.attention)
     return checkpointed * kept + (index + 1 - checkpointed) * full + (mask if checkpointed else 0)
@@ -274,8 +282,10 @@ def _forward_points(job: Job, p: _Parts) -> list[Point]:
     if not _deferred_gather(job) or not p.unit:
         return []
     b, lay, layers = job.compute_bytes, job.layout, job.geometry.num_layers
-    # The hidden states entering a layer and the rotary cos/sin, alive from the embedding on.
-    entering = b * job.batch.tokens * (job.geometry.hidden_size + 2 * job.geometry.head_dim)
+    # The hidden states entering a layer (1/tp of the positions under sequence
+    # parallelism) and the rotary cos/sin, alive from the embedding on.
+    g = job.geometry
+    entering = b * job.batch.tokens * (g.hidden_size // tp_degree(job) + 2 * g.head_dim)
     base = p.persistent | {"accumulated_gradients": p.accumulated}
     points = [Point("forward: root all-gather", base | {"gathered_parameters": 2 * p.root})]
     for index in sorted({0, layers - 1}):
@@ -291,19 +301,23 @@ def _forward_points(job: Job, p: _Parts) -> list[Point]:
 
 def _head_points(job: Job, p: _Parts) -> list[Point]:
     """From the lm_head's forward to its backward: logits and loss, the root gathered
-    throughout."""
-    g, b = job.geometry, job.compute_bytes
+    throughout. Under tensor parallelism the logits stay split by vocabulary (loss
+    parallel): the local geometry's vocabulary."""
+    g, b = _local(job), job.compute_bytes
     batch, seq = job.batch.micro, job.batch.local_seq
     logits = b * batch * seq * g.vocab_size
-    acts = p.saved + act.root_activation_bytes(g, b, batch, seq)
+    acts = p.saved + act.root_activation_bytes(job.geometry, b, batch, seq, tp=tp_degree(job))
     base = p.persistent | {"accumulated_gradients": p.accumulated, "activations": acts,
                            "gathered_parameters": p.root + p.units_kept}
     # The last unit's all-gather output lives until the root's forward ends.
     last_gather = p.unit if _deferred_gather(job) else 0
     lm_head = base | {"logits_and_loss": logits + act.router_loss_bytes(g, b, batch, seq),
                       "prefetch_buffer": last_gather}
-    loss_forward = base | {"logits_and_loss": act.logits_forward_bytes(g, b, batch, seq)}
-    loss_backward = base | {"logits_and_loss": act.logits_backward_bytes(g, b, batch, seq)}
+    split = tp_degree(job) > 1  # loss parallel
+    loss_forward = base | {"logits_and_loss": act.logits_forward_bytes(
+        g, b, batch, seq, loss_parallel=split)}
+    loss_backward = base | {"logits_and_loss": act.logits_backward_bytes(
+        g, b, batch, seq, loss_parallel=split)}
     # The lm_head's weight gradient is computed from the logits' gradient.
     head_backward = base | {"unsharded_gradients": p.head_grads, "logits_and_loss": logits}
     points = {"forward: lm_head": lm_head, "forward: loss": loss_forward,
@@ -328,7 +342,7 @@ def _layer_point(job: Job, p: _Parts, index: int) -> Point:
     (a checkpointed layer recomputes its own), the layers above have been reduced to
     sharded gradients, the one just above is still in its reduce-scatter, and the one
     below is being prefetched."""
-    g, b, layers = job.geometry, job.compute_bytes, job.geometry.num_layers
+    g, b, layers = _local(job), job.compute_bytes, job.geometry.num_layers
     activations = _saved_through(job, index, p.layer)
     if job.spec.fsdp.activation_offload:
         # Only the layer in backward has its saved tensors back on the device.
@@ -417,9 +431,11 @@ def _points(job: Job, p: _Parts) -> list[Point]:
     # The embedding's backward, just before the root's reduction: the root still gathered,
     # the first unit's reduce-scatter input kept. A tied weight's two gradients are summed
     # out of place (autograd held lm_head's since backward began): both and their sum.
-    grads = 3 * p.head_grads if job.geometry.tie_word_embeddings else p.root_grads
+    tied = job.geometry.tie_word_embeddings
+    grads = 3 * p.head_grads if tied else p.root_grads
     embedding = backward_end | {"gathered_parameters": p.root,
-                                "unsharded_gradients": max(grads, p.root_grads),
+                                "unsharded_gradients": max(grads, p.root_grads,
+                                                           _vocab_parallel_embedding(job, p)),
                                 "reduce_scatter_buffers": p.unit_reduce}
     optimizer_step = p.persistent | {"sharded_gradients": p.sharded_grads,
                                      "optimizer_temporaries": p.optimizer_temporaries}
@@ -430,6 +446,22 @@ def _points(job: Job, p: _Parts) -> list[Point]:
             Point("optimizer step", optimizer_step)]
 
 
+def _vocab_parallel_embedding(job: Job, p: _Parts) -> int:
+    """Gradients at a vocabulary-split embedding's backward (0 without TP): DTensor has
+    no row-wise strategy for ``embedding_dense_backward``, so from the gradient split over
+    the sequence it computes a partial gradient of the whole vocabulary (b · V · H), then
+    reduce-scatters it to the rank's rows (its local gradient), beside the root's other
+    gradients; a tied head's (held since backward began) is summed with those rows out
+    of place while the partial lives. Read off the traces: Llama 3 8B at TP 8 held
+    1,127 MiB of unsharded gradients there (the plan had 251), Gemma 7B (tied) one local
+    gradient more."""
+    if tp_degree(job) == 1:
+        return 0
+    g = job.geometry
+    held = 2 * p.head_grads if g.tie_word_embeddings else 0
+    return p.root_grads + held + job.compute_bytes * g.embedding_params
+
+
 def _idle_logits_block(job: Job, peak: Point) -> int:
     """Reserved but idle at the loss's backward: the compute-dtype logits (b · T · V),
     freed when forward ends, cannot hold any of the fp32 gradients backward then
@@ -437,9 +469,9 @@ def _idle_logits_block(job: Job, peak: Point) -> int:
     segments), so their block stays cached beside the new ones until the logits'
     own gradient reuses it. Not under a chunked loss (one chunk's logits), nor in fp32."""
     if (peak.name != "backward: loss" or job.spec.train.loss_chunks > 1
-            or job.compute_bytes >= MASTER_BYTES):
-        return 0
-    return job.compute_bytes * job.batch.tokens * job.geometry.vocab_size
+            or job.compute_bytes >= MASTER_BYTES or tp_degree(job) > 1):
+        return 0  # (loss parallel keeps its logits to the end of the loss's backward)
+    return job.compute_bytes * job.batch.tokens * _local(job).vocab_size
 
 
 def device_memory(job: Job, *, is_gpu: bool = True) -> DeviceMemory:

@@ -14,7 +14,8 @@ from fsdpspec.plan.fitting import Fit, cheapest_fit
 from fsdpspec.plan.host import HostMemory, host_memory
 from fsdpspec.plan.memory import GIB, DeviceMemory, device_memory
 from fsdpspec.plan.steptime import StepTime, step_time
-from fsdpspec.plan.suggest import Suggestion, suggestions
+from fsdpspec.plan.suggest import Suggestion, apply_override, suggestions
+from fsdpspec.plan.tensor_parallel import lever_degrees
 from fsdpspec.spec.v1 import JobSpec
 
 # The fewest-GPUs search stops here (in nodes): beyond it the answer is "none".
@@ -38,6 +39,9 @@ class Plan:
     min_single_gpus: int | None  # counting single GPUs
     # The cheapest combination of memory levers that fits, when the job does not.
     fitting_levers: Fit | None = None
+    # (GPUs, degree): the fewest GPUs with a higher tensor-parallel degree, where that
+    # is fewer than at the spec's own (or the spec's never fits).
+    min_gpus_tp: tuple[int, int] | None = None
 
     @cached_property
     def suggestions(self) -> tuple[Suggestion, ...]:
@@ -117,6 +121,20 @@ def fewest_gpus(job: Job, accelerator: Accelerator, per_node: int | None = None)
     return low * per_node
 
 
+def fewest_gpus_tp(job: Job, accelerator: Accelerator,
+                   fewest: int | None) -> tuple[int, int] | None:
+    """(GPUs, degree) of the tensor-parallel degree above the spec's, within a node,
+    that fits on the fewest GPUs, when fewer than ``fewest`` (the spec's own answer)."""
+    best: tuple[int, int] | None = None
+    for degree in lever_degrees(job):
+        at = job.with_spec(apply_override(job.spec, f"parallelism.tensor_parallel={degree}"))
+        found = fewest_gpus(at, accelerator)
+        if found is not None and (fewest is None or found < fewest) and (
+                best is None or found < best[0]):
+            best = (found, degree)
+    return best
+
+
 def plan_job(job: Job, *, world_size: int | None = None,
              accelerator: str | Accelerator | None = None) -> Plan:
     """Plan the resolved ``job`` (it must have a geometry), optionally on another number
@@ -137,14 +155,16 @@ def plan_job(job: Job, *, world_size: int | None = None,
     compute = step_compute(job, g.active_params, device, dtype)
     capacity = device_capacity(device, spec, host)
     host_capacity = int(spec.resources.host_memory_gib * GIB)
+    fewest = fewest_gpus(job, device) if device.is_gpu else None
     return Plan(
         job=job, accelerator=device, capacity=capacity,
         headroom_target=spec.resources.memory_headroom, device=memory, host=host,
         host_capacity=host_capacity, compute=compute,
         step=step_time(job, compute, device, dtype),
-        min_gpus=fewest_gpus(job, device) if device.is_gpu else None,
+        min_gpus=fewest,
         min_single_gpus=fewest_gpus(job, device, per_node=1) if device.is_gpu else None,
         fitting_levers=(cheapest_fit(job, memory, capacity, device)
                         if memory.total > capacity * (1.0 - spec.resources.memory_headroom)
                         else None),
+        min_gpus_tp=fewest_gpus_tp(job, device, fewest) if device.is_gpu else None,
     )

@@ -46,6 +46,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "world_size": plan.job.layout.world_size,
         "shard_size": plan.job.layout.shard_size,
         "context_parallel": plan.job.layout.dims.cp,
+        "tensor_parallel": plan.job.layout.dims.tp,
         "accumulation_steps": plan.job.batch.accumulation,
         "accelerator": plan.accelerator.name,
         "peft": _peft_json(plan),
@@ -83,6 +84,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "offload_seconds": compute.offload_seconds,
             "ring_bytes_per_micro_batch": compute.ring_bytes,
             "ring_seconds_per_micro_batch": compute.ring_seconds,
+            "tensor_parallel_bytes": compute.tensor_parallel_bytes,
         },
         "step_time": _step_json(plan),
         "fits": plan.fits,
@@ -90,6 +92,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "fits_host": plan.fits_host,
         "min_gpus": plan.min_gpus,
         "min_single_gpus": plan.min_single_gpus,
+        "min_gpus_tensor_parallel": None if plan.min_gpus_tp is None else {
+            "gpus": plan.min_gpus_tp[0], "tensor_parallel": plan.min_gpus_tp[1]},
         "suggestions": [{"override": s.override, "description": s.description,
                          "saves_bytes": s.saves_bytes, "fits": s.fits}
                         for s in plan.suggestions],
@@ -172,14 +176,22 @@ def _fewest_answer(plan: Plan) -> str:
     counts whole nodes, and keeps the wanted headroom."""
     fewest, single = plan.min_gpus, plan.min_single_gpus
     if fewest is None:
-        return f"none up to {MAX_NODES} nodes"
+        return f"none up to {MAX_NODES} nodes" + _fewest_tp(plan)
     per_node = plan.spec.resources.gpus_per_node
     nodes = fewest // per_node
     answer = (f"{fewest} ({nodes} whole node{'s' * (nodes != 1)} of {per_node}, keeping "
               f"{100 * plan.headroom_target:.0f}% headroom")
     if single is not None and single < fewest:
         answer += f"; {single} GPU{'s' * (single != 1)} alone would hold it"
-    return answer + ")"
+    return answer + ")" + _fewest_tp(plan)
+
+
+def _fewest_tp(plan: Plan) -> str:
+    """The fewest GPUs with tensor parallelism, where it needs fewer."""
+    if plan.min_gpus_tp is None:
+        return ""
+    gpus, degree = plan.min_gpus_tp
+    return f"; {gpus} with --set parallelism.tensor_parallel={degree}"
 
 
 def _compute_lines(plan: Plan) -> list[str]:
@@ -278,6 +290,8 @@ def plan_text(plan: Plan, budget: Budget | None = None, scaling: Scaling | None 
     if w.dims.cp_enabled:
         layout += (f" (dp_shard {w.dims.dp_shard} × cp {w.dims.cp}; each rank holds "
                    f"{batch.local_seq} tokens of a sequence)")
+    if w.dims.tp_enabled:
+        layout += f" × tensor parallel {w.dims.tp}"
     head = [f"{plan.spec.metadata.name}: {_parameters(plan)}, "
             f"{w.world_size} × {plan.accelerator.name}, {w.written_strategy} {layout}, "
             f"micro-batch {batch.micro} × {batch.seq}, "

@@ -14,6 +14,9 @@ synchronise (`job.layout`), and the device's rates (`catalog.accelerators`, with
 - backward, in reverse: units freed after forward are gathered again one ahead; each
   unit's reduce-scatter (and all-reduce across replicas) follows its backward compute,
   overlapping the next unit's; the root's reduction ends the micro-batch;
+- tensor parallelism (`fsdpspec.plan.tensor_parallel`) all-gathers and reduce-scatters
+  each layer's activations inside its forward and backward (and a recomputation), on
+  the compute stream's critical path at the group's link: all exposed;
 - CPU offload copies each unit's sharded parameters to the device before its gather
   and its sharded gradients back after the reduction (on the same stream), and runs
   the optimizer step on the host.
@@ -39,6 +42,7 @@ from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
+from fsdpspec.plan import tensor_parallel as tp
 from fsdpspec.plan.compute import Compute, UnitTraffic, unit_traffic
 from fsdpspec.plan.float8 import cast_traffic_bytes, matmul_rate
 from fsdpspec.plan.memory import layer_bytes
@@ -131,6 +135,10 @@ class _Units:
     recompute: float  # backward's extra seconds in a copy that recomputes
     root: _Block
     copies: int
+    # Tensor-parallel collectives (blocking): a copy's forward pass (its backward, and a
+    # recomputation, each as many), and the root's each way.
+    tp_copy: float = 0.0
+    tp_root: float = 0.0
 
     @property
     def shard_numel(self) -> int:
@@ -158,9 +166,13 @@ def _units(job: Job, c: Compute, device: Accelerator, rate: float) -> _Units:
     recomputing = _recomputing_copies(job, copies)
     f_root = forward * root.shard_numel / total
     root_backward = 2 * f_root + (0.0 if recomputing else extra)
+    one = tp.micro_batch_seconds(job, device) / tp.collectives_per_micro_batch(job) \
+        if tp.tp_degree(job) > 1 else 0.0
+    layer_pass = one * tp.FORWARD_COLLECTIVES * job.geometry.num_layers / max(copies, 1)
     return _Units(tuple((t, forward * t.shard_numel / total + fixed) for t in layers),
                   extra / recomputing + fixed if recomputing else 0.0,
-                  _Block(root, f_root, root_backward, False), copies)
+                  _Block(root, f_root, root_backward, False), copies,
+                  tp_copy=layer_pass, tp_root=one * tp.ROOT_COLLECTIVES)
 
 
 def _blocks(job: Job, units: _Units, counts: list[int]) -> list[_Block]:
@@ -170,8 +182,10 @@ def _blocks(job: Job, units: _Units, counts: list[int]) -> list[_Block]:
         for _ in range(count):
             regather = job.layout.reshards_after_forward and not (
                 job.layout.fsdp_version == 2 and index == last)
-            again = units.recompute if _checkpointed(job, index, units.copies) else 0.0
-            blocks.append(_Block(t, f, 2 * f + again, regather))
+            again = (units.recompute + units.tp_copy
+                     if _checkpointed(job, index, units.copies) else 0.0)
+            blocks.append(_Block(t, f + units.tp_copy, 2 * f + units.tp_copy + again,
+                                 regather))
             index += 1
     return blocks
 
@@ -203,7 +217,7 @@ def _recomputing_copies(job: Job, copies: int) -> int:
     return copies
 
 
-def _micro_batch(job: Job, blocks: list[_Block], root: _Block, device: Accelerator,
+def _micro_batch(job: Job, blocks: list[_Block], units: _Units, device: Accelerator,
                  *, synced: bool) -> _Streams:
     """Lay one micro-batch on the two streams."""
     s = _Streams(overlap=device.is_gpu)
@@ -225,6 +239,7 @@ def _micro_batch(job: Job, blocks: list[_Block], root: _Block, device: Accelerat
                 network += latency
             s.collective(issued, network, d2h)
 
+    root = units.root
     ready = [0.0] * len(blocks)
     root_ready = gather(root, 0.0)
     if blocks:
@@ -234,7 +249,7 @@ def _micro_batch(job: Job, blocks: list[_Block], root: _Block, device: Accelerat
         start = s.run(ready[i], b.forward)
         if i + 1 < len(blocks):
             ready[i + 1] = gather(blocks[i + 1], start)
-    start = s.run(root_ready, root.forward + root.backward)
+    start = s.run(root_ready, root.forward + root.backward + 2 * units.tp_root)
     last = len(blocks) - 1
     if blocks and blocks[last].regather:
         ready[last] = gather(blocks[last], start)
@@ -249,13 +264,14 @@ def _micro_batch(job: Job, blocks: list[_Block], root: _Block, device: Accelerat
 
 def _link_gbps(job: Job, device: Accelerator) -> float:
     """A shard group inside a node rings over the node's links. One spanning nodes runs
-    NCCL's rings through every device of a node and across each NIC in parallel, so the
-    data entering a node is split over its NICs and spread inside over NVLink: the
-    slower of the node's link and its NICs together."""
+    NCCL's rings through each of its devices in a node and across their NICs in
+    parallel, so the data entering a node is split over those NICs and spread inside
+    over NVLink: the slower of the node's link and its NICs together (under tensor
+    parallelism a node holds gpus_per_node ÷ tp of a group's ranks)."""
     lay = job.layout
-    if lay.shard_size <= lay.gpus_per_node:
+    if not lay.shard_group_spans_nodes:
         return device.intra_node_gbps
-    return min(device.intra_node_gbps, lay.gpus_per_node * device.inter_node_gbps)
+    return min(device.intra_node_gbps, lay.shard_ranks_per_node * device.inter_node_gbps)
 
 
 def _replica_gbps(job: Job, device: Accelerator) -> float:
@@ -290,7 +306,7 @@ def _micro_batch_seconds(job: Job, units: _Units, device: Accelerator,
     counts = [t.count for t, _ in units.layers]
 
     def laid(scaled: list[int]) -> tuple[int, float, float, float]:
-        s = _micro_batch(job, _blocks(job, units, scaled), units.root, device, synced=synced)
+        s = _micro_batch(job, _blocks(job, units, scaled), units, device, synced=synced)
         return sum(scaled), max(s.compute, s.comm), s.comm_busy, s.host_busy
 
     if units.copies <= SIMULATED_COPIES:
@@ -324,7 +340,9 @@ def step_time(job: Job, c: Compute, device: Accelerator, compute_dtype: str) -> 
     exposed_host = exposed * host_share / busy if busy else 0.0
     optimizer = optimizer_seconds(job, device, units.shard_numel)
     seconds = total + optimizer
-    tokens = job.batch.tokens * micro / seconds
+    # The ranks of a tensor-parallel group share their micro-batches' tokens.
+    per_rank = job.batch.tokens * micro / tp.tp_degree(job)
+    tokens = per_rank / seconds
     shares = dict(zip(BOUNDS, (computing, exposed - exposed_host, exposed_host, optimizer),
                       strict=True))
     return StepTime(
@@ -332,7 +350,7 @@ def step_time(job: Job, c: Compute, device: Accelerator, compute_dtype: str) -> 
         exposed_communication_seconds=exposed - exposed_host,
         exposed_host_seconds=exposed_host, optimizer_seconds=optimizer,
         tokens_per_s=tokens,
-        mfu=mfu(tokens, c.model_flops / (job.batch.tokens * micro),
+        mfu=mfu(tokens, c.model_flops / per_rank,
                 device.peak_tflops(compute_dtype)),
         bound=max(shares, key=shares.__getitem__),
     )

@@ -13,6 +13,7 @@ from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
 from fsdpspec.plan import levers
 from fsdpspec.plan.memory import DeviceMemory, device_memory
+from fsdpspec.plan.tensor_parallel import lever_degrees, runs_at, tp_degree
 from fsdpspec.semantics import reshards_after_forward, syncs_gradients
 from fsdpspec.spec.load import SourceMap
 from fsdpspec.spec.overrides import apply_overrides
@@ -58,6 +59,10 @@ def _candidates(job: Job, device: Accelerator) -> list[tuple[str, str]]:
     if not fsdp.cpu_offload and device.is_gpu:
         out.append(("fsdp.cpu_offload=true",
                     "keep sharded parameters, gradients and optimizer state in host memory"))
+    if device.is_gpu:
+        out += [(f"parallelism.tensor_parallel={d}", f"split each layer's weights and "
+                 f"activations over {d} GPUs of a node (tensor parallelism: per-layer "
+                 "collectives over the node's links)") for d in lever_degrees(job)]
     return out + _lever_candidates(spec, device)
 
 
@@ -102,6 +107,8 @@ def suggestions(job: Job, memory: DeviceMemory, capacity: int,
                            "base (LoRA) instead of every weight"))
     for override, description in candidates:
         changed = job.with_spec(apply_override(job.spec, override))
+        if not runs_at(changed, tp_degree(changed)):
+            continue  # e.g. the chunked loss under tensor parallelism (FS183)
         after = device_memory(changed, is_gpu=device.is_gpu)
         saved = memory.total - after.total
         if saved > 0:

@@ -11,8 +11,9 @@ import functools
 import math
 from dataclasses import dataclass
 
-from fsdpspec.job.job import Job
+from fsdpspec.job.job import Job, decoder_layer_classes, units_of, wrap_of
 from fsdpspec.job.units import Unit, Units
+from fsdpspec.plan.tensor_parallel import local_geometry, tp_degree
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,17 @@ def _sharding(units: Units, shard_size: int, fsdp_version: int) -> Sharding:
     return Sharding(units.units, units.root, shard_size, fsdp_version)
 
 
-def sharding(job: Job) -> Sharding:
-    """The job's units, split over its shard group."""
+def local_units(job: Job) -> Units:
+    """The job's units as one rank of its tensor-parallel group holds them: the same
+    modules, each tensor its local shard (`tensor_parallel.local_geometry`)."""
     assert job.units is not None  # the planner plans only jobs with a geometry
-    return _sharding(job.units, job.layout.shard_size, job.layout.fsdp_version)
+    tp = tp_degree(job)
+    if tp == 1:
+        return job.units
+    g = job.geometry
+    return units_of(local_geometry(g, tp), wrap_of(job.spec, decoder_layer_classes(job.spec, g)))
+
+
+def sharding(job: Job) -> Sharding:
+    """The job's units (their tensor-parallel shards), split over its shard group."""
+    return _sharding(local_units(job), job.layout.shard_size, job.layout.fsdp_version)

@@ -14,6 +14,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel
 
+from fsdpspec.plan.tensor_parallel import DEGREES
 from fsdpspec.semantics import HYBRID_STRATEGIES
 from fsdpspec.spec.v1 import Fsdp, JobSpec
 
@@ -60,8 +61,17 @@ def spec_values(section: type[BaseModel], field: str) -> tuple[Any, ...]:
 
 def _data_parallel(spec: JobSpec, choice: Choice) -> int:
     """The candidate's data-parallel ranks: the ranks of one context-parallel group hold
-    one sequence between them."""
-    return spec.world_size // value_of(spec, choice, "parallelism.context_parallel")
+    one sequence between them, those of one tensor-parallel group one layer."""
+    split = (value_of(spec, choice, "parallelism.context_parallel")
+             * value_of(spec, choice, "parallelism.tensor_parallel"))
+    return spec.world_size // split
+
+
+def _tensor_parallel(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    """Degrees within a node (`tensor_parallel.DEGREES`); whether the model splits at
+    one is the search's to judge (`tensor_parallel.runs_at`)."""
+    per_node = spec.resources.gpus_per_node
+    return tuple(d for d in DEGREES if d <= per_node and per_node % d == 0)
 
 
 def _strategies(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
@@ -133,12 +143,16 @@ def _float8(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
     parallelism (FS320-FS325); torchao's default recipe."""
     device = spec.device()
     if (not device.is_gpu or not device.fp8_tflops or spec.peft is not None
-            or spec.fsdp.version != 2 or spec.parallelism.tensor_parallel > 1):
+            or spec.fsdp.version != 2
+            or value_of(spec, choice, "parallelism.tensor_parallel") > 1):
         return ()
     return (None, "tensorwise")
 
 
 LEVERS: tuple[Lever, ...] = (
+    # First: the data-parallel ranks the levers below divide depend on it.
+    Lever("parallelism.tensor_parallel", _tensor_parallel,
+          "ranks each layer is split over, within a node"),
     Lever("parallelism.context_parallel", _context_parallel,
           "ranks each long sequence is split over (ring attention, GPUs)"),
     Lever("fsdp.sharding_strategy", _strategies, "what is sharded, and over how many ranks"),

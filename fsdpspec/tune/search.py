@@ -18,6 +18,7 @@ from fsdpspec.plan.host import host_memory
 from fsdpspec.plan.memory import GIB, device_memory
 from fsdpspec.plan.planner import device_capacity
 from fsdpspec.plan.steptime import StepTime, step_time
+from fsdpspec.plan.tensor_parallel import runs_at, tp_degree
 from fsdpspec.spec.v1 import Float8, JobSpec
 from fsdpspec.tune.levers import FLOAT8, LEVERS, Choice, lever_of, value_of
 
@@ -85,11 +86,14 @@ def with_choice(spec: JobSpec, choice: Choice) -> JobSpec:
 
 
 def evaluate(base: Job, device: Accelerator, choice: Choice) -> Candidate | None:
-    """The candidate's memory and step; None when it does not fit."""
+    """The candidate's memory and step; None when it does not fit, or when the engine
+    cannot split the model at its tensor-parallel degree."""
     spec, g = base.spec, base.geometry
     assert g is not None  # tune plans only jobs with a geometry
     candidate = with_choice(spec, choice)
     job = base.with_spec(candidate)
+    if not runs_at(job, tp_degree(job)):
+        return None
     memory = device_memory(job, is_gpu=device.is_gpu)
     host = host_memory(job, g.total_params)
     capacity = device_capacity(device, candidate, host)

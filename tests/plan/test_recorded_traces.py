@@ -27,6 +27,8 @@ def _recheck(*args: str) -> tuple[int, float, float, int]:
 @pytest.mark.parametrize(("mode", "traces", "rows"), [
     ("--sweep", "plan_accuracy_sweep.traces.jsonl", 170),
     ("--levers", "plan_accuracy_levers.traces.jsonl", 30),
+    # Tensor parallelism: every dense family with a plan, degree 2 and 8, AC none / full.
+    ("--tp", "plan_accuracy_tp.traces.jsonl", 36),
 ])
 def test_every_recorded_row_meets_the_targets(mode: str, traces: str, rows: int) -> None:
     code, median, largest, printed = _recheck(mode, "--traces", f"benchmarks/{traces}")

@@ -39,7 +39,9 @@ def test_a_trillion_tokens_on_at_most_64_gpus_ranks_by_hours_and_the_winner_vali
     assert "--set resources.nodes=8 --set data.global_batch_size=128" in winner
     checked = run_cli("validate", str(best))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    data = invoke("tune", str(TORCHTITAN), "--tokens", "1e12", "--max-gpus", "64")
+    # Deep enough to reach every count: the tensor-parallel degrees multiply the candidates.
+    data = invoke("tune", str(TORCHTITAN), "--tokens", "1e12", "--max-gpus", "64",
+                  "--top", "40")
     hours = [c["hours"] for c in data["candidates"]]
     assert hours == sorted(hours)
     assert {c["gpus"] for c in data["candidates"]} == {8, 16, 32, 64}

@@ -55,12 +55,13 @@ def test_text_table_shows_memory_step_bound_and_set_lines() -> None:
 
 
 def test_the_spec_decides_what_it_writes_unless_vary_names_it() -> None:
-    """The example sets strategy, checkpointing and micro-batch: only CPU offload is open
-    (and context parallelism, which has no values for its 8,192-token sequences)."""
+    """The example sets strategy, checkpointing and micro-batch: only the tensor-parallel
+    degree and CPU offload are open (and context parallelism, which has no values for
+    its 8,192-token sequences)."""
     data = json.loads(tune(str(EXAMPLE), "--format", "json").output)
-    assert data["open_levers"] == ["parallelism.context_parallel", "fsdp.shard_group_size",
-                                   "fsdp.ac_every", "fsdp.cpu_offload"]
-    assert data["tried"] == 2
+    assert data["open_levers"] == ["parallelism.tensor_parallel", "parallelism.context_parallel",
+                                   "fsdp.shard_group_size", "fsdp.ac_every", "fsdp.cpu_offload"]
+    assert data["tried"] == 4 * 2  # degrees 1, 2, 4, 8 within its node of 8
 
 
 def test_what_if_64_a100_ranks_checkpointing_by_its_recompute() -> None:
