@@ -1,11 +1,12 @@
 """Tensor parallelism through `fsdpspec run`, on CPU processes (gloo): a tiny Llama on
 2 processes (TP 2) and on 4 (data-parallel 2 × TP 2) trains as TP 1 does on the same
 global batch and seed (the straight run of tests/conftest.py), resumes exactly, resumes
-onto TP 1 and from TP 1 onto dp 2 × TP 2, and exports weights transformers loads with
-the checkpoint's logits; Gemma 3
-(tied embeddings, per-head q/k norms) and GPT-NeoX (fused per-head qkv, biases,
-LayerNorm) train as TP 1 and export as it does; a chat fine-tune with evaluation trains
-with a full state dict. One run per shape, each checkpointed mid-way for the resumes."""
+onto TP 1 and from TP 1 onto dp 2 × TP 2, where it resumes exactly again, and exports
+weights transformers loads with the checkpoint's logits; Gemma 3 (tied embeddings,
+per-head q/k norms) and GPT-NeoX (fused per-head qkv, biases, LayerNorm) train as TP 1,
+export as it does and resume exactly and onto TP 1; a chat fine-tune with evaluation
+trains with a full state dict. One run per shape, each checkpointed mid-way for the
+resumes."""
 
 from __future__ import annotations
 
@@ -73,6 +74,29 @@ def checkpoint(run_dir: Path, step: int) -> str:
     return str(run_dir / "checkpoints" / f"step-{step:08d}")
 
 
+def assert_resumes_exactly(job: dict[str, Any], run_dir: Path, resumed: Path, step: int,
+                           *sets: str) -> None:
+    """``job`` resumed from ``run_dir``'s step-``step`` checkpoint: the same losses after
+    it, bit for bit, and the same final weights."""
+    fsdpspec_run(job, resumed, *sets, "--set", f"checkpoint.resume={checkpoint(run_dir, step)}")
+    straight, again = by_step(run_dir), by_step(resumed)
+    after = sorted(s for s in straight if s > step)
+    assert after and [again[s]["loss"] for s in after] == [straight[s]["loss"] for s in after]
+    a, b = final_weights(run_dir), final_weights(resumed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def assert_resumes_onto_tp1(job: dict[str, Any], run_dir: Path, onto: Path) -> None:
+    """The TP 2 checkpoint resharded by DCP onto one process without tensor parallelism
+    (the same micro-batches a step): steps 4–5 as the TP 2 run's to 1e-5."""
+    done = fsdpspec_run(job, onto, "--set", "parallelism.tensor_parallel=1",
+                        "--set", "resources.gpus_per_node=1",
+                        "--set", "checkpoint.final.enabled=false",
+                        "--set", f"checkpoint.resume={checkpoint(run_dir, MIDDLE)}")
+    assert "(step 3)" in done.stdout and "mesh dp_shard 1," in done.stdout
+    assert_trains_alike(onto, run_dir, range(MIDDLE + 1, STEPS + 1), 1e-5)
+
+
 @pytest.fixture(scope="session")
 def tp_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("tp-llama") / "run"
@@ -88,25 +112,11 @@ def test_tp2_trains_as_tp1(tp_llama: Path, straight_run: Path) -> None:
 
 
 def test_tp2_resumes_exactly(tp_llama: Path, tmp_path: Path) -> None:
-    resumed = tmp_path / "resumed"
-    fsdpspec_run(merged(BASE, TP2), resumed, "--set",
-                 f"checkpoint.resume={checkpoint(tp_llama, MIDDLE)}")
-    straight, again = by_step(tp_llama), by_step(resumed)
-    assert [again[s]["loss"] for s in (4, 5)] == [straight[s]["loss"] for s in (4, 5)]
-    a, b = final_weights(tp_llama), final_weights(resumed)
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert_resumes_exactly(merged(BASE, TP2), tp_llama, tmp_path / "resumed", MIDDLE)
 
 
 def test_tp2_resumes_onto_tp1(tp_llama: Path, tmp_path: Path) -> None:
-    """The TP 2 checkpoint resharded by DCP onto one process without tensor parallelism
-    (the same micro-batches a step)."""
-    onto = tmp_path / "tp1"
-    done = fsdpspec_run(merged(BASE, TP2), onto, "--set", "parallelism.tensor_parallel=1",
-                        "--set", "resources.gpus_per_node=1",
-                        "--set", "checkpoint.final.enabled=false",
-                        "--set", f"checkpoint.resume={checkpoint(tp_llama, MIDDLE)}")
-    assert "(step 3)" in done.stdout and "mesh dp_shard 1," in done.stdout
-    assert_trains_alike(onto, tp_llama, range(4, STEPS + 1), 1e-5)
+    assert_resumes_onto_tp1(merged(BASE, TP2), tp_llama, tmp_path / "tp1")
 
 
 def test_tp2_export_gives_the_checkpoints_logits(tp_llama: Path, tmp_path: Path) -> None:
@@ -127,38 +137,73 @@ def test_tp2_export_gives_the_checkpoints_logits(tp_llama: Path, tmp_path: Path)
     assert torch.allclose(logits, probe["weights"], atol=1e-5, rtol=0)
 
 
-def test_tp1_resumes_onto_dp2_tp2_on_four_processes(straight_run: Path,
-                                                    tmp_path: Path) -> None:
+# Data parallel 2 × TP 2 on 4 processes, resumed from the straight run's step 5 for
+# steps 6–10 and checkpointed at step 8.
+DP2_TP2 = merged(BASE, merged(TP2, {
+    "resources": {"gpus_per_node": 4}, "train": {"max_steps": 10},
+    "checkpoint": {"interval_steps": 8}}))
+
+
+@pytest.fixture(scope="session")
+def dp2_tp2(straight_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("dp2-tp2") / "run"
+    done = fsdpspec_run(DP2_TP2, run_dir, "--set",
+                        f"checkpoint.resume={checkpoint(straight_run, 5)}")
+    assert "mesh dp_shard 2 × tp 2" in done.stdout and "(step 5)" in done.stdout
+    return run_dir
+
+
+def test_tp1_resumes_onto_dp2_tp2_on_four_processes(dp2_tp2: Path,
+                                                    straight_run: Path) -> None:
     """The straight run's step-5 checkpoint (FSDP alone, 2 ranks) resharded onto data
     parallel 2 × TP 2 on 4 processes: its 5 steps, 6–10, are the straight run's."""
-    run_dir = tmp_path / "dp2-tp2"
-    done = fsdpspec_run(merged(BASE, merged(TP2, {
-        "resources": {"gpus_per_node": 4}, "train": {"max_steps": 10},
-        "checkpoint": {"interval_steps": 0, "resume": checkpoint(straight_run, 5),
-                       "final": {"enabled": False}}})), run_dir)
-    assert "mesh dp_shard 2 × tp 2" in done.stdout and "(step 5)" in done.stdout
-    assert_trains_alike(run_dir, straight_run, range(6, 11), 1e-5)
+    assert_trains_alike(dp2_tp2, straight_run, range(6, 11), 1e-5)
 
 
-@pytest.mark.parametrize("preset", ["tiny-gemma3", "tiny-gpt-neox"])
-def test_family_tp2_trains_and_exports_as_tp1(preset: str, tmp_path: Path) -> None:
+def test_dp2_tp2_resumes_exactly_on_four_processes(dp2_tp2: Path, tmp_path: Path) -> None:
+    assert_resumes_exactly(DP2_TP2, dp2_tp2, tmp_path / "resumed", 8)
+
+
+@pytest.fixture(scope="session", params=["tiny-gemma3", "tiny-gpt-neox"])
+def tp_family(request: pytest.FixtureRequest,
+              tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """A family's TP 2 job and its run, checkpointed at step 3 for the resumes."""
+    job = merged(BASE, merged(TP2, {"model": {"preset": request.param}}))
+    run_dir = tmp_path_factory.mktemp(request.param) / "tp2"
+    fsdpspec_run(job, run_dir)
+    return job, run_dir
+
+
+def test_family_tp2_trains_and_exports_as_tp1(tp_family: tuple[dict[str, Any], Path],
+                                              tmp_path: Path) -> None:
     """TP 2 on 2 processes against the engine alone in one process (the same
     micro-batches in the same order): losses and gradient norms to 1e-5, and the
     exported weights give transformers the same logits."""
     from transformers import AutoModelForCausalLM
 
-    job = merged(BASE, merged(TP2, {"model": {"preset": preset},
-                                    "checkpoint": {"interval_steps": 0}}))
-    fsdpspec_run(job, tmp_path / "tp2")
-    ok(engine_alone(write_spec(tmp_path / "tp1", merged(job, {
-        "resources": {"gpus_per_node": 1}, "parallelism": {"tensor_parallel": 1}}))))
-    assert_trains_alike(tmp_path / "tp2", tmp_path / "tp1", range(1, STEPS + 1), 1e-5)
+    job, tp2_run = tp_family
+    tp1_run = tmp_path / "tp1"
+    ok(engine_alone(write_spec(tp1_run, merged(job, {
+        "resources": {"gpus_per_node": 1}, "parallelism": {"tensor_parallel": 1},
+        "checkpoint": {"interval_steps": 0}}))))
+    assert_trains_alike(tp2_run, tp1_run, range(1, STEPS + 1), 1e-5)
     ids = torch.arange(64).remainder(257).view(2, 32)
-    tp2, tp1 = (AutoModelForCausalLM.from_pretrained(tmp_path / run / "final",
-                                                     dtype=torch.float32)
-                for run in ("tp2", "tp1"))
+    tp2, tp1 = (AutoModelForCausalLM.from_pretrained(run / "final", dtype=torch.float32)
+                for run in (tp2_run, tp1_run))
     with torch.no_grad():
         assert torch.allclose(tp2(ids).logits, tp1(ids).logits, atol=1e-4, rtol=0)
+
+
+def test_family_tp2_resumes_exactly(tp_family: tuple[dict[str, Any], Path],
+                                    tmp_path: Path) -> None:
+    job, run_dir = tp_family
+    assert_resumes_exactly(job, run_dir, tmp_path / "resumed", MIDDLE)
+
+
+def test_family_tp2_resumes_onto_tp1(tp_family: tuple[dict[str, Any], Path],
+                                     tmp_path: Path) -> None:
+    job, run_dir = tp_family
+    assert_resumes_onto_tp1(job, run_dir, tmp_path / "tp1")
 
 
 def test_chat_fine_tune_with_eval_trains_under_tp(tmp_path: Path) -> None:
