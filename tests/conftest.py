@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -271,15 +273,117 @@ def trained_run(tmp_path_factory) -> dict:
 # steps) answers the equivalence, resume and export questions of tests/engine, and is the
 # FSDP-alone reference of the tensor-parallel runs.
 STRAIGHT = {"train": {"max_steps": 10}, "checkpoint": {"interval_steps": 5, "keep_last": 2}}
+# NO_SHARD in full precision (it runs as DDP), checkpointed at step 2 for its resume.
+NO_SHARD = {"fsdp": {"sharding_strategy": "NO_SHARD"}, "train": {"max_steps": 4},
+            "checkpoint": {"interval_steps": 2, "keep_last": 0}}
+
+# test_engine's configurations: each run covers one sharding strategy and folds in the
+# orthogonal choices (precision, offload, activation checkpointing); FULL_SHARD fp32 is
+# STRAIGHT.
+CONFIGS = {
+    "fsdp2-SHARD_GRAD_OP-bf16": {
+        "fsdp": {"sharding_strategy": "SHARD_GRAD_OP", "mixed_precision": "bf16"}
+    },
+    # Eager attention under full checkpointing: the recomputed forward must see the same
+    # shapes (a key/value cache would grow in the recomputation and break them).
+    "fsdp2-NO_SHARD-cpu_offload-full_ac-eager-jsonl_local_tokenizer": {
+        "model": {"preset": "tiny-llama", "attention": "eager"},
+        "fsdp": {
+            "sharding_strategy": "NO_SHARD",
+            "cpu_offload": True,
+            "activation_checkpointing": "full",
+        }
+    },
+    "fsdp2-HYBRID_SHARD-selective_ac-factory_model": {
+        "model": {
+            "preset": None,
+            "factory": "engine_factory:build",
+            "geometry": {
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 1,
+                "vocab_size": 320,
+            },
+        },
+        "fsdp": {
+            "transformer_layer_cls": ["Block"],
+            "sharding_strategy": "HYBRID_SHARD",
+            "shard_group_size": 1,
+            "activation_checkpointing": "selective",
+            "ac_every": 2,
+        },
+    },
+    "fsdp1-transformer-tiny_qwen2": {
+        "model": {"preset": "tiny-qwen2"},
+        "fsdp": {"version": 1, "auto_wrap_policy": "transformer", "forward_prefetch": True},
+    },
+    "fsdp1-size-full_state_dict": {
+        "fsdp": {
+            "version": 1,
+            "auto_wrap_policy": "size",
+            "min_num_params": 20000,
+            "state_dict_type": "FULL_STATE_DICT",
+        },
+        "checkpoint": {"interval_steps": 2, "keep_last": 0},
+    },
+}
 
 
 @pytest.fixture(scope="session")
-def straight_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from engine_jobs import ok, torchrun, write_spec
+def plain_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Any]]:
+    """The engine runs of tests/engine that nothing signals, kills or compares on peak
+    memory, by name, their run directories and results, trained one after another in one
+    launch (engine_jobs.torchrun_jobs): "straight" (STRAIGHT) first, "resumed" from its
+    step-5 checkpoint in a run directory of its own, "no-shard" (NO_SHARD) and
+    "no-shard-resumed" from its step-2 checkpoint, then each of CONFIGS. A failed job
+    fails the tests that read it and those of the jobs after it (not run)."""
+    from engine_jobs import merged, torchrun_jobs, write_spec
 
-    run_dir = tmp_path_factory.mktemp("straight")
-    result = ok(torchrun(write_spec(run_dir, STRAIGHT)))
-    assert "fsdp2 FULL_SHARD" in result.stdout
+    root = tmp_path_factory.mktemp("plain")
+
+    def resumed(job: dict[str, Any], name: str, step: int) -> dict[str, Any]:
+        checkpoint = root / name / "checkpoints" / f"step-{step:08d}"
+        return merged(job, {"checkpoint": {"resume": str(checkpoint)}})
+
+    jsonl = {"data": local_jsonl_and_tokenizer(root / "inputs")}
+    jobs = {"straight": STRAIGHT, "resumed": resumed(STRAIGHT, "straight", 5),
+            "no-shard": NO_SHARD, "no-shard-resumed": resumed(NO_SHARD, "no-shard", 2),
+            **{name: merged(config, jsonl) if "jsonl_local_tokenizer" in name else config
+               for name, config in CONFIGS.items()}}
+    results = torchrun_jobs([write_spec(root / name, job) for name, job in jobs.items()])
+    return {name: (root / name, result) for name, result in zip(jobs, results, strict=True)}
+
+
+def local_jsonl_and_tokenizer(directory: Path) -> dict[str, Any]:
+    """A jsonl file and a BPE tokenizer trained here and saved as a local directory."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = [f"record {i}: the quick brown fox jumps over the lazy dog " * 4 for i in range(60)]
+    directory.mkdir(parents=True)
+    (directory / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.Whitespace()
+    bpe.train_from_iterator(
+        texts, trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "</s>"])
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="</s>", unk_token="<unk>")
+    fast.save_pretrained(directory / "tokenizer")
+    return {
+        "source": "jsonl",
+        "path": str(directory / "docs.jsonl"),
+        "tokenizer": str(directory / "tokenizer"),
+    }
+
+
+
+@pytest.fixture(scope="session")
+def straight_run(plain_runs: dict[str, tuple[Path, Any]]) -> Path:
+    from engine_jobs import ok
+
+    run_dir, result = plain_runs["straight"]
+    assert "fsdp2 FULL_SHARD" in ok(result).stdout
     return run_dir
 
 

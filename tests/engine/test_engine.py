@@ -1,7 +1,8 @@
 """The engine, for real: torchrun with 2 processes on gloo (CPU), tiny models.
 
 Runs are kept few and short (5–10 steps, seq_len 32) and shared between assertions where
-one run honestly answers several questions.
+one run honestly answers several questions; the runs nothing signals or fails train in one
+launch (tests/conftest.py's plain_runs).
 """
 
 from __future__ import annotations
@@ -21,78 +22,24 @@ from engine_jobs import (  # noqa: E402
     engine_alone,
     final_weights,
     losses,
-    merged,
     metrics,
     ok,
     torchrun,
     write_spec,
 )
 
-from conftest import STRAIGHT  # noqa: E402
+from conftest import CONFIGS  # noqa: E402
 from fsdpspec.spec.v1 import JobSpec  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-# Each run covers one sharding strategy and folds in the orthogonal choices (precision,
-# offload, activation checkpointing); FULL_SHARD fp32 is the 10-step run further down.
-CONFIGS = {
-    "fsdp2-SHARD_GRAD_OP-bf16": {
-        "fsdp": {"sharding_strategy": "SHARD_GRAD_OP", "mixed_precision": "bf16"}
-    },
-    # Eager attention under full checkpointing: the recomputed forward must see the same
-    # shapes (a key/value cache would grow in the recomputation and break them).
-    "fsdp2-NO_SHARD-cpu_offload-full_ac-eager-jsonl_local_tokenizer": {
-        "model": {"preset": "tiny-llama", "attention": "eager"},
-        "fsdp": {
-            "sharding_strategy": "NO_SHARD",
-            "cpu_offload": True,
-            "activation_checkpointing": "full",
-        }
-    },
-    "fsdp2-HYBRID_SHARD-selective_ac-factory_model": {
-        "model": {
-            "preset": None,
-            "factory": "engine_factory:build",
-            "geometry": {
-                "hidden_size": 64,
-                "intermediate_size": 128,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 1,
-                "vocab_size": 320,
-            },
-        },
-        "fsdp": {
-            "transformer_layer_cls": ["Block"],
-            "sharding_strategy": "HYBRID_SHARD",
-            "shard_group_size": 1,
-            "activation_checkpointing": "selective",
-            "ac_every": 2,
-        },
-    },
-    "fsdp1-transformer-tiny_qwen2": {
-        "model": {"preset": "tiny-qwen2"},
-        "fsdp": {"version": 1, "auto_wrap_policy": "transformer", "forward_prefetch": True},
-    },
-    "fsdp1-size-full_state_dict": {
-        "fsdp": {
-            "version": 1,
-            "auto_wrap_policy": "size",
-            "min_num_params": 20000,
-            "state_dict_type": "FULL_STATE_DICT",
-        },
-        "checkpoint": {"interval_steps": 2, "keep_last": 0},
-    },
-}
-
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_configuration_trains_five_steps(tmp_path: Path, name: str) -> None:
+def test_configuration_trains_five_steps(plain_runs: dict[str, Any], name: str) -> None:
     """Each sharding / wrapping / precision / offload / checkpointing choice trains."""
-    config = CONFIGS[name]
-    if "jsonl_local_tokenizer" in name:
-        config = merged(config, {"data": local_jsonl_and_tokenizer(tmp_path / "inputs")})
-    result = ok(torchrun(write_spec(tmp_path, config)))
-    steps = losses(tmp_path)
+    run_dir, result = plain_runs[name]
+    ok(result)
+    steps = losses(run_dir)
     assert sorted(steps) == [1, 2, 3, 4, 5]
     assert all(math.isfinite(v) for v in steps.values())
     fsdp = CONFIGS[name]["fsdp"]
@@ -104,29 +51,7 @@ def test_configuration_trains_five_steps(tmp_path: Path, name: str) -> None:
     if fsdp.get("auto_wrap_policy") == "size":  # the size policy really chose units
         assert "0 units" not in result.stdout
     if fsdp.get("state_dict_type") == "FULL_STATE_DICT":  # one rank-0 file a checkpoint
-        assert (tmp_path / "checkpoints" / "step-00000004" / "full_state_dict.pt").is_file()
-
-
-def local_jsonl_and_tokenizer(directory: Path) -> dict[str, Any]:
-    """A jsonl file and a BPE tokenizer trained here and saved as a local directory."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    texts = [f"record {i}: the quick brown fox jumps over the lazy dog " * 4 for i in range(60)]
-    directory.mkdir(parents=True)
-    (directory / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
-    bpe.pre_tokenizer = pre_tokenizers.Whitespace()
-    bpe.train_from_iterator(
-        texts, trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "</s>"])
-    )
-    fast = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="</s>", unk_token="<unk>")
-    fast.save_pretrained(directory / "tokenizer")
-    return {
-        "source": "jsonl",
-        "path": str(directory / "docs.jsonl"),
-        "tokenizer": str(directory / "tokenizer"),
-    }
+        assert (run_dir / "checkpoints" / "step-00000004" / "full_state_dict.pt").is_file()
 
 
 def test_two_ranks_equal_one_process(straight_run: Path, tmp_path: Path) -> None:
@@ -140,17 +65,15 @@ def test_two_ranks_equal_one_process(straight_run: Path, tmp_path: Path) -> None
         assert abs(two[step] - one[step]) <= 1e-5, (step, two[step], one[step])
 
 
-def test_resume_is_exact(straight_run: Path, tmp_path: Path) -> None:
+def test_resume_is_exact(straight_run: Path, plain_runs: dict[str, Any]) -> None:
     """The straight run's step-5 checkpoint resumed in a run directory of its own:
     identical losses 6–10 and final weights. (A run stopped by a signal and resumed in
     place: tests/local/test_run.py, test_lora.py and test_finetune.py.)"""
-    checkpoint = straight_run / "checkpoints" / "step-00000005"
-    second = ok(torchrun(write_spec(tmp_path, merged(STRAIGHT, {"checkpoint": {
-        "resume": str(checkpoint)}}))))
-    assert "resumed from" in second.stdout and "(step 5)" in second.stdout
-    straight, resumed = losses(straight_run), losses(tmp_path)
+    run_dir, second = plain_runs["resumed"]
+    assert "resumed from" in ok(second).stdout and "(step 5)" in second.stdout
+    straight, resumed = losses(straight_run), losses(run_dir)
     assert [resumed[s] for s in range(6, 11)] == [straight[s] for s in range(6, 11)]
-    a, b = final_weights(straight_run), final_weights(tmp_path)
+    a, b = final_weights(straight_run), final_weights(run_dir)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     # keep_last: 2 kept the straight run's step 5 beside step 10.
     assert sorted(p.name for p in (straight_run / "checkpoints").iterdir()) == [
@@ -158,22 +81,19 @@ def test_resume_is_exact(straight_run: Path, tmp_path: Path) -> None:
 
 
 def test_no_shard_trains_as_ddp_like_full_shard_and_resumes_exactly(
-    straight_run: Path, tmp_path: Path
+    straight_run: Path, plain_runs: dict[str, Any]
 ) -> None:
     """NO_SHARD in full precision runs as DDP (`runs_as_ddp`): its first 4 steps (two
     micro-batches each, the first without an all-reduce) are FULL_SHARD's, losses and
     gradient norms (each rank holds the whole gradient: counted once), and a resume from
     its step-2 checkpoint replays steps 3–4 and the final weights exactly."""
-    ddp, resumed = tmp_path / "ddp", tmp_path / "resumed"
-    job = {"fsdp": {"sharding_strategy": "NO_SHARD"}, "train": {"max_steps": 4},
-           "checkpoint": {"interval_steps": 2, "keep_last": 0}}
-    assert "fsdp2 NO_SHARD: as DDP (25 MiB buckets)" in ok(torchrun(write_spec(ddp, job))).stdout
+    (ddp, first), (resumed, second) = plain_runs["no-shard"], plain_runs["no-shard-resumed"]
+    assert "fsdp2 NO_SHARD: as DDP (25 MiB buckets)" in ok(first).stdout
     sharded = {m["step"]: m for m in metrics(straight_run)}
     for ours in metrics(ddp):
         assert ours["loss"] == pytest.approx(sharded[ours["step"]]["loss"], rel=1e-5)
         assert ours["grad_norm"] == pytest.approx(sharded[ours["step"]]["grad_norm"], rel=1e-5)
-    checkpoint = str(ddp / "checkpoints" / "step-00000002")
-    ok(torchrun(write_spec(resumed, merged(job, {"checkpoint": {"resume": checkpoint}}))))
+    ok(second)
     assert [losses(resumed)[s] for s in (3, 4)] == [losses(ddp)[s] for s in (3, 4)]
     final, again = final_weights(ddp), final_weights(resumed)
     assert final.keys() == again.keys() and all(final[k].equal(again[k]) for k in final)
