@@ -180,8 +180,10 @@ def wrap_job(job: Job, model: Any, mesh: Any, device: Any) -> None:
     spec = job.spec
     # Fake tensors are not compiled: the trace measures what eager FSDP2 allocates.
     uncompiled = spec.model_copy(update={"train": spec.train.model_copy(update={"compile": False})})
+    # A 1-D mesh is the data-parallel one as the caller named it (DDP's is dp_replicate).
     tp_mesh = mesh["tp"] if job.layout.dims.tp_enabled else None
-    parallelize(model, job.with_spec(uncompiled), mesh["dp_shard"], device, tp_mesh=tp_mesh)
+    data_mesh = mesh["dp_shard"] if tp_mesh is not None else mesh
+    parallelize(model, job.with_spec(uncompiled), data_mesh, device, tp_mesh=tp_mesh)
 
 
 def materialised_optimizer(job: Job, model: Any, device: Any) -> Any:
