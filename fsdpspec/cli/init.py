@@ -15,7 +15,7 @@ from fsdpspec.catalog.accelerators import CATALOG, accelerator_names
 from fsdpspec.catalog.presets import preset_config, preset_names
 from fsdpspec.cli.output import OUTPUT_REFUSED, deliver, output_option, shown
 from fsdpspec.convert.importer import HOST_GIB_PER_GPU
-from fsdpspec.report import RENDERERS
+from fsdpspec.report import render as render_reports
 from fsdpspec.semantics import DEFAULT_RDZV_PORT
 from fsdpspec.spec.names import kubernetes_name
 from fsdpspec.spec.v1 import Metadata, Resources
@@ -105,7 +105,7 @@ def _problems(text: str) -> str:
         report = check_file(path)
     if not report.diagnostics:
         return ""
-    return RENDERERS["concise"]([report]).replace(str(path), "starter spec")
+    return render_reports("concise", [report]).replace(str(path), "starter spec")
 
 
 def check_name(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

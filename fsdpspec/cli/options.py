@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from fsdpspec.catalog.modelconfig import resolve_input_path
-from fsdpspec.report import MARKUP, RENDERERS
+from fsdpspec.report import MARKUP, render
 from fsdpspec.spec.overrides import OverrideError
 from fsdpspec.spec.v1 import INPUT_FIELDS
 from fsdpspec.validate import FileReport, check_file
@@ -52,7 +52,7 @@ def load_spec(path: str, overrides: Sequence[str]) -> FileReport:
 
 def emit(reports: Sequence[FileReport], output_format: str, *, err: bool = False) -> None:
     """Print diagnostics in one format (full: rich markup, colour on a terminal)."""
-    text = RENDERERS[output_format](reports)
+    text = render(output_format, reports)
     if output_format in MARKUP:
         from rich.console import Console
 

@@ -10,8 +10,9 @@ from fsdpspec.spec.schema import render
 
 @click.command("schema")
 @click.option("--check", is_flag=True,
-              help="Fail if schema/ or docs/spec.md differ from the models.")
-@click.option("--write", is_flag=True, help="Regenerate schema/ and docs/spec.md from the models.")
+              help="Fail if schema/, docs/spec.md or the compiled schemas differ from the models.")
+@click.option("--write", is_flag=True,
+              help="Regenerate schema/, docs/spec.md and the compiled schemas from the models.")
 def command(check: bool, write: bool) -> None:
     """Print the JSON Schema of the newest spec version (for editors and CI)."""
     if check and write:

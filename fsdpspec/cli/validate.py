@@ -9,14 +9,14 @@ import click
 from fsdpspec.cli.options import emit, format_option, resolve_format, set_option
 from fsdpspec.lint import RULES
 from fsdpspec.lint.selection import matches_any
-from fsdpspec.report import RENDERERS
+from fsdpspec.report import FORMATS
 from fsdpspec.spec.overrides import OverrideError
 from fsdpspec.validate import check_file
 
 
 @click.command("validate")
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
-@format_option(RENDERERS)
+@format_option(FORMATS)
 @set_option
 @click.option("--select", multiple=True, metavar="CODE",
               help="Only report rules whose code starts with this (repeatable).")

@@ -16,7 +16,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.atomicio import write_text
 from fsdpspec.catalog.families import Moe
 from fsdpspec.job.geometry import Experts, Geometry, UnknownFamilyError, geometry_from_config
 from fsdpspec.job.tree import Node
@@ -91,6 +90,8 @@ def cached_geometry(config: dict[str, Any]) -> Geometry | None:
 def store_geometry(config: dict[str, Any], g: Geometry) -> None:
     """Cache an introspected geometry in the user's cache. A cache that cannot be
     written is skipped: it only saves time."""
+    from fsdpspec.atomicio import write_text  # shutil and tempfile: only when caching
+
     path = _cache_file(config)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

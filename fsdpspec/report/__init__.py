@@ -1,24 +1,29 @@
 """Renderers: one module per output format, each `render(reports) -> str`.
 
-Rules and the pipeline never format text; renderers never judge.
+Rules and the pipeline never format text; renderers never judge. A format's module is
+imported only when that format is asked for (`validate` prints one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import importlib
+from collections.abc import Sequence
 
-from fsdpspec.report import concise, full, github, json_format, sarif
 from fsdpspec.validate import FileReport
 
-Renderer = Callable[[Sequence[FileReport]], str]
+# Format → its module under fsdpspec.report.
+FORMATS: dict[str, str] = {
+    "full": "full",
+    "concise": "concise",
+    "json": "json_format",
+    "sarif": "sarif",
+    "github": "github",
+}
 
 # Formats whose text is rich markup (coloured on a terminal, plain otherwise).
 MARKUP = {"full"}
 
-RENDERERS: dict[str, Renderer] = {
-    "full": full.render,
-    "concise": concise.render,
-    "json": json_format.render,
-    "sarif": sarif.render,
-    "github": github.render,
-}
+
+def render(output_format: str, reports: Sequence[FileReport]) -> str:
+    """The reports in one format."""
+    return importlib.import_module(f"fsdpspec.report.{FORMATS[output_format]}").render(reports)

@@ -1,9 +1,10 @@
 """Read a YAML job spec into plain data plus a SourceMap, refusing hostile input.
 
-The YAML is composed (ruamel.yaml, YAML 1.2) into a node graph, never constructed as
-Python objects, and plain data is built from the nodes here. That keeps every position,
-lets duplicate keys name both lines, and bounds alias expansion: a billion-laughs file
-is refused after ``MAX_NODES`` nodes instead of being expanded.
+The YAML is composed (ruamel.yaml, YAML 1.2; from libyaml's events where the two read
+alike: fsdpspec.spec.libyaml) into a node graph, never constructed as Python objects,
+and plain data is built from the nodes here. That keeps every position, lets duplicate
+keys name both lines, and bounds alias expansion: a billion-laughs file is refused after
+``MAX_NODES`` nodes instead of being expanded.
 
 The limits on nodes and depth also hold *while* the text is parsed: the composer counts
 as it goes and stops at the first node past a limit, so a 1 MiB flat list or 1,000-deep
@@ -28,6 +29,7 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.scanner import Scanner
 
+from fsdpspec.spec import libyaml
 from fsdpspec.spec.diagnostics import Diagnostic, Position, error
 
 MAX_BYTES = 1 << 20
@@ -292,6 +294,14 @@ def _compose(text: str) -> tuple[Node | None, Diagnostic | None]:
     problem = _directive_problem(text)
     if problem is not None:
         return None, problem
+    root = libyaml.compose(text, _BoundedComposer)
+    if root is not None:
+        return root, None
+    return compose_with_ruamel(text)
+
+
+def compose_with_ruamel(text: str) -> tuple[Node | None, Diagnostic | None]:
+    """`_compose` by ruamel's scanner and parser alone: the reader of every error."""
     # The safe scanner and parser, not the round-trip ones: only the nodes and their
     # marks are read here, and gathering comments was a quarter of a spec's validation.
     yaml = YAML(typ="safe", pure=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
@@ -15,5 +14,7 @@ def closest(word: str, candidates: Iterable[str]) -> str | None:
     prefixed = [c for low, c in lowered.items() if word and low.startswith(word.lower())]
     if len(prefixed) == 1:
         return prefixed[0]
+    import difflib  # only a misspelling gets this far
+
     match = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
     return lowered[match[0]] if match else None

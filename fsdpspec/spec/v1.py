@@ -4,15 +4,17 @@
 Enumerations are spelled as PyTorch spells them (``FULL_SHARD``, ``BACKWARD_PRE``…).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would compile and evaluate the
+# models' 170 annotation strings at every import (a tenth of this module's import).
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from fsdpspec.catalog import accelerators, presets
 from fsdpspec.catalog.accelerators import Accelerator, accelerator_names, resolve_accelerator
 from fsdpspec.catalog.presets import preset_names
+from fsdpspec.spec import compiled
 
 API_VERSION = "fsdpspec/v1"
 
@@ -34,14 +36,23 @@ FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 MAX_DEVICE_GIB = 2.0**20
 MAX_HOST_GIB = 2.0**30
 MAX_TFLOPS = 1e9
+# What the models are generated from besides this module: the names its Literals list
+# (fsdpspec.spec.compiled keys the shipped schemas by them).
+SCHEMA_SOURCES = (accelerators, presets)
 
 
 class _Section(BaseModel):
     # strict: YAML already typed every value; "yes" or "2048" must not be coerced. The
     # attribute docstrings are each field's description, read only when the schema is
     # generated (fsdpspec.spec.schema): pydantic's use_attribute_docstrings would read
-    # this file's source at every import, a fifth of `validate`'s time.
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # this file's source at every import, a fifth of `validate`'s time. Built from the
+    # shipped compiled schemas (fsdpspec.spec.compiled) when they are current.
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        compiled.install(cls)
 
 
 class Metadata(_Section):
@@ -575,11 +586,11 @@ class InputField:
     def pointer(self) -> str:
         return "/" + "/".join(self.path)
 
-    def value(self, spec: JobSpec) -> str | None:
+    def value(self, spec: "JobSpec") -> str | None:
         return field_value(spec, self.path)
 
 
-def field_value(spec: JobSpec, path: tuple[str, ...]) -> Any:
+def field_value(spec: "JobSpec", path: tuple[str, ...]) -> Any:
     """The value of the field at ``path`` (section, …, key) of the spec."""
     holder: Any = spec
     for part in path:

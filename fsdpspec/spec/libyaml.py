@@ -1,0 +1,114 @@
+"""libyaml's C scanner and parser (PyYAML's ``CParser``) under ruamel's composer, for the
+YAML that both read alike.
+
+ruamel's pure-Python scanner and parser were 60 % of a spec's validation (2.5 ms for a
+40-line file); libyaml produces the same events in a twentieth of that. ruamel still
+composes them (its YAML 1.2 resolver, and load's limits on nodes and depth), so the node
+graph is the one ruamel would build. libyaml is a YAML 1.1 reader, so only text in the
+subset where the two agree goes this way: no tabs, carriage returns, backslash escapes,
+directives or characters outside YAML 1.2's printable set, a final line break, no
+explicit tags, no block scalars (1.1 and 1.2 read their headers differently) and no empty
+plain scalars (ruamel places those at the next token). Anything
+else, and every error, is read again by ruamel alone: every diagnostic is ruamel's.
+tests/spec/test_libyaml.py checks the agreement on every YAML file of the repository and
+on generated documents.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+from ruamel.yaml import events
+from ruamel.yaml.composer import Composer
+from ruamel.yaml.nodes import Node
+from ruamel.yaml.resolver import VersionedResolver
+
+try:
+    from yaml._yaml import CParser
+except ImportError:  # PyYAML built without libyaml: ruamel reads every file
+    CParser = None
+
+_OUTSIDE_SUBSET = re.compile(
+    r"[^\n\x20-\x5b\x5d-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]|^%", re.MULTILINE)
+
+
+class _Declined(Exception):
+    """The text is outside the subset where libyaml and ruamel agree."""
+
+
+def _scalar(e: Any) -> events.ScalarEvent:
+    if e.tag is not None or (e.value == "" and not e.style) or e.style in ("|", ">"):
+        raise _Declined
+    # libyaml writes a plain scalar's style as "", ruamel as None.
+    return events.ScalarEvent(e.anchor, None, e.implicit, e.value, e.start_mark, e.end_mark,
+                              style=e.style or None)
+
+
+def _collection(kind: type) -> Any:
+    def convert(e: Any) -> Any:
+        if e.tag is not None:
+            raise _Declined
+        return kind(e.anchor, None, e.implicit, e.start_mark, e.end_mark,
+                    flow_style=e.flow_style)
+    return convert
+
+
+_EVENTS = {
+    yaml.StreamStartEvent: lambda e: events.StreamStartEvent(e.start_mark, e.end_mark),
+    yaml.StreamEndEvent: lambda e: events.StreamEndEvent(e.start_mark, e.end_mark),
+    yaml.DocumentStartEvent: lambda e: events.DocumentStartEvent(
+        e.start_mark, e.end_mark, explicit=e.explicit, version=e.version, tags=e.tags),
+    yaml.DocumentEndEvent: lambda e: events.DocumentEndEvent(
+        e.start_mark, e.end_mark, explicit=e.explicit),
+    yaml.AliasEvent: lambda e: events.AliasEvent(e.anchor, e.start_mark, e.end_mark),
+    yaml.ScalarEvent: _scalar,
+    yaml.SequenceStartEvent: _collection(events.SequenceStartEvent),
+    yaml.SequenceEndEvent: lambda e: events.SequenceEndEvent(e.start_mark, e.end_mark),
+    yaml.MappingStartEvent: _collection(events.MappingStartEvent),
+    yaml.MappingEndEvent: lambda e: events.MappingEndEvent(e.start_mark, e.end_mark),
+}
+
+
+class _Events:
+    """ruamel's parser interface (check, peek, get) over libyaml's events."""
+
+    def __init__(self, text: str):
+        self._parser = CParser(text)
+        self._next: Any = None
+
+    def peek_event(self) -> Any:
+        if self._next is None:
+            event = self._parser.get_event()
+            self._next = _EVENTS[type(event)](event)
+        return self._next
+
+    def check_event(self, *choices: type) -> bool:
+        return not choices or isinstance(self.peek_event(), choices)
+
+    def get_event(self) -> Any:
+        event, self._next = self.peek_event(), None
+        return event
+
+
+class _Loader:
+    """What ruamel's composer and resolver read from their loader."""
+
+    max_depth = None
+
+    def __init__(self, text: str, composer: type[Composer]):
+        self._parser = _Events(text)
+        self._resolver = VersionedResolver(loader=self)
+        self._composer = composer(loader=self)
+
+
+def compose(text: str, composer: type[Composer]) -> Node | None:
+    """The single document's node graph as ``composer`` builds it from libyaml's events,
+    or None: outside the subset, or anything to report (ruamel reads it again)."""
+    if CParser is None or not text.endswith("\n") or _OUTSIDE_SUBSET.search(text):
+        return None
+    try:
+        return _Loader(text, composer)._composer.get_single_node()
+    except Exception:  # noqa: BLE001 - libyaml's errors, the limits, _Declined: ruamel reports
+        return None
