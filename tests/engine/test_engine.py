@@ -18,12 +18,12 @@ torch = pytest.importorskip("torch")
 
 from engine_jobs import (  # noqa: E402
     BASE,
-    PROBE,
     engine_alone,
     final_weights,
     losses,
     metrics,
     ok,
+    probe_logits,
     torchrun,
     write_spec,
 )
@@ -99,31 +99,11 @@ def test_no_shard_trains_as_ddp_like_full_shard_and_resumes_exactly(
     assert final.keys() == again.keys() and all(final[k].equal(again[k]) for k in final)
 
 
-def test_export_loads_with_from_pretrained(straight_run: Path, tmp_path: Path) -> None:
+def test_export_loads_with_from_pretrained(straight_run: Path) -> None:
     """final/ gives the sharded model's logits (fp32, 1e-5); it also loads back into
     the engine as model.weights, sharded, with the same logits."""
-    from transformers import AutoModelForCausalLM
-
-    weights_spec = write_spec(
-        tmp_path / "weights",
-        {"model": {"weights": str(straight_run / "final")}, "checkpoint": {"resume": "never"}},
-    )
-    out = tmp_path / "logits.pt"
-    ok(
-        torchrun(
-            straight_run / "resolved-spec.json",
-            script=[
-                str(PROBE),
-                str(straight_run / "resolved-spec.json"),
-                str(weights_spec),
-                str(out),
-            ],
-        )
-    )
-    probe = torch.load(out)
-    model = AutoModelForCausalLM.from_pretrained(straight_run / "final", dtype=torch.float32)
-    with torch.no_grad():
-        logits = model(probe["input_ids"]).logits
+    (probe,) = probe_logits([(straight_run, {})])
+    logits = probe["transformers"]
     print(f"final/ vs sharded logits: max |diff| {(logits - probe['checkpoint']).abs().max():.2e}")
     assert torch.allclose(logits, probe["checkpoint"], atol=1e-5, rtol=0)
     assert torch.allclose(logits, probe["weights"], atol=1e-5, rtol=0)

@@ -4,7 +4,8 @@
 One 20-step tiny-Llama run checkpoints at step 10; it is resumed once from there and
 its step-20 checkpoint exported with `fsdpspec export hf`; a bf16 run of the same job is
 the reference. A second family (GPT-NeoX: fused attention, biases) trains 4 steps,
-resumes and exports."""
+resumes and exports. The two float8 runs are `fsdpspec run`s; the resumes and the
+reference train in one launch after them (`engine_jobs.torchrun_jobs`)."""
 
 from __future__ import annotations
 
@@ -58,27 +59,40 @@ def weights(directory: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The float8 run, its resume from step 10, the bf16 reference; run dirs and logs."""
-    cwd = tmp_path_factory.mktemp("float8-llama")
-    document = job("f8-llama", "tiny-llama", 20, 10)
-    first = run(cwd, document)
-    resumed = run(cwd, document, "checkpoint.dir=runs/resumed",
-                  "checkpoint.resume=runs/f8-llama/checkpoints/step-00000010")
-    run(cwd, document, "float8=null", "checkpoint.dir=runs/bf16", "checkpoint.interval_steps=0",
-        "checkpoint.final.enabled=false")
-    return {"run": cwd / "runs" / "f8-llama", "resumed": cwd / "runs" / "resumed",
-            "bf16": cwd / "runs" / "bf16", "log": first, "resumed_log": resumed}
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The float8 runs of both families, their resumes (Llama from step 10, GPT-NeoX
+    from step 2) and Llama's bf16 reference: run dirs, and the logs of the first two."""
+    from engine_jobs import merged, torchrun_jobs, write_spec
+
+    cwd = tmp_path_factory.mktemp("float8")
+    llama, neox = job("f8-llama", "tiny-llama", 20, 10), job("f8-neox", "tiny-gpt-neox", 4, 2)
+    found = {"llama-log": run(cwd, llama), "neox-log": run(cwd, neox)}
+    runs = cwd / "runs"
+    later = {
+        "llama-resumed": merged(llama, {"checkpoint": {
+            "resume": str(runs / "f8-llama" / "checkpoints" / "step-00000010")}}),
+        "bf16": merged(llama, {"float8": None, "checkpoint": {
+            "interval_steps": 0, "final": {"enabled": False}}}),
+        "neox-resumed": merged(neox, {"checkpoint": {
+            "resume": str(runs / "f8-neox" / "checkpoints" / "step-00000002")}}),
+    }
+    results = torchrun_jobs([write_spec(runs / name, document)
+                             for name, document in later.items()])
+    for name, result in zip(later, results, strict=True):
+        assert result.returncode == 0, (name, result.stdout[-2000:] + result.stderr[-2000:])
+        found[f"{name}-log"] = result.stdout
+    return {**found, "llama": runs / "f8-llama", "neox": runs / "f8-neox",
+            **{name: runs / name for name in later}}
 
 
-def test_float8_converts_the_planned_linears_and_gathers_in_float8(llama) -> None:
+def test_float8_converts_the_planned_linears_and_gathers_in_float8(runs) -> None:
     # 7 projections × 2 layers; lm_head is left in high precision (float8.exclude).
     assert ("float8 tensorwise: 14 Linear modules (all-gathered in float8)"
-            in llama["log"]), llama["log"]
+            in runs["llama-log"]), runs["llama-log"]
 
 
-def test_float8_loss_falls_and_stays_within_2_percent_of_bf16(llama) -> None:
-    f8, bf16 = losses(llama["run"]), losses(llama["bf16"])
+def test_float8_loss_falls_and_stays_within_2_percent_of_bf16(runs) -> None:
+    f8, bf16 = losses(runs["llama"]), losses(runs["bf16"])
     assert sorted(f8) == sorted(bf16) == list(range(1, 21))
     assert f8[20] < f8[1] - 1.0
     worst = max(abs(f8[s] - bf16[s]) / bf16[s] for s in bf16)
@@ -86,23 +100,23 @@ def test_float8_loss_falls_and_stays_within_2_percent_of_bf16(llama) -> None:
     assert 0 < worst < 0.02  # 0 would mean float8 never ran
 
 
-def test_float8_resume_is_bit_identical(llama) -> None:
-    assert "resumed from runs/f8-llama/checkpoints/step-00000010 (step 10)" in llama["resumed_log"]
-    straight, resumed = losses(llama["run"]), losses(llama["resumed"])
+def test_float8_resume_is_bit_identical(runs) -> None:
+    assert "f8-llama/checkpoints/step-00000010 (step 10)" in runs["llama-resumed-log"]
+    straight, resumed = losses(runs["llama"]), losses(runs["llama-resumed"])
     assert [resumed[s] for s in range(11, 21)] == [straight[s] for s in range(11, 21)]
-    a, b = weights(llama["run"] / "final"), weights(llama["resumed"] / "final")
+    a, b = weights(runs["llama"] / "final"), weights(runs["llama-resumed"] / "final")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_float8_checkpoint_exports_high_precision_weights_transformers_loads(
-        llama, tmp_path: Path) -> None:
+        runs, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "hf"
-    result = run_cli("export", "hf", str(llama["run"]), "--step", "20", "-o", str(out))
+    result = run_cli("export", "hf", str(runs["llama"]), "--step", "20", "-o", str(out))
     assert result.returncode == 0, result.stderr
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
-    final = weights(llama["run"] / "final")
+    final = weights(runs["llama"] / "final")
     state = model.state_dict()
     # Plain float32 Linear weights, the run's own: no float8 tensor or scale is saved.
     assert set(final) <= set(state)
@@ -113,21 +127,16 @@ def test_float8_checkpoint_exports_high_precision_weights_transformers_loads(
         assert torch.isfinite(model(ids).logits).all()
 
 
-def test_a_second_family_trains_resumes_and_exports_in_float8(tmp_path: Path) -> None:
+def test_a_second_family_trains_resumes_and_exports_in_float8(runs) -> None:
     from transformers import AutoModelForCausalLM
 
-    document = job("f8-neox", "tiny-gpt-neox", 4, 2)
-    log = run(tmp_path, document)
     # query_key_value, dense, dense_h_to_4h, dense_4h_to_h × 2 layers; lm_head excluded.
-    assert "float8 tensorwise: 8 Linear modules (all-gathered in float8)" in log, log
-    run(tmp_path, document, "checkpoint.dir=runs/resumed",
-        "checkpoint.resume=runs/f8-neox/checkpoints/step-00000002")
-    straight, resumed = losses(tmp_path / "runs" / "f8-neox"), losses(tmp_path / "runs" / "resumed")
+    assert "float8 tensorwise: 8 Linear modules (all-gathered in float8)" in runs["neox-log"]
+    straight, resumed = losses(runs["neox"]), losses(runs["neox-resumed"])
     assert straight[4] < straight[1]
     assert [resumed[s] for s in (3, 4)] == [straight[s] for s in (3, 4)]
-    final = weights(tmp_path / "runs" / "f8-neox" / "final")
-    again = weights(tmp_path / "runs" / "resumed" / "final")
+    final, again = weights(runs["neox"] / "final"), weights(runs["neox-resumed"] / "final")
     assert final.keys() == again.keys() and all(torch.equal(final[k], again[k]) for k in final)
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "runs" / "f8-neox" / "final")
+    model = AutoModelForCausalLM.from_pretrained(runs["neox"] / "final")
     state = model.state_dict()
     assert all(torch.equal(state[k], final[k]) for k in final)

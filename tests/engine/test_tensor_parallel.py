@@ -1,20 +1,26 @@
-"""Tensor parallelism through `fsdpspec run`, on CPU processes (gloo): a tiny Llama on
-2 processes (TP 2) and on 4 (data-parallel 2 × TP 2) trains as TP 1 does on the same
-global batch and seed (the straight run of tests/conftest.py), resumes exactly, resumes
-onto TP 1 and from TP 1 onto dp 2 × TP 2, where it resumes exactly again, and exports
-weights transformers loads with the checkpoint's logits; Gemma 3 (tied embeddings,
-per-head q/k norms) and GPT-NeoX (fused per-head qkv, biases, LayerNorm) train as TP 1,
-export as it does and resume exactly and onto TP 1; a chat fine-tune with evaluation
-trains with a full state dict. One run per shape, each checkpointed mid-way for the
-resumes."""
+"""Tensor parallelism through `fsdpspec run`, on CPU processes (gloo), for three families:
+Llama, Gemma 3 (tied embeddings, per-head q/k norms) and GPT-NeoX (fused per-head qkv,
+biases, LayerNorm), each on two shapes: TP 2 on 2 processes and data-parallel 2 × TP 2
+on 4. Against TP 1 on one process (the same global batch and seed), every family on
+every shape trains alike (losses and gradient norms to 1e-5), resumes bit-identically,
+resumes onto TP 1 and from TP 1 onto the shape (DCP reshards), and its `final/` loads in
+transformers with the logits of the checkpoint it was written from. HSDP × TP (replicated
+2 × TP 2) trains alike too, and a chat fine-tune with evaluation trains with a full state
+dict and resumes from one exactly.
+
+One `fsdpspec run` per family and shape, as users type it, checkpointed at step 3; the
+runs that read those checkpoints go through `engine_jobs.torchrun_jobs`, several engine
+jobs to a launch (the per-process imports, not the training, are a tiny job's cost)."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +31,14 @@ torch = pytest.importorskip("torch")
 from chat_assets import chat_parquet, chat_tokenizer, tiny_llama  # noqa: E402
 from engine_jobs import (  # noqa: E402
     BASE,
-    PROBE,
     chat_job,
-    engine_alone,
     final_weights,
     merged,
     metrics,
     ok,
+    probe_logits,
     torchrun,
+    torchrun_jobs,
     write_spec,
 )
 
@@ -41,174 +47,168 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 5
 MIDDLE = 3
-TP2 = {"resources": {"accelerator": "cpu"}, "parallelism": {"tensor_parallel": 2},
-       "train": {"max_steps": STEPS},
+FAMILIES = ("tiny-llama", "tiny-gemma3", "tiny-gpt-neox")
+CPU = {"resources": {"accelerator": "cpu"},
        "checkpoint": {"interval_steps": MIDDLE, "keep_last": 0}}
+TP1 = {"resources": {"gpus_per_node": 1}, "parallelism": {"tensor_parallel": 1}}
+# Each shape: its processes and the mesh the engine reports for it.
+SHAPES = {"tp2": (2, "mesh dp_shard 1 × tp 2"), "dp2-tp2": (4, "mesh dp_shard 2 × tp 2")}
 
 
-def fsdpspec_run(job: dict[str, Any], run_dir: Path, *sets: str,
+def family_job(family: str, nproc: int = 2, tp: int = 2) -> dict[str, Any]:
+    return merged(BASE, merged(CPU, {
+        "model": {"preset": family}, "resources": {"gpus_per_node": nproc},
+        "parallelism": {"tensor_parallel": tp}, "train": {"max_steps": STEPS}}))
+
+
+def fsdpspec_run(job: dict[str, Any], run_dir: Path,
                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`fsdpspec run job.yaml --set …` as a user types it, the run in ``run_dir``."""
+    """`fsdpspec run job.yaml` as a user types it, the run in ``run_dir``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     spec = run_dir.parent / f"{run_dir.name}.yaml"
     spec.write_text(json.dumps(merged(job, {"checkpoint": {"dir": str(run_dir)}})))
     result = subprocess.run(
-        [sys.executable, "-m", "fsdpspec", "run", str(spec), *sets], cwd=run_dir.parent,
+        [sys.executable, "-m", "fsdpspec", "run", str(spec)], cwd=run_dir.parent,
         capture_output=True, text=True, timeout=600,
         env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
     return ok(result)
+
+
+def checkpoint(run_dir: Path, step: int = MIDDLE) -> str:
+    return str(run_dir / "checkpoints" / f"step-{step:08d}")
+
+
+def resumed(job: dict[str, Any], run_dir: Path, step: int = MIDDLE) -> dict[str, Any]:
+    return merged(job, {"checkpoint": {"resume": checkpoint(run_dir, step)}})
 
 
 def by_step(run_dir: Path) -> dict[int, dict[str, Any]]:
     return {m["step"]: m for m in metrics(run_dir) if "loss" in m}
 
 
-def assert_trains_alike(ours: Path, reference: Path, steps: range, tolerance: float) -> None:
+def assert_trains_alike(ours: Path, reference: Path, steps: range) -> None:
     a, b = by_step(ours), by_step(reference)
     for step in steps:
         for key in ("loss", "grad_norm"):
-            assert abs(a[step][key] - b[step][key]) <= tolerance, (step, key, a[step], b[step])
+            assert abs(a[step][key] - b[step][key]) <= 1e-5, (step, key, a[step], b[step])
 
 
-def checkpoint(run_dir: Path, step: int) -> str:
-    return str(run_dir / "checkpoints" / f"step-{step:08d}")
-
-
-def assert_resumes_exactly(job: dict[str, Any], run_dir: Path, resumed: Path, step: int,
-                           *sets: str) -> None:
-    """``job`` resumed from ``run_dir``'s step-``step`` checkpoint: the same losses after
-    it, bit for bit, and the same final weights."""
-    fsdpspec_run(job, resumed, *sets, "--set", f"checkpoint.resume={checkpoint(run_dir, step)}")
-    straight, again = by_step(run_dir), by_step(resumed)
+def assert_resumed_exactly(run_dir: Path, again: Path, step: int = MIDDLE) -> None:
+    """The steps after ``step`` lost the same, bit for bit, with the same final weights."""
+    straight, resumed_run = by_step(run_dir), by_step(again)
     after = sorted(s for s in straight if s > step)
-    assert after and [again[s]["loss"] for s in after] == [straight[s]["loss"] for s in after]
-    a, b = final_weights(run_dir), final_weights(resumed)
+    assert after and [resumed_run[s]["loss"] for s in after] == [
+        straight[s]["loss"] for s in after]
+    a, b = final_weights(run_dir), final_weights(again)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def assert_resumes_onto_tp1(job: dict[str, Any], run_dir: Path, onto: Path) -> None:
-    """The TP 2 checkpoint resharded by DCP onto one process without tensor parallelism
-    (the same micro-batches a step): steps 4–5 as the TP 2 run's to 1e-5."""
-    done = fsdpspec_run(job, onto, "--set", "parallelism.tensor_parallel=1",
-                        "--set", "resources.gpus_per_node=1",
-                        "--set", "checkpoint.final.enabled=false",
-                        "--set", f"checkpoint.resume={checkpoint(run_dir, MIDDLE)}")
-    assert "(step 3)" in done.stdout and "mesh dp_shard 1," in done.stdout
-    assert_trains_alike(onto, run_dir, range(MIDDLE + 1, STEPS + 1), 1e-5)
+def trained(results: list[subprocess.CompletedProcess], names: list[str]) -> dict[str, str]:
+    """Each batched job's rank-0 output by name, once all of them succeeded."""
+    for name, result in zip(names, results, strict=True):
+        assert result.returncode == 0, (name, result.stdout[-3000:] + result.stderr[-3000:])
+    return {name: result.stdout for name, result in zip(names, results, strict=True)}
 
 
 @pytest.fixture(scope="session")
-def tp_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("tp-llama") / "run"
-    done = fsdpspec_run(merged(BASE, TP2), run_dir)
-    assert "mesh dp_shard 1 × tp 2" in done.stdout
-    return run_dir
+def tp1(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each family on one process without tensor parallelism: the reference, checkpointed
+    at step 3 for the resumes onto the shapes."""
+    root = tmp_path_factory.mktemp("tp1")
+    specs = [write_spec(root / f, merged(family_job(f), TP1)) for f in FAMILIES]
+    outputs = trained(torchrun_jobs(specs, nproc=1), list(FAMILIES))
+    assert all("mesh dp_shard 1," in out for out in outputs.values())
+    return {f: root / f for f in FAMILIES}
 
 
-def test_tp2_trains_as_tp1(tp_llama: Path, straight_run: Path) -> None:
-    """TP 2 on 2 processes (one data-parallel rank, 4 micro-batches a step) against FSDP
-    alone on 2 (2 each): the same global batches, losses and clipped-norm inputs to 1e-5."""
-    assert_trains_alike(tp_llama, straight_run, range(1, STEPS + 1), 1e-5)
+@dataclass(frozen=True)
+class Shape:
+    """A shape's runs, per family: ``runs`` (`fsdpspec run`, 5 steps), ``resumed`` (from
+    its step 3), ``from_tp1`` (from TP 1's step 3), ``onto_tp1`` (its step 3 on one
+    process) and ``logits`` (the probe's: the checkpoint's, the weights', transformers')."""
+
+    nproc: int
+    runs: dict[str, Path]
+    resumed: dict[str, Path]
+    from_tp1: dict[str, Path]
+    onto_tp1: dict[str, Path]
+    logits: dict[str, dict[str, Any]]
 
 
-def test_tp2_resumes_exactly(tp_llama: Path, tmp_path: Path) -> None:
-    assert_resumes_exactly(merged(BASE, TP2), tp_llama, tmp_path / "resumed", MIDDLE)
+@pytest.fixture(scope="session", params=list(SHAPES))
+def shape(request: pytest.FixtureRequest, tp1: dict[str, Path],
+          tmp_path_factory: pytest.TempPathFactory) -> Shape:
+    nproc, mesh = SHAPES[request.param]
+    root = tmp_path_factory.mktemp(request.param)
+    runs = {f: root / f / "run" for f in FAMILIES}
+    for f in FAMILIES:
+        assert mesh in fsdpspec_run(family_job(f, nproc), runs[f]).stdout
+    # The runs that read a checkpoint, batched: on the shape, then on one process.
+    again = {f"{f}/{kind}": (root / f / kind, job) for f in FAMILIES for kind, job in (
+        ("resumed", resumed(family_job(f, nproc), runs[f])),
+        ("from-tp1", resumed(family_job(f, nproc), tp1[f])))}
+    outputs = trained(torchrun_jobs([write_spec(d, j) for d, j in again.values()], nproc),
+                      list(again))
+    assert all(f"(step {MIDDLE})" in out for out in outputs.values())
+    onto = {f: root / f / "onto-tp1" for f in FAMILIES}
+    specs = [write_spec(onto[f], merged(resumed(family_job(f), runs[f]), merged(TP1, {
+        "checkpoint": {"final": {"enabled": False}}}))) for f in FAMILIES]
+    trained(torchrun_jobs(specs, nproc=1), list(FAMILIES))
+    return Shape(nproc, runs, {f: root / f / "resumed" for f in FAMILIES},
+                 {f: root / f / "from-tp1" for f in FAMILIES}, onto,
+                 dict(zip(FAMILIES, probe_logits(
+                     [(runs[f], family_job(f, nproc)) for f in FAMILIES], nproc), strict=True)))
 
 
-def test_tp2_resumes_onto_tp1(tp_llama: Path, tmp_path: Path) -> None:
-    assert_resumes_onto_tp1(merged(BASE, TP2), tp_llama, tmp_path / "tp1")
+@pytest.mark.parametrize("family", FAMILIES)
+def test_trains_as_tp1(shape: Shape, tp1: dict[str, Path], family: str) -> None:
+    """4 micro-batches a step on one data-parallel rank (TP 2) or 2 on each of two
+    (dp 2 × TP 2), against 4 on one process: the same losses and clipped-norm inputs."""
+    assert_trains_alike(shape.runs[family], tp1[family], range(1, STEPS + 1))
 
 
-def test_tp2_export_gives_the_checkpoints_logits(tp_llama: Path, tmp_path: Path) -> None:
-    """final/ of a TP 2 run loads in transformers with the logits of the TP-sharded model
-    resumed from its checkpoint, and loads back into a TP 2 engine as model.weights."""
-    from transformers import AutoModelForCausalLM
-
-    trained = tp_llama / "resolved-spec.json"
-    weights = write_spec(tmp_path / "weights", merged(TP2, {
-        "model": {"weights": str(tp_llama / "final")}, "checkpoint": {"resume": "never"}}))
-    out = tmp_path / "logits.pt"
-    ok(torchrun(trained, script=[str(PROBE), str(trained), str(weights), str(out)]))
-    probe = torch.load(out)
-    model = AutoModelForCausalLM.from_pretrained(tp_llama / "final", dtype=torch.float32)
-    with torch.no_grad():
-        logits = model(probe["input_ids"]).logits
-    assert torch.allclose(logits, probe["checkpoint"], atol=1e-5, rtol=0)
-    assert torch.allclose(logits, probe["weights"], atol=1e-5, rtol=0)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_resumes_exactly(shape: Shape, family: str) -> None:
+    assert_resumed_exactly(shape.runs[family], shape.resumed[family])
 
 
-# Data parallel 2 × TP 2 on 4 processes, resumed from the straight run's step 5 for
-# steps 6–10 and checkpointed at step 8.
-DP2_TP2 = merged(BASE, merged(TP2, {
-    "resources": {"gpus_per_node": 4}, "train": {"max_steps": 10},
-    "checkpoint": {"interval_steps": 8}}))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_resumes_onto_tp1(shape: Shape, family: str) -> None:
+    """The shape's step-3 checkpoint resharded by DCP onto one process (the same
+    micro-batches a step): steps 4–5 as the shape's."""
+    assert_trains_alike(shape.onto_tp1[family], shape.runs[family], range(MIDDLE + 1, STEPS + 1))
 
 
-@pytest.fixture(scope="session")
-def dp2_tp2(straight_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("dp2-tp2") / "run"
-    done = fsdpspec_run(DP2_TP2, run_dir, "--set",
-                        f"checkpoint.resume={checkpoint(straight_run, 5)}")
-    assert "mesh dp_shard 2 × tp 2" in done.stdout and "(step 5)" in done.stdout
-    return run_dir
+@pytest.mark.parametrize("family", FAMILIES)
+def test_resumes_from_tp1(shape: Shape, tp1: dict[str, Path], family: str) -> None:
+    """TP 1's step-3 checkpoint resharded onto the shape: steps 4–5 as TP 1's."""
+    assert_trains_alike(shape.from_tp1[family], tp1[family], range(MIDDLE + 1, STEPS + 1))
 
 
-def test_tp1_resumes_onto_dp2_tp2_on_four_processes(dp2_tp2: Path,
-                                                    straight_run: Path) -> None:
-    """The straight run's step-5 checkpoint (FSDP alone, 2 ranks) resharded onto data
-    parallel 2 × TP 2 on 4 processes: its 5 steps, 6–10, are the straight run's."""
-    assert_trains_alike(dp2_tp2, straight_run, range(6, 11), 1e-5)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_export_gives_the_checkpoints_logits(shape: Shape, family: str) -> None:
+    """final/ loads in transformers with the logits of the TP-sharded model resumed from
+    its checkpoint, and loads back into the engine on the shape as model.weights."""
+    logits = shape.logits[family]
+    assert torch.allclose(logits["transformers"], logits["checkpoint"], atol=1e-5, rtol=0)
+    assert torch.allclose(logits["transformers"], logits["weights"], atol=1e-5, rtol=0)
 
 
-def test_dp2_tp2_resumes_exactly_on_four_processes(dp2_tp2: Path, tmp_path: Path) -> None:
-    assert_resumes_exactly(DP2_TP2, dp2_tp2, tmp_path / "resumed", 8)
+def test_hsdp_tp_trains_as_tp1(tp1: dict[str, Path], tmp_path: Path) -> None:
+    """HYBRID_SHARD with one rank a shard group under TP 2 on 4 processes: replicated
+    2 × TP 2, the gradient norm counting each replica once."""
+    job = merged(family_job("tiny-llama", 4), {
+        "fsdp": {"sharding_strategy": "HYBRID_SHARD", "shard_group_size": 1},
+        "checkpoint": {"interval_steps": 0}})
+    (out,) = trained(torchrun_jobs([write_spec(tmp_path / "hsdp", job)], 4), ["hsdp"]).values()
+    assert "mesh dp_replicate 2 × dp_shard 1 × tp 2" in out
+    assert_trains_alike(tmp_path / "hsdp", tp1["tiny-llama"], range(1, STEPS + 1))
 
 
-@pytest.fixture(scope="session", params=["tiny-gemma3", "tiny-gpt-neox"])
-def tp_family(request: pytest.FixtureRequest,
-              tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
-    """A family's TP 2 job and its run, checkpointed at step 3 for the resumes."""
-    job = merged(BASE, merged(TP2, {"model": {"preset": request.param}}))
-    run_dir = tmp_path_factory.mktemp(request.param) / "tp2"
-    fsdpspec_run(job, run_dir)
-    return job, run_dir
-
-
-def test_family_tp2_trains_and_exports_as_tp1(tp_family: tuple[dict[str, Any], Path],
-                                              tmp_path: Path) -> None:
-    """TP 2 on 2 processes against the engine alone in one process (the same
-    micro-batches in the same order): losses and gradient norms to 1e-5, and the
-    exported weights give transformers the same logits."""
-    from transformers import AutoModelForCausalLM
-
-    job, tp2_run = tp_family
-    tp1_run = tmp_path / "tp1"
-    ok(engine_alone(write_spec(tp1_run, merged(job, {
-        "resources": {"gpus_per_node": 1}, "parallelism": {"tensor_parallel": 1},
-        "checkpoint": {"interval_steps": 0}}))))
-    assert_trains_alike(tp2_run, tp1_run, range(1, STEPS + 1), 1e-5)
-    ids = torch.arange(64).remainder(257).view(2, 32)
-    tp2, tp1 = (AutoModelForCausalLM.from_pretrained(run / "final", dtype=torch.float32)
-                for run in (tp2_run, tp1_run))
-    with torch.no_grad():
-        assert torch.allclose(tp2(ids).logits, tp1(ids).logits, atol=1e-4, rtol=0)
-
-
-def test_family_tp2_resumes_exactly(tp_family: tuple[dict[str, Any], Path],
-                                    tmp_path: Path) -> None:
-    job, run_dir = tp_family
-    assert_resumes_exactly(job, run_dir, tmp_path / "resumed", MIDDLE)
-
-
-def test_family_tp2_resumes_onto_tp1(tp_family: tuple[dict[str, Any], Path],
-                                     tmp_path: Path) -> None:
-    job, run_dir = tp_family
-    assert_resumes_onto_tp1(job, run_dir, tmp_path / "tp1")
-
-
-def test_chat_fine_tune_with_eval_trains_under_tp(tmp_path: Path) -> None:
+def test_chat_fine_tune_with_eval_trains_and_resumes_under_tp(tmp_path: Path) -> None:
     """A chat fine-tune of a saved Llama with an evaluation split, TP 2, checkpointed as
-    one full state dict; its final weights are written from it."""
+    one full state dict at steps 2 and 4; its final weights are written from it, and it
+    resumes from step 2's full state dict bit-identically."""
     from transformers import AutoTokenizer
 
     tokenizer = chat_tokenizer(tmp_path / "inputs" / "tokenizer")
@@ -219,12 +219,29 @@ def test_chat_fine_tune_with_eval_trains_under_tp(tmp_path: Path) -> None:
     job = merged(BASE, merged(chat_job(tmp_path / "inputs", 4, 2), {
         "resources": {"accelerator": "cpu"}, "parallelism": {"tensor_parallel": 2},
         "fsdp": {"state_dict_type": "FULL_STATE_DICT"}}))
-    run_dir = tmp_path / "chat"
-    fsdpspec_run(job, run_dir, env={"HF_HOME": str(tmp_path / "hf-home")})
+    run_dir, hf_home = tmp_path / "chat", {"HF_HOME": str(tmp_path / "hf-home")}
+    fsdpspec_run(job, run_dir, env=hf_home)
     evals = [m for m in metrics(run_dir) if "eval_loss" in m]
     assert [m["step"] for m in evals] == [2, 4]
     assert all(math.isfinite(m["eval_loss"]) for m in evals)
     assert by_step(run_dir)[4]["loss"] < by_step(run_dir)[1]["loss"]
-    assert (run_dir / "checkpoints" / "step-00000004" / "full_state_dict.pt").is_file()
+    assert (run_dir / "checkpoints" / "step-00000002" / "full_state_dict.pt").is_file()
     assert (run_dir / "final" / "config.json").is_file()
+    again = tmp_path / "chat-resumed"
+    ok(torchrun(write_spec(again, resumed(job, run_dir, 2)), env=hf_home))
+    assert_resumed_exactly(run_dir, again, 2)
 
+
+def test_the_readme_tp_command_trains(tmp_path: Path) -> None:
+    """The README's TP command, as shown: the quickstart on TP 2, 40 steps."""
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"```bash\nfsdpspec run (examples/quickstart\.yaml --set "
+                        r"parallelism\.tensor_parallel=\d+)\n```", readme).group(1)
+    spec, *sets = command.split()
+    result = subprocess.run(
+        [sys.executable, "-m", "fsdpspec", "run", str(ROOT / spec), *sets], cwd=tmp_path,
+        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert "mesh dp_shard 1 × tp 2" in ok(result).stdout
+    trained = by_step(tmp_path / "runs" / "quickstart")
+    assert sorted(trained) == [1, *range(5, 41, 5)] and trained[40]["loss"] < trained[1]["loss"]
+    assert (tmp_path / "runs" / "quickstart" / "final" / "model.safetensors").is_file()

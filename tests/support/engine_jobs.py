@@ -109,6 +109,29 @@ def torchrun_jobs(
     return results
 
 
+def probe_logits(runs: list[tuple[Path, dict[str, Any]]], nproc: int = 2) -> list[dict[str, Any]]:
+    """For each (run directory, job) trained on ``nproc`` processes, in one launch
+    (engine_logits_probe.py): the logits of the job's model resumed from the run's newest
+    checkpoint, of its final/ loaded back into the engine as model.weights, and of final/
+    in transformers, on one fixed batch."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with tempfile.TemporaryDirectory() as out:
+        specs = []
+        for index, (run_dir, job) in enumerate(runs):
+            weights = write_spec(Path(out, f"weights-{index}"), merged(job, {
+                "model": {"weights": str(run_dir / "final")}, "checkpoint": {"resume": "never"}}))
+            specs += [str(run_dir / "resolved-spec.json"), str(weights)]
+        ok(torchrun(Path(specs[0]), nproc, script=[str(PROBE), out, *specs]))
+        probes = [torch.load(Path(out, f"{index}.pt")) for index in range(len(runs))]
+    for (run_dir, _), probe in zip(runs, probes, strict=True):
+        model = AutoModelForCausalLM.from_pretrained(run_dir / "final", dtype=torch.float32)
+        with torch.no_grad():
+            probe["transformers"] = model(probe["input_ids"]).logits
+    return probes
+
+
 def engine_alone(spec: Path) -> subprocess.CompletedProcess:
     """One process without torchrun, so its whole output is the engine's own."""
     return subprocess.run(

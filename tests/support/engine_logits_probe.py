@@ -1,8 +1,9 @@
-"""Run under torchrun by tests/engine/test_engine.py: logits of the engine's sharded model.
+"""Run under torchrun by engine_jobs.probe_logits: logits of the engine's sharded models.
 
-argv: TRAINED_SPEC WEIGHTS_SPEC OUT. Builds the trained run exactly as the engine does
-(resuming its newest checkpoint), then a model loaded from ``model.weights``, and saves
-both models' logits on one fixed batch to OUT (rank 0).
+argv: OUT_DIR (TRAINED_SPEC WEIGHTS_SPEC)... For each pair, builds the trained run exactly
+as the engine does (resuming its newest checkpoint), then a model loaded from
+``model.weights``, and saves both models' logits on one fixed batch to OUT_DIR/i.pt
+(rank 0). The pairs share one process group: each launch costs its processes' imports.
 """
 
 from __future__ import annotations
@@ -25,19 +26,20 @@ def logits(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
 
 
 def main() -> None:
-    trained_spec, weights_spec, out = (Path(a) for a in sys.argv[1:4])
-    job, run_dir = read_resolved_job(trained_spec)
-    runtime = init_runtime(job)
+    out_dir, *specs = (Path(a) for a in sys.argv[1:])
+    pairs = list(zip(specs[::2], specs[1::2], strict=True))
+    runtime = init_runtime(read_resolved_job(pairs[0][0])[0])
     input_ids = torch.arange(64).remainder(257).view(2, 32)
-    trainer = build_trainer(job, run_dir, runtime)
-    from_checkpoint = logits(trainer.state.model, input_ids)
-    loaded, _ = read_resolved_job(weights_spec)
-    from_weights = logits(build_fsdp_model(loaded, runtime), input_ids)
-    if runtime.is_main:
-        torch.save(
-            {"input_ids": input_ids, "checkpoint": from_checkpoint, "weights": from_weights}, out
-        )
-    trainer.sink.close()
+    for index, (trained_spec, weights_spec) in enumerate(pairs):
+        job, run_dir = read_resolved_job(trained_spec)
+        trainer = build_trainer(job, run_dir, runtime)
+        from_checkpoint = logits(trainer.state.model, input_ids)
+        loaded, _ = read_resolved_job(weights_spec)
+        from_weights = logits(build_fsdp_model(loaded, runtime), input_ids)
+        if runtime.is_main:
+            torch.save({"input_ids": input_ids, "checkpoint": from_checkpoint,
+                        "weights": from_weights}, out_dir / f"{index}.pt")
+        trainer.sink.close()
     teardown(clean=True)
 
 
