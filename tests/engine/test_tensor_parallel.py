@@ -127,7 +127,6 @@ class Shape:
     its step 3), ``from_tp1`` (from TP 1's step 3), ``onto_tp1`` (its step 3 on one
     process) and ``logits`` (the probe's: the checkpoint's, the weights', transformers')."""
 
-    nproc: int
     runs: dict[str, Path]
     resumed: dict[str, Path]
     from_tp1: dict[str, Path]
@@ -154,7 +153,7 @@ def shape(request: pytest.FixtureRequest, tp1: dict[str, Path],
     specs = [write_spec(onto[f], merged(resumed(family_job(f), runs[f]), merged(TP1, {
         "checkpoint": {"final": {"enabled": False}}}))) for f in FAMILIES]
     trained(torchrun_jobs(specs, nproc=1), list(FAMILIES))
-    return Shape(nproc, runs, {f: root / f / "resumed" for f in FAMILIES},
+    return Shape(runs, {f: root / f / "resumed" for f in FAMILIES},
                  {f: root / f / "from-tp1" for f in FAMILIES}, onto,
                  dict(zip(FAMILIES, probe_logits(
                      [(runs[f], family_job(f, nproc)) for f in FAMILIES], nproc), strict=True)))
@@ -196,7 +195,8 @@ def test_export_gives_the_checkpoints_logits(shape: Shape, family: str) -> None:
 
 def test_hsdp_tp_trains_as_tp1(tp1: dict[str, Path], tmp_path: Path) -> None:
     """HYBRID_SHARD with one rank a shard group under TP 2 on 4 processes: replicated
-    2 × TP 2, the gradient norm counting each replica once."""
+    2 × TP 2, the gradient norm counting each replica once. A launch of its own: a
+    batch's jobs share one mesh shape (engine_batch.py)."""
     job = merged(family_job("tiny-llama", 4), {
         "fsdp": {"sharding_strategy": "HYBRID_SHARD", "shard_group_size": 1},
         "checkpoint": {"interval_steps": 0}})

@@ -9,7 +9,10 @@ that torchrun stops the other ranks (they may be waiting in a collective).
 
 Each job meets at a store of its own (rank 0 hosts it, on a port it tells the others
 through torchrun's store): torchrun's store keeps the keys of the previous job's process
-group, under the names the next one would use.
+group, under the names the next one would use. The jobs of one launch share one mesh
+shape: DTensor keeps what it derived from a mesh past that mesh's process group, so a
+job on another shape after a TP job fails on the first job's destroyed groups
+("Could not resolve the process group registered under the name 4").
 """
 
 from __future__ import annotations
