@@ -3,6 +3,7 @@ never pays for what `run` needs."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 
 import click
@@ -33,7 +34,13 @@ class _LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
             return None
-        return importlib.import_module(f"fsdpspec.cli.{COMMANDS[name]}").command
+        command = importlib.import_module(f"fsdpspec.cli.{COMMANDS[name]}").command
+        if not gc.isenabled():  # main() stopped the collector for the imports
+            # What they built lives until exit: no collection, nor the one at exit,
+            # needs to walk it again.
+            gc.freeze()
+            gc.enable()
+        return command
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -43,4 +50,7 @@ def cli() -> None:
 
 
 def main() -> None:
+    # Importing a command allocates much and frees little: no collections meanwhile
+    # (with the freeze in get_command, 30 ms of `validate`'s 200).
+    gc.disable()
     cli(prog_name="fsdpspec")

@@ -63,8 +63,12 @@ class Rule:
     summary: str
     hint: str
     check: Check
-    # The docstring of the check: the rule's user documentation with FAIL/PASS examples.
-    doc: str
+
+    @property
+    def doc(self) -> str:
+        """The docstring of the check: the rule's user documentation with FAIL/PASS
+        examples (cleaned when read: `validate` never reads it)."""
+        return inspect.cleandoc(self.check.__doc__ or "")
 
 
 RULES: dict[str, Rule] = {}
@@ -75,8 +79,7 @@ def rule(code: str, name: str, severity: Severity, summary: str, hint: str):
 
     def register(check: Check) -> Check:
         assert code not in RULES, f"duplicate rule code {code}"
-        doc = inspect.cleandoc(check.__doc__ or "")
-        RULES[code] = Rule(code, name, severity, summary, hint, check, doc)
+        RULES[code] = Rule(code, name, severity, summary, hint, check)
         return check
 
     return register

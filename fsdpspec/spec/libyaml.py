@@ -30,8 +30,11 @@ try:
 except ImportError:  # PyYAML built without libyaml: ruamel reads every file
     CParser = None
 
-_OUTSIDE_SUBSET = re.compile(
-    r"[^\n\x20-\x5b\x5d-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]|^%", re.MULTILINE)
+# Control characters but the line feed (tab and carriage return among them), the backslash,
+# what YAML 1.2 does not print (C1, surrogates, U+FFFE/F), and a directive. (Written as
+# the characters refused: the complement compiles ten times slower.)
+_OUTSIDE_SUBSET = re.compile(r"[\x00-\x09\x0b-\x1f\\\x7f-\x9f\ud800-\udfff\ufffe\uffff]|^%",
+                             re.MULTILINE)
 
 
 class _Declined(Exception):
