@@ -185,10 +185,24 @@ def test_resumes_from_tp1(shape: Shape, tp1: dict[str, Path], family: str) -> No
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_export_gives_the_checkpoints_logits(shape: Shape, family: str) -> None:
-    """final/ loads in transformers with the logits of the TP-sharded model resumed from
-    its checkpoint, and loads back into the engine on the shape as model.weights."""
+def test_export_gives_the_checkpoints_logits(shape: Shape, family: str, tmp_path: Path) -> None:
+    """`fsdpspec export hf RUN` of the shape's newest checkpoint, and the run's final/,
+    load in transformers with the logits of the TP-sharded model resumed from that
+    checkpoint; final/ also loads back into the engine on the shape as model.weights.
+    The CLI runs in this process (click's runner): torch is loaded here already."""
+    from click.testing import CliRunner
+    from transformers import AutoModelForCausalLM
+
+    from fsdpspec.cli.main import cli
+
+    exported = tmp_path / "hf"
+    result = CliRunner().invoke(cli, ["export", "hf", str(shape.runs[family]), "-o", str(exported)])
+    assert result.exit_code == 0, result.output
     logits = shape.logits[family]
+    model = AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32)
+    with torch.no_grad():
+        assert torch.allclose(model(logits["input_ids"]).logits, logits["checkpoint"],
+                              atol=1e-5, rtol=0)
     assert torch.allclose(logits["transformers"], logits["checkpoint"], atol=1e-5, rtol=0)
     assert torch.allclose(logits["transformers"], logits["weights"], atol=1e-5, rtol=0)
 
