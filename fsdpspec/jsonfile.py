@@ -45,6 +45,8 @@ class RecordError(JsonFileError):
 
 @dataclass(frozen=True)
 class Limits:
+    """The bounds a JSON file is read within (size, depth, digits, string length)."""
+
     max_bytes: int = 1 << 20
     max_depth: int = 32
     max_int_digits: int = 100  # no count, size or id needs more

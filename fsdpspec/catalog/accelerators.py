@@ -36,6 +36,8 @@ H100_96GB_BF16_EFFICIENCY = 0.436
 
 @dataclass(frozen=True)
 class Accelerator:
+    """One device of the catalogue: memory, peak TFLOP/s per dtype, links, efficiency."""
+
     name: str
     memory_gib: float
     bf16_tflops: float

@@ -57,6 +57,8 @@ Check = Callable[[LintContext], Iterator[Diagnostic]]
 
 @dataclass(frozen=True)
 class Rule:
+    """A registered rule: its code, name, severity, one-line summary, hint and check."""
+
     code: str
     name: str
     severity: Severity

@@ -11,7 +11,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from fsdpspec.catalog import accelerators, presets
 from fsdpspec.catalog.accelerators import Accelerator, accelerator_names, resolve_accelerator
 from fsdpspec.catalog.presets import preset_names
 from fsdpspec.spec import compiled
@@ -26,6 +25,9 @@ ShardingStrategy = Literal[
 ]
 PresetName = Literal[tuple(preset_names())]  # type: ignore[valid-type]
 AcceleratorName = Literal[tuple(accelerator_names())]  # type: ignore[valid-type]
+# What the models are generated from besides this module's source: the catalogue's names
+# (fsdpspec.spec.compiled keys the shipped schemas by both).
+SCHEMA_INPUTS = (PresetName, AcceleratorName)
 # Counts are capped at int32: larger values are typos, and torch would overflow on them.
 PositiveInt = Annotated[int, Field(ge=1, le=2**31 - 1)]
 NonNegInt = Annotated[int, Field(ge=0, le=2**31 - 1)]
@@ -36,9 +38,6 @@ FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 MAX_DEVICE_GIB = 2.0**20
 MAX_HOST_GIB = 2.0**30
 MAX_TFLOPS = 1e9
-# What the models are generated from besides this module: the names its Literals list
-# (fsdpspec.spec.compiled keys the shipped schemas by them).
-SCHEMA_SOURCES = (accelerators, presets)
 
 
 class _Section(BaseModel):
