@@ -74,12 +74,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _shared_fixtures(item: pytest.Item) -> list[str]:
-    """The fixtures defined under tests/ that ``item`` uses and that outlive one test."""
+    """The fixtures defined under tests/ that ``item`` uses and that outlive one test; a
+    parametrized one by parameter too (each value is built once, wherever its tests go:
+    "name=value", as xdist reads no group from a node id that ends in "]")."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return []
+    params = getattr(getattr(item, "callspec", None), "params", {})
     return sorted(
         f"{Path(defs[-1].func.__code__.co_filename).relative_to(ROOT)}::{name}"
+        + (f"={params[name]}" if name in params else "")
         for name, defs in info.name2fixturedefs.items()
         if defs and defs[-1].scope != "function"
         and Path(defs[-1].func.__code__.co_filename).is_relative_to(ROOT / "tests")

@@ -110,23 +110,16 @@ def trained(results: list[subprocess.CompletedProcess], names: list[str]) -> dic
     return {name: result.stdout for name, result in zip(names, results, strict=True)}
 
 
-@pytest.fixture(scope="session")
-def tp1(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Each family on one process without tensor parallelism: the reference, checkpointed
-    at step 3 for the resumes onto the shapes."""
-    root = tmp_path_factory.mktemp("tp1")
-    specs = [write_spec(root / f, merged(family_job(f), TP1)) for f in FAMILIES]
-    outputs = trained(torchrun_jobs(specs, nproc=1), list(FAMILIES))
-    assert all("mesh dp_shard 1," in out for out in outputs.values())
-    return {f: root / f for f in FAMILIES}
-
-
 @dataclass(frozen=True)
 class Shape:
-    """A shape's runs, per family: ``runs`` (`fsdpspec run`, 5 steps), ``resumed`` (from
-    its step 3), ``from_tp1`` (from TP 1's step 3), ``onto_tp1`` (its step 3 on one
-    process) and ``logits`` (the probe's: the checkpoint's, the weights', transformers')."""
+    """A shape's runs, per family: ``tp1`` (TP 1 on one process, the reference),
+    ``runs`` (`fsdpspec run`, 5 steps), ``resumed`` (from its step 3), ``from_tp1``
+    (from TP 1's step 3), ``onto_tp1`` (its step 3 on one process) and ``logits`` (the
+    probe's: the checkpoint's, the weights', transformers'). Each shape trains its own
+    TP 1 references (one launch), so that the shapes share no fixture and run on two
+    workers (tests/conftest.py groups by fixture and parameter)."""
 
+    tp1: dict[str, Path]
     runs: dict[str, Path]
     resumed: dict[str, Path]
     from_tp1: dict[str, Path]
@@ -135,10 +128,13 @@ class Shape:
 
 
 @pytest.fixture(scope="session", params=list(SHAPES))
-def shape(request: pytest.FixtureRequest, tp1: dict[str, Path],
-          tmp_path_factory: pytest.TempPathFactory) -> Shape:
+def shape(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Shape:
     nproc, mesh = SHAPES[request.param]
     root = tmp_path_factory.mktemp(request.param)
+    tp1 = {f: root / f / "tp1" for f in FAMILIES}
+    outputs = trained(torchrun_jobs([write_spec(tp1[f], merged(family_job(f), TP1))
+                                     for f in FAMILIES], nproc=1), list(FAMILIES))
+    assert all("mesh dp_shard 1," in out for out in outputs.values())
     runs = {f: root / f / "run" for f in FAMILIES}
     for f in FAMILIES:
         assert mesh in fsdpspec_run(family_job(f, nproc), runs[f]).stdout
@@ -153,17 +149,17 @@ def shape(request: pytest.FixtureRequest, tp1: dict[str, Path],
     specs = [write_spec(onto[f], merged(resumed(family_job(f), runs[f]), merged(TP1, {
         "checkpoint": {"final": {"enabled": False}}}))) for f in FAMILIES]
     trained(torchrun_jobs(specs, nproc=1), list(FAMILIES))
-    return Shape(runs, {f: root / f / "resumed" for f in FAMILIES},
+    return Shape(tp1, runs, {f: root / f / "resumed" for f in FAMILIES},
                  {f: root / f / "from-tp1" for f in FAMILIES}, onto,
                  dict(zip(FAMILIES, probe_logits(
                      [(runs[f], family_job(f, nproc)) for f in FAMILIES], nproc), strict=True)))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_trains_as_tp1(shape: Shape, tp1: dict[str, Path], family: str) -> None:
+def test_trains_as_tp1(shape: Shape, family: str) -> None:
     """4 micro-batches a step on one data-parallel rank (TP 2) or 2 on each of two
     (dp 2 × TP 2), against 4 on one process: the same losses and clipped-norm inputs."""
-    assert_trains_alike(shape.runs[family], tp1[family], range(1, STEPS + 1))
+    assert_trains_alike(shape.runs[family], shape.tp1[family], range(1, STEPS + 1))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -179,9 +175,10 @@ def test_resumes_onto_tp1(shape: Shape, family: str) -> None:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_resumes_from_tp1(shape: Shape, tp1: dict[str, Path], family: str) -> None:
+def test_resumes_from_tp1(shape: Shape, family: str) -> None:
     """TP 1's step-3 checkpoint resharded onto the shape: steps 4–5 as TP 1's."""
-    assert_trains_alike(shape.from_tp1[family], tp1[family], range(MIDDLE + 1, STEPS + 1))
+    assert_trains_alike(shape.from_tp1[family], shape.tp1[family],
+                        range(MIDDLE + 1, STEPS + 1))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -207,7 +204,8 @@ def test_export_gives_the_checkpoints_logits(shape: Shape, family: str, tmp_path
     assert torch.allclose(logits["transformers"], logits["weights"], atol=1e-5, rtol=0)
 
 
-def test_hsdp_tp_trains_as_tp1(tp1: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("shape", ["dp2-tp2"], indirect=True)
+def test_hsdp_tp_trains_as_tp1(shape: Shape, tmp_path: Path) -> None:
     """HYBRID_SHARD with one rank a shard group under TP 2 on 4 processes: replicated
     2 × TP 2, the gradient norm counting each replica once. A launch of its own: a
     batch's jobs share one mesh shape (engine_batch.py)."""
@@ -216,7 +214,7 @@ def test_hsdp_tp_trains_as_tp1(tp1: dict[str, Path], tmp_path: Path) -> None:
         "checkpoint": {"interval_steps": 0}})
     (out,) = trained(torchrun_jobs([write_spec(tmp_path / "hsdp", job)], 4), ["hsdp"]).values()
     assert "mesh dp_replicate 2 × dp_shard 1 × tp 2" in out
-    assert_trains_alike(tmp_path / "hsdp", tp1["tiny-llama"], range(1, STEPS + 1))
+    assert_trains_alike(tmp_path / "hsdp", shape.tp1["tiny-llama"], range(1, STEPS + 1))
 
 
 def test_chat_fine_tune_with_eval_trains_and_resumes_under_tp(tmp_path: Path) -> None:
