@@ -5,18 +5,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from fsdpspec.catalog.accelerators import CATALOG, Accelerator
 from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job
-from fsdpspec.plan.compute import Compute, step_compute
-from fsdpspec.plan.fitting import Fit, cheapest_fit
 from fsdpspec.plan.host import HostMemory, host_memory
 from fsdpspec.plan.memory import GIB, DeviceMemory, device_memory
-from fsdpspec.plan.steptime import StepTime, step_time
 from fsdpspec.plan.suggest import Suggestion, apply_override, suggestions
 from fsdpspec.plan.tensor_parallel import lever_degrees
 from fsdpspec.spec.v1 import JobSpec
+
+if TYPE_CHECKING:
+    from fsdpspec.plan.compute import Compute
+    from fsdpspec.plan.fitting import Fit
+    from fsdpspec.plan.steptime import StepTime
 
 # The fewest-GPUs search stops here (in nodes): beyond it the answer is "none".
 MAX_NODES = 4096
@@ -33,22 +36,61 @@ class Plan:
     device: DeviceMemory
     host: HostMemory
     host_capacity: int
-    compute: Compute
-    step: StepTime | None  # None when the device's peak is unknown
-    min_gpus: int | None  # in whole nodes of the spec's gpus_per_node
-    min_single_gpus: int | None  # counting single GPUs
-    # The cheapest combination of memory levers that fits, when the job does not.
-    fitting_levers: Fit | None = None
-    # (GPUs, degree): the fewest GPUs with a higher tensor-parallel degree, where that
-    # is fewer than at the spec's own (or the spec's never fits).
-    min_gpus_tp: tuple[int, int] | None = None
+
+    # The rest is computed when read: `validate` of a job that fits reads none of it (nor
+    # imports the compute and step-time models, nor searches the GPU counts).
+
+    @cached_property
+    def min_gpus(self) -> int | None:
+        """The fewest GPUs, in whole nodes of the spec's gpus_per_node."""
+        return fewest_gpus(self.job, self.accelerator) if self.accelerator.is_gpu else None
 
     @cached_property
     def suggestions(self) -> tuple[Suggestion, ...]:
-        """Changes that save device memory, most saved first: computed when read (each
-        re-validates the spec with one change; `validate` of a job that fits never
-        reads them)."""
+        """Changes that save device memory, most saved first (each re-validates the spec
+        with one change)."""
         return tuple(suggestions(self.job, self.device, self.capacity, self.accelerator))
+
+    @cached_property
+    def compute(self) -> Compute:
+        from fsdpspec.plan.compute import step_compute
+        # Compute follows the parameters a token passes through (a Mixture of Experts:
+        # its active ones); memory holds them all.
+        return step_compute(self.job, self.geometry.active_params, self.accelerator,
+                            self._dtype)
+
+    @cached_property
+    def step(self) -> StepTime | None:
+        """None when the device's peak is unknown."""
+        from fsdpspec.plan.steptime import step_time
+        return step_time(self.job, self.compute, self.accelerator, self._dtype)
+
+    @cached_property
+    def min_single_gpus(self) -> int | None:
+        """The fewest GPUs, counting single GPUs."""
+        if not self.accelerator.is_gpu:
+            return None
+        return fewest_gpus(self.job, self.accelerator, per_node=1)
+
+    @cached_property
+    def fitting_levers(self) -> Fit | None:
+        """The cheapest combination of memory levers that fits, when the job does not."""
+        from fsdpspec.plan.fitting import cheapest_fit
+        if self.device.total <= self.capacity * (1.0 - self.headroom_target):
+            return None
+        return cheapest_fit(self.job, self.device, self.capacity, self.accelerator)
+
+    @cached_property
+    def min_gpus_tp(self) -> tuple[int, int] | None:
+        """(GPUs, degree): the fewest GPUs with a higher tensor-parallel degree, where
+        that is fewer than at the spec's own (or the spec's never fits)."""
+        if not self.accelerator.is_gpu:
+            return None
+        return fewest_gpus_tp(self.job, self.accelerator, self.min_gpus)
+
+    @property
+    def _dtype(self) -> str:
+        return self.spec.fsdp.mixed_precision.param_dtype
 
     @property
     def spec(self) -> JobSpec:
@@ -147,24 +189,10 @@ def plan_job(job: Job, *, world_size: int | None = None,
         device = spec.device()
     else:
         device = CATALOG[accelerator] if isinstance(accelerator, str) else accelerator
-    memory = device_memory(job, is_gpu=device.is_gpu)
     host = host_memory(job, g.total_params)
-    # Compute follows the parameters a token passes through (a Mixture of Experts: its
-    # active ones); memory holds them all.
-    dtype = spec.fsdp.mixed_precision.param_dtype
-    compute = step_compute(job, g.active_params, device, dtype)
-    capacity = device_capacity(device, spec, host)
-    host_capacity = int(spec.resources.host_memory_gib * GIB)
-    fewest = fewest_gpus(job, device) if device.is_gpu else None
     return Plan(
-        job=job, accelerator=device, capacity=capacity,
-        headroom_target=spec.resources.memory_headroom, device=memory, host=host,
-        host_capacity=host_capacity, compute=compute,
-        step=step_time(job, compute, device, dtype),
-        min_gpus=fewest,
-        min_single_gpus=fewest_gpus(job, device, per_node=1) if device.is_gpu else None,
-        fitting_levers=(cheapest_fit(job, memory, capacity, device)
-                        if memory.total > capacity * (1.0 - spec.resources.memory_headroom)
-                        else None),
-        min_gpus_tp=fewest_gpus_tp(job, device, fewest) if device.is_gpu else None,
+        job=job, accelerator=device, capacity=device_capacity(device, spec, host),
+        headroom_target=spec.resources.memory_headroom,
+        device=device_memory(job, is_gpu=device.is_gpu), host=host,
+        host_capacity=int(spec.resources.host_memory_gib * GIB),
     )
