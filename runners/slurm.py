@@ -91,8 +91,11 @@ def _launch(spec: JobSpec) -> list[str]:
     segments = [" ".join(_srun(spec)), '  fsdpspec run "$spec_file"']
     if spec.resources.nodes > 1:
         # Only the task knows its node: a fixed `bash -c` reads it; no spec value in it.
-        node_rank = shlex.quote('exec "$@" --node-rank "$SLURM_NODEID"')
-        segments[1:] = [f"  bash -c {node_rank} fsdpspec-node", "    fsdpspec run \"$spec_file\"",
+        # The records' directory comes as its first argument (this shell's variable).
+        node_rank = shlex.quote('exits=$1; shift; exec "$@" --node-rank "$SLURM_NODEID" '
+                                '--exit-record "$exits/$SLURM_NODEID"')
+        segments[1:] = [f'  bash -c {node_rank} fsdpspec-node "$exits"',
+                        "    fsdpspec run \"$spec_file\"",
                         f"    --nnodes {spec.resources.nodes}",
                         '    --rdzv-endpoint "$head_node:$port"', '    --rdzv-id "$SLURM_JOB_ID"']
     lines = [segment + " \\" for segment in segments[:-1]] + [segments[-1] + " &", "child=$!"]
@@ -109,7 +112,34 @@ def _rendezvous() -> list[str]:
             f"port=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_BASE}))", ""]
 
 
-def _supervision() -> list[str]:
+def _exit_records() -> list[str]:
+    """Each node's own exit status (`fsdpspec run --exit-record`), one file a node, in
+    the run directory every node shares; emptied for each start of the job."""
+    return ["# Each node writes its own exit status here (srun reports only the highest).",
+            f'exits="$run_dir/{SCHEDULER_DIR}/exits-$SLURM_JOB_ID"',
+            'rm -rf -- "$exits"', 'mkdir -p -- "$exits"', ""]
+
+
+def _node_failures(statuses: str) -> list[str]:
+    """A node that failed on its own (a refusal, an error) makes srun stop the others
+    (--kill-on-bad-exit) and report their 128 + SIGTERM: the job failed, and is not
+    requeued. A node lost or signalled writes nothing or a stopped status."""
+    return [
+        "# A node that failed by itself: the others' stop was srun's; not requeued.",
+        'for record in "$exits"/*; do',
+        '  [ -f "$record" ] || continue',
+        '  node_status=$(cat -- "$record")',
+        f'  case "$node_status" in {statuses}) ;; *)',
+        '    echo "fsdpspec: node ${record##*/} failed (exit $node_status); srun stopped '
+        'the others; not requeued" >&2',
+        '    exit "$node_status"',
+        "  esac",
+        "done",
+    ]
+
+
+def _supervision(spec: JobSpec) -> list[str]:
+    statuses = "|".join(map(str, STOPPED_STATUSES))
     return [
         "",
         "# Wait for it; a trapped signal ends a wait early, so wait again while it runs.",
@@ -119,9 +149,10 @@ def _supervision() -> list[str]:
         '  status=0',
         '  wait "$child" || status=$?',
         "done",
+        *(_node_failures(statuses) if spec.resources.nodes > 1 else []),
         "# Stopped with a checkpoint, and not by Slurm ending or requeueing the job itself:",
         "# rerun it, and it resumes.",
-        f'case "$status" in {"|".join(map(str, STOPPED_STATUSES))})',
+        f'case "$status" in {statuses})',
         '  if [ "$told" = 0 ]; then',
         '    if [ "$warned" = 1 ]; then',
         '      echo "fsdpspec: stopped ahead of the time limit; requeueing" >&2',
@@ -197,11 +228,11 @@ def sbatch_script(spec: JobSpec, grace_s: int) -> str:
         f"printf '%s\\n' {shlex.quote(document)} > \"$spec_file.tmp\"",
         'mv -f -- "$spec_file.tmp" "$spec_file"',
         "",
-        *(_rendezvous() if spec.resources.nodes > 1 else []),
+        *(_rendezvous() + _exit_records() if spec.resources.nodes > 1 else []),
         *_traps(),
         "# One `fsdpspec run` per node; node 0 prepares the run directory, the others join.",
         *_launch(spec),
-        *_supervision(),
+        *_supervision(spec),
     ]
     return "\n".join(lines) + "\n"
 

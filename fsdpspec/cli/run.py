@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from fsdpspec.atomicio import write_text
 from fsdpspec.cli.options import emit, exit_on_errors, load_spec, resolve_format, set_option
 from fsdpspec.job.rundir import RunDir
 from fsdpspec.runfiles.faults import FaultSettingError, read_faults
@@ -166,7 +167,12 @@ def _after_stop(run_dir: Path) -> str:
 @click.option("--rdzv-id", default=None, metavar="ID",
               help="Rendezvous id shared by the nodes (default: metadata.name); a "
                    "scheduler's job id keeps two runs of one job apart.")
-def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint, rdzv_id) -> None:
+@click.option("--exit-record", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write this node's exit status to FILE (the exported sbatch script "
+                   "reads it: a node that failed is not requeued when srun stopped the "
+                   "others).")
+def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint, rdzv_id,
+            exit_record) -> None:
     """Validate FILE, then train it with torchrun on this machine.
 
     Errors are printed and nothing starts. The run directory (checkpoint.dir) gets
@@ -175,6 +181,28 @@ def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint, rdzv_id)
     the training; otherwise plain log lines. Ctrl-C checkpoints and stops; running again
     resumes. `fsdpspec report RUN_DIR` draws the run.
     """
+    try:
+        _run(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint, rdzv_id)
+    except click.ClickException as exc:
+        _record_exit(exit_record, exc.exit_code)
+        raise
+    except SystemExit as exc:
+        _record_exit(exit_record, exc.code if isinstance(exc.code, int) else 1)
+        raise
+
+
+def _record_exit(record: Path | None, status: int) -> None:
+    if record is None:
+        return
+    try:
+        write_text(record, f"{status}\n", replace=False)  # never a file it did not write
+    except FileExistsError:
+        click.echo(f"fsdpspec: --exit-record {record} exists: not replaced", err=True)
+    except OSError as exc:
+        click.echo(f"fsdpspec: --exit-record {record}: {exc.strerror}", err=True)
+
+
+def _run(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint, rdzv_id) -> None:
     from fsdpspec_runners.torchrun import build_torchrun_argv, launch_env
 
     report, spec = _valid_spec(file, [*overrides, *_node_overrides(nnodes, rdzv_endpoint)])

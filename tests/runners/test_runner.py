@@ -114,6 +114,10 @@ def test_sbatch_passes_bash_n(spec: JobSpec, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
+WRAPPER = ('exits=$1; shift; exec "$@" --node-rank "$SLURM_NODEID" '
+           '--exit-record "$exits/$SLURM_NODEID"')
+
+
 def test_sbatch_runs_fsdpspec_run_on_every_node_with_the_head_node(tmp_path: Path) -> None:
     result = run_sbatch(sbatch_script(MULTI, GRACE_S), tmp_path)
     assert result.returncode == 0, result.stderr
@@ -122,9 +126,14 @@ def test_sbatch_runs_fsdpspec_run_on_every_node_with_the_head_node(tmp_path: Pat
     port = str(16384 + 4242 % 16384)
     assert recorded(tmp_path / "srun.argv") == [
         "--nodes=4", "--ntasks-per-node=1", "--cpus-per-task=32", "--kill-on-bad-exit=1",
-        "bash", "-c", 'exec "$@" --node-rank "$SLURM_NODEID"', "fsdpspec-node",
+        "bash", "-c", WRAPPER, "fsdpspec-node", "runs/llama-sft/slurm/exits-4242",
         "fsdpspec", "run", spec_file, "--nnodes", "4",
         "--rdzv-endpoint", f"gpu-node-07:{port}", "--rdzv-id", "4242"]
+    # The task's bash puts its node into the command, and its own exit record.
+    task = subprocess.run(["bash", "-c", WRAPPER, "fsdpspec-node", "exits", "echo"],
+                          env={**os.environ, "SLURM_NODEID": "3"}, capture_output=True,
+                          text=True, check=True)
+    assert task.stdout == "--node-rank 3 --exit-record exits/3\n"
     written = json.loads((tmp_path / spec_file).read_text())
     assert JobSpec.model_validate(written) == MULTI
 
@@ -249,3 +258,28 @@ def test_a_failed_run_is_not_requeued(tmp_path: Path) -> None:
     ran = subprocess.run(["bash", str(script)], cwd=tmp_path, text=True, capture_output=True,
                          env=sbatch_env(tmp_path, "exit 1\n"), timeout=30)
     assert ran.returncode == 1 and not (tmp_path / "scontrol.argv").exists()
+
+
+@pytest.mark.parametrize(("records", "code", "requeued"), [
+    ({"0": "1", "1": "143"}, 1, False),  # node 0 refused; srun stopped node 1
+    ({"1": "143"}, 143, True),  # node 0 lost (nothing written), node 1 stopped
+    ({"0": "143", "1": "143"}, 143, True),  # a signal to the nodes: both checkpointed
+])
+def test_a_node_that_failed_by_itself_is_not_requeued(
+        tmp_path: Path, records: dict[str, str], code: int, requeued: bool) -> None:
+    """srun stops every node when one exits non-zero (--kill-on-bad-exit) and reports
+    the highest status, 143: the script reads each node's own `--exit-record`, so a
+    refused multi-node job fails once instead of requeueing forever."""
+    from fsdpspec_runners.local.rundir import SCHEDULER_DIR
+
+    exits = Path(MULTI.run_dir(), SCHEDULER_DIR, "exits-4242")
+    body = "".join(f"echo {status} > {exits}/{node}\n" for node, status in records.items())
+    script = tmp_path / "job.sbatch"
+    script.write_text(sbatch_script(MULTI, GRACE_S))
+    ran = subprocess.run(["bash", str(script)], cwd=tmp_path, text=True, capture_output=True,
+                         env=sbatch_env(tmp_path, body + "exit 143\n"), timeout=30)
+    assert ran.returncode == code, ran.stderr
+    assert (tmp_path / "scontrol.argv").read_text().count("requeue") == int(requeued)
+    if not requeued:
+        assert "fsdpspec: node 0 failed (exit 1); srun stopped the others; not requeued" \
+            in ran.stderr

@@ -90,8 +90,10 @@ def test_a_changed_job_is_refused_and_the_first_run_is_untouched(
     other = root / "other"
     other.mkdir()
     job_id = slurm.submit(["sbatch", str(export(other, "optimizer.lr=0.001"))], cwd=root)
-    assert slurm.wait_until_done(job_id)["JobState"] == "FAILED"
+    done = slurm.wait_until_done(job_id)
     log = log_path(root, job_id).read_text()
+    # Refused on its node; the other node stopped by srun is no reason to requeue.
+    assert done["JobState"] == "FAILED" and done["Restarts"] == "0", log
     assert (f"Error: {run_dir} holds a run of 'quickstart' with a different optimizer.lr: "
             "set checkpoint.dir to a new directory, or remove the old run") in log
     assert "Traceback" not in log

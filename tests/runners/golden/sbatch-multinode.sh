@@ -68,6 +68,11 @@ nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
 head_node=${nodes%%$'\n'*}
 port=$((16384 + SLURM_JOB_ID % 16384))
 
+# Each node writes its own exit status here (srun reports only the highest).
+exits="$run_dir/slurm/exits-$SLURM_JOB_ID"
+rm -rf -- "$exits"
+mkdir -p -- "$exits"
+
 # The warning before the time limit: relay it (every node checkpoints and exits),
 # then requeue. On scancel, requeue or the time limit Slurm signals every process
 # itself and ends or requeues the job: TERM only tells this shell so, and it waits
@@ -79,7 +84,7 @@ trap 'told=1' TERM
 # One `fsdpspec run` per node; node 0 prepares the run directory, the others join.
 # shellcheck disable=SC2016
 srun --nodes=4 --ntasks-per-node=1 --cpus-per-task=32 --kill-on-bad-exit=1 \
-  bash -c 'exec "$@" --node-rank "$SLURM_NODEID"' fsdpspec-node \
+  bash -c 'exits=$1; shift; exec "$@" --node-rank "$SLURM_NODEID" --exit-record "$exits/$SLURM_NODEID"' fsdpspec-node "$exits" \
     fsdpspec run "$spec_file" \
     --nnodes 4 \
     --rdzv-endpoint "$head_node:$port" \
@@ -92,6 +97,15 @@ wait "$child" || status=$?
 while kill -0 "$child" 2>/dev/null; do
   status=0
   wait "$child" || status=$?
+done
+# A node that failed by itself: the others' stop was srun's; not requeued.
+for record in "$exits"/*; do
+  [ -f "$record" ] || continue
+  node_status=$(cat -- "$record")
+  case "$node_status" in 129|130|138|143) ;; *)
+    echo "fsdpspec: node ${record##*/} failed (exit $node_status); srun stopped the others; not requeued" >&2
+    exit "$node_status"
+  esac
 done
 # Stopped with a checkpoint, and not by Slurm ending or requeueing the job itself:
 # rerun it, and it resumes.
