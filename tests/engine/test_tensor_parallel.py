@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,9 +40,10 @@ from engine_jobs import (  # noqa: E402
     write_spec,
 )
 
+from conftest import ROOT, run_cli  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 STEPS = 5
 MIDDLE = 3
 FAMILIES = ("tiny-llama", "tiny-gemma3", "tiny-gpt-neox")
@@ -67,10 +66,8 @@ def fsdpspec_run(job: dict[str, Any], run_dir: Path,
     run_dir.mkdir(parents=True, exist_ok=True)
     spec = run_dir.parent / f"{run_dir.name}.yaml"
     spec.write_text(json.dumps(merged(job, {"checkpoint": {"dir": str(run_dir)}})))
-    result = subprocess.run(
-        [sys.executable, "-m", "fsdpspec", "run", str(spec)], cwd=run_dir.parent,
-        capture_output=True, text=True, timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    result = run_cli("run", str(spec), cwd=run_dir.parent, timeout=600,
+                     env={"OMP_NUM_THREADS": "1", **(env or {})})
     return ok(result)
 
 
@@ -250,9 +247,8 @@ def test_the_readme_tp_command_trains(tmp_path: Path) -> None:
     command = re.search(r"```bash\nfsdpspec run (examples/quickstart\.yaml --set "
                         r"parallelism\.tensor_parallel=\d+)\n```", readme).group(1)
     spec, *sets = command.split()
-    result = subprocess.run(
-        [sys.executable, "-m", "fsdpspec", "run", str(ROOT / spec), *sets], cwd=tmp_path,
-        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = run_cli("run", str(ROOT / spec), *sets, cwd=tmp_path, timeout=600,
+                     env={"OMP_NUM_THREADS": "1"})
     assert "mesh dp_shard 1 × tp 2" in ok(result).stdout
     trained = by_step(tmp_path / "runs" / "quickstart")
     assert sorted(trained) == [1, *range(5, 41, 5)] and trained[40]["loss"] < trained[1]["loss"]
