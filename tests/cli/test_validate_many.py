@@ -25,3 +25,19 @@ def test_a_hundred_files_in_one_call_each_answered_at_its_own_path(tmp_path: Pat
     (wrong,) = [d for r in reports for d in r["diagnostics"] if d["severity"] == "error"]
     assert (wrong["file"], wrong["code"]) == (str(broken), "FS020")
     assert wrong["message"] == "unknown field 'global_batch' in data"
+
+
+def _imported(result) -> set[str]:
+    return {line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines()
+            if line.startswith("import time:")}
+
+
+def test_one_file_is_read_without_libyaml_and_many_with_it(tmp_path: Path) -> None:
+    """PyYAML's import costs more than libyaml saves on one spec: `validate job.yaml`
+    never imports it; a second file in the same call is read by libyaml."""
+    profile = {"PYTHONPROFILEIMPORTTIME": "1"}
+    one = run_cli("validate", str(QUICKSTART), env=profile)
+    two = run_cli("validate", str(QUICKSTART), str(QUICKSTART), env=profile)
+    assert (one.returncode, two.returncode) == (0, 0), one.stderr + two.stderr
+    assert "yaml._yaml" not in _imported(one) and "ruamel.yaml" in _imported(one)
+    assert "yaml._yaml" in _imported(two)
