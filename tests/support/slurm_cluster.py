@@ -167,10 +167,18 @@ class Cluster:
         return self.wait_for(job_id, _FINISHED, timeout_s)
 
     def start_now(self, job_id: str) -> None:
-        """A requeued job waits out its credentials before it may run again; start it."""
-        self.wait_for(job_id, {"PENDING"}, timeout_s=120)
+        """A requeued job waits out its credentials before it may run again; start it.
+        Slurm may start it by itself first, and a short job may have finished by the
+        time this looks (both seen in CI): a run that began after the requeue (which
+        resets SubmitTime) is already the job's next run."""
+        deadline = time.monotonic() + 120
+        while (job := self.job(job_id)).get("JobState") != "PENDING":
+            if job.get("JobState") in {"RUNNING", *_FINISHED} and \
+                    job.get("StartTime", "") >= job.get("SubmitTime", "~"):
+                return
+            assert time.monotonic() < deadline, f"job {job_id} never ran again: {job}"
+            time.sleep(0.5)
         result = self.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
-        # Slurm may start it by itself between the two calls (measured in CI).
         started = "no longer pending" in result.stderr and \
             self.job(job_id).get("JobState") not in {"PENDING"}
         assert result.returncode == 0 or started, result.stderr
