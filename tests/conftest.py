@@ -340,9 +340,11 @@ def plain_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path
     memory, by name, their run directories and results, trained one after another in one
     launch (engine_jobs.torchrun_jobs): "straight" (STRAIGHT) first, "resumed" from its
     step-5 checkpoint in a run directory of its own, "no-shard" (NO_SHARD) and
-    "no-shard-resumed" from its step-2 checkpoint, then each of CONFIGS. A failed job
-    fails the tests that read it and those of the jobs after it (not run)."""
-    from engine_jobs import merged, torchrun_jobs, write_spec
+    "no-shard-resumed" from its step-2 checkpoint, then each of CONFIGS; and, in the
+    same launch once all succeeded, "straight-logits": the straight run's directory and
+    its logits probe (engine_jobs.train_then_probe). A failed job fails the tests that read
+    it and those of the jobs after it (not run)."""
+    from engine_jobs import merged, train_then_probe, write_spec
 
     root = tmp_path_factory.mktemp("plain")
 
@@ -355,8 +357,10 @@ def plain_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path
             "no-shard": NO_SHARD, "no-shard-resumed": resumed(NO_SHARD, "no-shard", 2),
             **{name: merged(config, jsonl) if "jsonl_local_tokenizer" in name else config
                for name, config in CONFIGS.items()}}
-    results = torchrun_jobs([write_spec(root / name, job) for name, job in jobs.items()])
-    return {name: (root / name, result) for name, result in zip(jobs, results, strict=True)}
+    results, logits = train_then_probe(
+        [write_spec(root / name, job) for name, job in jobs.items()], [(root / "straight", {})])
+    return {**{name: (root / name, result) for name, result in zip(jobs, results, strict=True)},
+            "straight-logits": (root / "straight", logits[0] if logits else None)}
 
 
 def local_jsonl_and_tokenizer(directory: Path) -> dict[str, Any]:

@@ -23,7 +23,6 @@ from engine_jobs import (  # noqa: E402
     losses,
     metrics,
     ok,
-    probe_logits,
     torchrun,
     write_spec,
 )
@@ -99,10 +98,11 @@ def test_no_shard_trains_as_ddp_like_full_shard_and_resumes_exactly(
     assert final.keys() == again.keys() and all(final[k].equal(again[k]) for k in final)
 
 
-def test_export_loads_with_from_pretrained(straight_run: Path) -> None:
+def test_export_loads_with_from_pretrained(straight_run: Path, plain_runs: dict[str, Any]) -> None:
     """final/ gives the sharded model's logits (fp32, 1e-5); it also loads back into
     the engine as model.weights, sharded, with the same logits."""
-    (probe,) = probe_logits([(straight_run, {})])
+    _, probe = plain_runs["straight-logits"]
+    assert probe is not None, "a job of the launch failed: nothing was probed"
     logits = probe["transformers"]
     print(f"final/ vs sharded logits: max |diff| {(logits - probe['checkpoint']).abs().max():.2e}")
     assert torch.allclose(logits, probe["checkpoint"], atol=1e-5, rtol=0)

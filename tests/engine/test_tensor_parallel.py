@@ -9,8 +9,10 @@ transformers with the logits of the checkpoint it was written from. HSDP × TP (
 dict and resumes from one exactly.
 
 One `fsdpspec run` per family and shape, as users type it, checkpointed at step 3; the
-runs that read those checkpoints go through `engine_jobs.torchrun_jobs`, several engine
-jobs to a launch (the per-process imports, not the training, are a tiny job's cost)."""
+rest is two launches a shape (engine_jobs.torchrun_jobs, train_then_probe), several
+engine jobs to a launch (the per-process imports, not the training, are a tiny job's
+cost): on one process the TP 1 references and the resumes onto TP 1, on the shape the
+resumes and the logits probe."""
 
 from __future__ import annotations
 
@@ -34,9 +36,9 @@ from engine_jobs import (  # noqa: E402
     merged,
     metrics,
     ok,
-    probe_logits,
     torchrun,
     torchrun_jobs,
+    train_then_probe,
     write_spec,
 )
 
@@ -128,28 +130,29 @@ class Shape:
 def shape(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Shape:
     nproc, mesh = SHAPES[request.param]
     root = tmp_path_factory.mktemp(request.param)
-    tp1 = {f: root / f / "tp1" for f in FAMILIES}
-    outputs = trained(torchrun_jobs([write_spec(tp1[f], merged(family_job(f), TP1))
-                                     for f in FAMILIES], nproc=1), list(FAMILIES))
-    assert all("mesh dp_shard 1," in out for out in outputs.values())
     runs = {f: root / f / "run" for f in FAMILIES}
     for f in FAMILIES:
         assert mesh in fsdpspec_run(family_job(f, nproc), runs[f]).stdout
-    # The runs that read a checkpoint, batched: on the shape, then on one process.
+    # On one process: the TP 1 references, and the shape's step 3 resumed onto TP 1.
+    tp1 = {f: root / f / "tp1" for f in FAMILIES}
+    onto = {f: root / f / "onto-tp1" for f in FAMILIES}
+    one = {f"{f}/tp1": write_spec(tp1[f], merged(family_job(f), TP1)) for f in FAMILIES} | {
+        f"{f}/onto": write_spec(onto[f], merged(resumed(family_job(f), runs[f]), merged(TP1, {
+            "checkpoint": {"final": {"enabled": False}}}))) for f in FAMILIES}
+    outputs = trained(torchrun_jobs(list(one.values()), nproc=1), list(one))
+    assert all("mesh dp_shard 1," in out for out in outputs.values())
+    # On the shape: its step 3 and TP 1's resumed, then the logits of its runs.
     again = {f"{f}/{kind}": (root / f / kind, job) for f in FAMILIES for kind, job in (
         ("resumed", resumed(family_job(f, nproc), runs[f])),
         ("from-tp1", resumed(family_job(f, nproc), tp1[f])))}
-    outputs = trained(torchrun_jobs([write_spec(d, j) for d, j in again.values()], nproc),
-                      list(again))
+    results, logits = train_then_probe([write_spec(d, j) for d, j in again.values()],
+                                       [(runs[f], family_job(f, nproc)) for f in FAMILIES],
+                                       nproc)
+    outputs = trained(results, list(again))
     assert all(f"(step {MIDDLE})" in out for out in outputs.values())
-    onto = {f: root / f / "onto-tp1" for f in FAMILIES}
-    specs = [write_spec(onto[f], merged(resumed(family_job(f), runs[f]), merged(TP1, {
-        "checkpoint": {"final": {"enabled": False}}}))) for f in FAMILIES]
-    trained(torchrun_jobs(specs, nproc=1), list(FAMILIES))
     return Shape(tp1, runs, {f: root / f / "resumed" for f in FAMILIES},
                  {f: root / f / "from-tp1" for f in FAMILIES}, onto,
-                 dict(zip(FAMILIES, probe_logits(
-                     [(runs[f], family_job(f, nproc)) for f in FAMILIES], nproc), strict=True)))
+                 dict(zip(FAMILIES, logits, strict=True)))
 
 
 @pytest.mark.parametrize("family", FAMILIES)

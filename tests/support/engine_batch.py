@@ -1,11 +1,13 @@
 """Run under torchrun by engine_jobs.torchrun_jobs: several engine jobs in one launch.
 
-argv: OUT_DIR SPEC... Each job is the engine's own ``main`` (it joins the process group,
-trains, exports and leaves it), one after another in the same processes, so each process
-imports torch and transformers once for all of them: that import, not the training, is
-most of a tiny job's cost (about 4 CPU-s a process). Rank 0's output of job i goes to
-OUT_DIR/i.out and its exit status to OUT_DIR/i.status. A failed job ends the launch, so
-that torchrun stops the other ranks (they may be waiting in a collective).
+argv: OUT_DIR SPEC... [--probe (TRAINED_SPEC WEIGHTS_SPEC)...]. Each job is the engine's
+own ``main`` (it joins the process group, trains, exports and leaves it), one after
+another in the same processes, so each process imports torch and transformers once for
+all of them: that import, not the training, is most of a tiny job's cost (about 4 CPU-s
+a process). Rank 0's output of job i goes to OUT_DIR/i.out and its exit status to
+OUT_DIR/i.status. A failed job ends the launch, so that torchrun stops the other ranks
+(they may be waiting in a collective). After the jobs, the pairs after ``--probe`` are
+probed (engine_logits_probe.py) in the same processes.
 
 Each job meets at a store of its own (rank 0 hosts it, on a port it tells the others
 through torchrun's store): torchrun's store keeps the keys of the previous job's process
@@ -24,6 +26,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+from engine_logits_probe import probe
 from torch.distributed import TCPStore
 
 from fsdpspec_runners.engine.dist import leave
@@ -53,12 +56,17 @@ def run_one(spec: str, out: Path) -> int:
     return status
 
 
-def run_all(out_dir: Path, specs: list[str]) -> int:
+def run_all(out_dir: Path, args: list[str]) -> int:
+    cut = args.index("--probe") if "--probe" in args else len(args)
+    specs, pairs = args[:cut], args[cut + 1:]
     for index, spec in enumerate(specs):
         meet_afresh(index)
         status = run_one(spec, out_dir / f"{index}.out")
         if status != 0:
             return status
+    if pairs:
+        meet_afresh(len(specs))
+        probe(out_dir, [Path(p) for p in pairs])
     return 0
 
 

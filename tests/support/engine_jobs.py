@@ -17,7 +17,6 @@ from fsdpspec.spec.v1 import JobSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent
-PROBE = Path(__file__).with_name("engine_logits_probe.py")
 BATCH = Path(__file__).with_name("engine_batch.py")
 
 BASE: dict[str, Any] = {
@@ -95,9 +94,29 @@ def torchrun_jobs(
     (engine_batch.py: the processes import torch and transformers once). One result per
     spec, its stdout rank 0's output; a spec after a failed one is not run (returncode
     None), and the failed and unrun ones carry the launch's stderr."""
+    return train_then_probe(specs, [], nproc, env)[0]
+
+
+def train_then_probe(
+    specs: list[Path], runs: list[tuple[Path, dict[str, Any]]], nproc: int = 2,
+    env: dict[str, str] | None = None,
+) -> tuple[list[subprocess.CompletedProcess], list[dict[str, Any]]]:
+    """`torchrun_jobs(specs)`, then, in the same launch once every job succeeded, for
+    each (run directory, job) of ``runs`` (trained on ``nproc`` processes already): the
+    logits of the job's model resumed from the run's newest checkpoint, of its final/
+    loaded back into the engine as model.weights, and of final/ in transformers, on one
+    fixed batch (engine_logits_probe.py). A launch's jobs share one mesh shape."""
+    import torch
+
     with tempfile.TemporaryDirectory() as out:
-        launch = torchrun(specs[0], nproc, env, script=[str(BATCH), out, *map(str, specs)],
-                          timeout=300 * len(specs))
+        pairs = []
+        for index, (run_dir, job) in enumerate(runs):
+            weights = write_spec(Path(out, f"weights-{index}"), merged(job, {
+                "model": {"weights": str(run_dir / "final")}, "checkpoint": {"resume": "never"}}))
+            pairs += [str(run_dir / "resolved-spec.json"), str(weights)]
+        script = [str(BATCH), out, *map(str, specs), *(["--probe", *pairs] if pairs else [])]
+        launch = torchrun(Path((specs or pairs)[0]), nproc, env, script=script,
+                          timeout=300 * (len(specs) + 1))
         results = []
         for index, spec in enumerate(specs):
             status = Path(out, f"{index}.status")
@@ -106,30 +125,17 @@ def torchrun_jobs(
             results.append(subprocess.CompletedProcess(
                 [str(spec)], code, output.read_text() if output.exists() else "",
                 "" if code == 0 else launch.stdout + launch.stderr))
-    return results
-
-
-def probe_logits(runs: list[tuple[Path, dict[str, Any]]], nproc: int = 2) -> list[dict[str, Any]]:
-    """For each (run directory, job) trained on ``nproc`` processes, in one launch
-    (engine_logits_probe.py): the logits of the job's model resumed from the run's newest
-    checkpoint, of its final/ loaded back into the engine as model.weights, and of final/
-    in transformers, on one fixed batch."""
-    import torch
+        if not runs or any(r.returncode != 0 for r in results):
+            return results, []
+        ok(launch)
+        probes = [torch.load(Path(out, f"probe-{index}.pt")) for index in range(len(runs))]
     from transformers import AutoModelForCausalLM
 
-    with tempfile.TemporaryDirectory() as out:
-        specs = []
-        for index, (run_dir, job) in enumerate(runs):
-            weights = write_spec(Path(out, f"weights-{index}"), merged(job, {
-                "model": {"weights": str(run_dir / "final")}, "checkpoint": {"resume": "never"}}))
-            specs += [str(run_dir / "resolved-spec.json"), str(weights)]
-        ok(torchrun(Path(specs[0]), nproc, script=[str(PROBE), out, *specs]))
-        probes = [torch.load(Path(out, f"{index}.pt")) for index in range(len(runs))]
     for (run_dir, _), probe in zip(runs, probes, strict=True):
         model = AutoModelForCausalLM.from_pretrained(run_dir / "final", dtype=torch.float32)
         with torch.no_grad():
             probe["transformers"] = model(probe["input_ids"]).logits
-    return probes
+    return results, probes
 
 
 def engine_alone(spec: Path) -> subprocess.CompletedProcess:

@@ -1,14 +1,14 @@
-"""Run under torchrun by engine_jobs.probe_logits: logits of the engine's sharded models.
+"""Logits of the engine's sharded models, probed under torchrun by engine_batch.py
+(engine_jobs.train_then_probe).
 
-argv: OUT_DIR (TRAINED_SPEC WEIGHTS_SPEC)... For each pair, builds the trained run exactly
-as the engine does (resuming its newest checkpoint), then a model loaded from
-``model.weights``, and saves both models' logits on one fixed batch to OUT_DIR/i.pt
-(rank 0). The pairs share one process group: each launch costs its processes' imports.
+For each (TRAINED_SPEC, WEIGHTS_SPEC), builds the trained run exactly as the engine does
+(resuming its newest checkpoint), then a model loaded from ``model.weights``, and saves
+both models' logits on one fixed batch to OUT_DIR/probe-i.pt (rank 0). The pairs share
+one process group.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import torch
@@ -25,8 +25,7 @@ def logits(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     return (out.full_tensor() if hasattr(out, "full_tensor") else out).detach().cpu()
 
 
-def main() -> None:
-    out_dir, *specs = (Path(a) for a in sys.argv[1:])
+def probe(out_dir: Path, specs: list[Path]) -> None:
     pairs = list(zip(specs[::2], specs[1::2], strict=True))
     runtime = init_runtime(read_resolved_job(pairs[0][0])[0])
     input_ids = torch.arange(64).remainder(257).view(2, 32)
@@ -38,10 +37,6 @@ def main() -> None:
         from_weights = logits(build_fsdp_model(loaded, runtime), input_ids)
         if runtime.is_main:
             torch.save({"input_ids": input_ids, "checkpoint": from_checkpoint,
-                        "weights": from_weights}, out_dir / f"{index}.pt")
+                        "weights": from_weights}, out_dir / f"probe-{index}.pt")
         trainer.sink.close()
     teardown(clean=True)
-
-
-if __name__ == "__main__":
-    main()
