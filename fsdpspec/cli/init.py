@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 import click
-from pydantic import ValidationError
+from pydantic_core import ValidationError
 
 from fsdpspec.atomicio import write_text
 from fsdpspec.catalog.accelerators import CATALOG, accelerator_names
@@ -23,7 +23,7 @@ from fsdpspec.spec.yamltext import COMMENT_COLUMN
 from fsdpspec.validate import check_file
 
 # A CPU job's host memory: the spec's own default.
-_DEFAULT_HOST_GIB = Resources.model_fields["host_memory_gib"].default
+_DEFAULT_HOST_GIB = Resources().host_memory_gib
 
 _TEMPLATE = """\
 # Starter spec written by `fsdpspec init`. Check it with `fsdpspec validate`, see the

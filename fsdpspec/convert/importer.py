@@ -25,6 +25,7 @@ from fsdpspec.catalog.families import family
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note, note_order
 from fsdpspec.convert.model import apply_layers, apply_model
 from fsdpspec.convert.written import check_written, refuse_invalid, refuse_unwritable
+from fsdpspec.spec.section import Section
 from fsdpspec.spec.v1 import API_VERSION, Data, JobSpec
 from fsdpspec.spec.yamltext import add_comment, dump_yaml, set_header
 
@@ -47,18 +48,19 @@ def _spec_order(dotted: str) -> tuple[int, ...]:
     model: Any = JobSpec
     order = []
     for name in dotted.split("."):
-        names = list(model.model_fields)
+        types = model.field_types()
+        names = list(types)
         order.append(names.index(name) if name in names else len(names))
-        annotation = model.model_fields[name].annotation if name in names else None
-        model = annotation if hasattr(annotation, "model_fields") else _submodel(annotation)
+        model = _section(types.get(name))
         if model is None:
             break
     return tuple(order)
 
 
-def _submodel(annotation: Any) -> Any:
-    for arg in getattr(annotation, "__args__", ()):
-        if hasattr(arg, "model_fields"):
+def _section(annotation: Any) -> type[Section] | None:
+    """The section a field holds (alone, or in a union)."""
+    for arg in (annotation, *getattr(annotation, "__args__", ())):
+        if isinstance(arg, type) and issubclass(arg, Section):
             return arg
     return None
 
@@ -116,11 +118,11 @@ def _batch(draft: Draft) -> None:
     user's file for our default)."""
     if draft.has("data.global_batch_size"):
         return
-    defaults = Data.model_fields
-    micro = draft.value("data.micro_batch_size", defaults["micro_batch_size"].default)
+    defaults = Data()
+    micro = draft.value("data.micro_batch_size", defaults.micro_batch_size)
     ranks = draft.data_parallel_ranks(draft.value("resources.gpus_per_node")
                                       * draft.value("resources.nodes"))
-    default, step = defaults["global_batch_size"].default, micro * ranks
+    default, step = defaults.global_batch_size, micro * ranks
     if step > 0 and default % step:  # no ranks: validating the draft says so (FS054)
         draft.put("data.global_batch_size", step * max(1, round(default / step)),
                   f"assumed (the source does not say): the multiple of {micro} per rank × "

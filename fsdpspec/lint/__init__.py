@@ -13,7 +13,7 @@ import pkgutil
 from collections.abc import Sequence
 
 from fsdpspec.lint.registry import RULES, LintContext
-from fsdpspec.lint.selection import is_selected
+from fsdpspec.lint.selection import selector
 from fsdpspec.spec.diagnostics import Diagnostic
 
 _INFRASTRUCTURE = {"registry", "selection", "docs"}
@@ -27,9 +27,9 @@ def lint_spec(
     ctx: LintContext, *, select: Sequence[str] = (), ignore: Sequence[str] = ()
 ) -> list[Diagnostic]:
     """Run the selected rules on a spec; the spec's `lint.ignore` adds to ``ignore``."""
-    ignored = [*ignore, *ctx.spec.lint.ignore]
+    selected = selector(select, [*ignore, *ctx.spec.lint.ignore])
     found: list[Diagnostic] = []
     for rule in RULES.values():
-        if is_selected(rule.code, select, ignored):
+        if selected(rule.code):
             found.extend(rule.check(ctx))
     return found

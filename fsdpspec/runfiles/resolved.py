@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic_core import ValidationError
 
 from fsdpspec import __version__
 from fsdpspec.atomicio import write_text

@@ -95,6 +95,12 @@ class _Events:
         return event
 
 
+class _Resolver(VersionedResolver):
+    # YAML 1.2, ruamel's default: the text has no %YAML directive. (The property this
+    # replaces looked for a scanner at every scalar: a tenth of composing a spec.)
+    processing_version = (1, 2)
+
+
 class _Loader:
     """What ruamel's composer and resolver read from their loader."""
 
@@ -102,7 +108,7 @@ class _Loader:
 
     def __init__(self, text: str, composer: type[Composer]):
         self._parser = _Events(text)
-        self._resolver = VersionedResolver(loader=self)
+        self._resolver = _Resolver(loader=self)
         self._composer = composer(loader=self)
 
 

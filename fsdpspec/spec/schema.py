@@ -6,18 +6,11 @@
 
 from __future__ import annotations
 
-import ast
-import inspect
 import json
 import re
-import sys
 from functools import cache
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
-
-from pydantic import BaseModel
-from pydantic.json_schema import GenerateJsonSchema
 
 from fsdpspec.spec import SUPPORTED
 
@@ -41,49 +34,12 @@ def _tidy(node: Any) -> Any:
 
 
 @cache
-def _module_docstrings(module: str) -> dict[str, dict[str, str]]:
-    """Class name → field → the docstring under the field, for one models module (as
-    pydantic's use_attribute_docstrings reads them: an annotated name, then a string)."""
-    tree = ast.parse(inspect.getsource(sys.modules[module]))
-    found: dict[str, dict[str, str]] = {}
-    for node in tree.body:
-        if not isinstance(node, ast.ClassDef):
-            continue
-        docs = found.setdefault(node.name, {})
-        for field, after in pairwise(node.body):
-            if (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)
-                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                    and isinstance(after.value.value, str)):
-                docs[field.target.id] = inspect.cleandoc(after.value.value)
-    return found
-
-
-def field_docstrings(model: type[BaseModel]) -> dict[str, str]:
-    """Field → its docstring, inherited ones included (a subclass's own win)."""
-    docs: dict[str, str] = {}
-    for cls in reversed(model.__mro__):
-        if issubclass(cls, BaseModel) and cls is not BaseModel:
-            docs.update(_module_docstrings(cls.__module__).get(cls.__name__, {}))
-    return docs
-
-
-class _WithFieldDocstrings(GenerateJsonSchema):
-    """Each field's docstring as its description, unless its Field() gives one."""
-
-    def model_schema(self, schema):
-        json_schema = super().model_schema(schema)
-        properties = json_schema.get("properties", {})
-        for name, doc in field_docstrings(schema["cls"]).items():
-            if name in properties:
-                properties[name].setdefault("description", doc)
-        return json_schema
-
-
-@cache
 def generate(version: str) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of one spec version."""
-    body = _tidy(SUPPORTED[version].model_json_schema(
-        mode="validation", schema_generator=_WithFieldDocstrings))
+    from fsdpspec.spec.describe import WithFieldDocstrings  # imports pydantic
+    from fsdpspec.spec.mirror import pydantic_model
+    body = _tidy(pydantic_model(SUPPORTED[version]).model_json_schema(
+        mode="validation", schema_generator=WithFieldDocstrings))
     return {
         "$schema": _DIALECT,
         "$id": f"https://fsdpspec.dev/schema/{schema_filename(version)}",

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+from pydantic_core import ValidationError
 
 from fsdpspec.convert.accelerate_vocab import KEY_TO_FIELD, value_alias
 from fsdpspec.semantics import DEFAULT_RDZV_PORT

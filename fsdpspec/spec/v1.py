@@ -4,16 +4,15 @@
 Enumerations are spelled as PyTorch spells them (``FULL_SHARD``, ``BACKWARD_PRE``…).
 """
 
-# No `from __future__ import annotations` here: pydantic would compile and evaluate the
-# models' 170 annotation strings at every import (a tenth of this module's import).
+# No `from __future__ import annotations` here: fsdpspec.spec.mirror reads the annotations
+# as the objects they name.
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
-
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from fsdpspec.catalog.accelerators import Accelerator, accelerator_names, resolve_accelerator
 from fsdpspec.catalog.presets import preset_names
 from fsdpspec.spec import compiled
+from fsdpspec.spec.section import AfterValidator, Field, Section
 
 API_VERSION = "fsdpspec/v1"
 
@@ -40,17 +39,15 @@ MAX_HOST_GIB = 2.0**30
 MAX_TFLOPS = 1e9
 
 
-class _Section(BaseModel):
+class _Section(Section):
     # strict: YAML already typed every value; "yes" or "2048" must not be coerced. The
     # attribute docstrings are each field's description, read only when the schema is
     # generated (fsdpspec.spec.schema): pydantic's use_attribute_docstrings would read
-    # this file's source at every import, a fifth of `validate`'s time. Built from the
-    # shipped compiled schemas (fsdpspec.spec.compiled) when they are current.
-    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
+    # this file's source at every import, a fifth of `validate`'s time.
+    model_config = {"extra": "forbid", "strict": True}
 
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        super().__pydantic_init_subclass__(**kwargs)
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
         compiled.install(cls)
 
 

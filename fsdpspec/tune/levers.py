@@ -12,10 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, get_args
 
-from pydantic import BaseModel
-
 from fsdpspec.plan.tensor_parallel import DEGREES
 from fsdpspec.semantics import HYBRID_STRATEGIES
+from fsdpspec.spec.section import Section
 from fsdpspec.spec.v1 import Fsdp, JobSpec
 
 # Sequences from this length on are long enough for tune to split them over ranks
@@ -54,9 +53,9 @@ def value_of(spec: JobSpec, choice: Choice, key: str) -> Any:
     return node
 
 
-def spec_values(section: type[BaseModel], field: str) -> tuple[Any, ...]:
+def spec_values(section: type[Section], field: str) -> tuple[Any, ...]:
     """The values a Literal field of the spec allows: a mode the spec gains is searched."""
-    return get_args(section.model_fields[field].annotation)
+    return get_args(section.field_types()[field])
 
 
 def _data_parallel(spec: JobSpec, choice: Choice) -> int:
