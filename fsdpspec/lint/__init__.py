@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Sequence
+from functools import cache
 
-from fsdpspec.lint.registry import RULES, LintContext
-from fsdpspec.lint.selection import selector
+from fsdpspec.lint.registry import RULES, LintContext, Rule
+from fsdpspec.lint.selection import is_selected
 from fsdpspec.spec.diagnostics import Diagnostic
 
 _INFRASTRUCTURE = {"registry", "selection", "docs"}
@@ -27,9 +28,13 @@ def lint_spec(
     ctx: LintContext, *, select: Sequence[str] = (), ignore: Sequence[str] = ()
 ) -> list[Diagnostic]:
     """Run the selected rules on a spec; the spec's `lint.ignore` adds to ``ignore``."""
-    selected = selector(select, [*ignore, *ctx.spec.lint.ignore])
     found: list[Diagnostic] = []
-    for rule in RULES.values():
-        if selected(rule.code):
-            found.extend(rule.check(ctx))
+    for rule in _selected(tuple(select), (*ignore, *ctx.spec.lint.ignore)):
+        found.extend(rule.check(ctx))
     return found
+
+
+@cache
+def _selected(select: tuple[str, ...], ignore: tuple[str, ...]) -> tuple[Rule, ...]:
+    """The rules a selection runs: the same for every file of a `validate` call."""
+    return tuple(rule for rule in RULES.values() if is_selected(rule.code, select, ignore))

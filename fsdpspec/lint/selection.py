@@ -3,7 +3,7 @@ flake8), plus the spec's own `lint.ignore`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from fsdpspec.spec.diagnostics import normalize_prefix as normalize
 
@@ -19,15 +19,12 @@ def _prefixes(given: Sequence[str]) -> list[str]:
     return [p for p in map(normalize, given) if p]
 
 
-def selector(select: Sequence[str], ignore: Sequence[str]) -> Callable[[str], bool]:
-    """Whether a rule runs, by its code. No --select selects everything; when a select
-    and an ignore prefix both match, the longer one decides, and a tie ignores."""
-    selected, ignored = _prefixes(select) or [""], _prefixes(ignore)
-    return lambda code: _longest(code, selected) > _longest(code, ignored)
-
-
 def is_selected(code: str, select: Sequence[str], ignore: Sequence[str]) -> bool:
-    return selector(select, ignore)(code)
+    """Whether a rule runs. No --select selects everything; when a select and an ignore
+    prefix both match, the longer one decides, and a tie ignores."""
+    chosen = _longest(code, _prefixes(select) or [""])
+    dropped = _longest(code, _prefixes(ignore))
+    return chosen > dropped
 
 
 def matches_any(prefix: str, codes: Sequence[str]) -> bool:

@@ -154,7 +154,7 @@ class _Builder:
             raise _refuse("FS010", f"tag {shown} is not allowed", node,
                           "job specs hold plain YAML values; remove the tag")
         if isinstance(node, ScalarNode):
-            return self.scalar(node)
+            return self.scalar(node, tag)
         inner = active | {id(node)}
         if isinstance(node, SequenceNode):
             return [self.build(item, join(pointer, i), depth + 1, inner)
@@ -162,8 +162,7 @@ class _Builder:
         assert isinstance(node, MappingNode)
         return self.mapping(node, pointer, depth, inner)
 
-    def scalar(self, node: ScalarNode) -> Any:
-        tag = str(node.tag)
+    def scalar(self, node: ScalarNode, tag: str) -> Any:
         if tag == _TIMESTAMP:
             return node.value  # dates are kept as written: no field holds a datetime
         shown = tag.replace(_STD, "!!")
@@ -190,10 +189,11 @@ class _Builder:
         result: dict[str, Any] = {}
         first_seen: dict[str, Node] = {}
         for key_node, value_node in node.value:
-            if str(key_node.tag) == _MERGE:
+            key_tag = str(key_node.tag)
+            if key_tag == _MERGE:
                 raise _refuse("FS010", "merge keys (<<) are not allowed", key_node,
                               "repeat the keys; merges hide where a value comes from")
-            if not isinstance(key_node, ScalarNode) or str(key_node.tag) != _STD + "str":
+            if not isinstance(key_node, ScalarNode) or key_tag != _STD + "str":
                 shown = getattr(key_node, "value", None)
                 what = f"key {shown!r}" if shown else "an empty key"
                 raise _refuse("FS011", f"{what} is not a string", key_node, "quote the key")

@@ -1,6 +1,6 @@
 """A spec section's pydantic model: the same fields, defaults, constraints and config,
-built only where pydantic's work is wanted (a core schema to compile, the JSON Schema,
-`model_fields`). The core schema it generates validates into the section itself."""
+built only where pydantic's work is wanted: a core schema to compile, the JSON Schema. The
+core schema it generates validates into the section itself."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Annotated, Any, get_origin
+from typing import Annotated, Any, get_args, get_origin
 
 
 class Field:
@@ -57,8 +57,8 @@ class Section:
         types: dict[str, Any] = {}
         for klass in reversed(cls.__mro__[:-2]):  # not Section, not object
             for name, annotation in vars(klass).get("__annotations__", {}).items():
-                types[name] = getattr(annotation, "__origin__", annotation) if get_origin(
-                    annotation) is Annotated else annotation
+                annotated = get_origin(annotation) is Annotated
+                types[name] = get_args(annotation)[0] if annotated else annotation
         return types
 
     @classmethod
@@ -92,7 +92,7 @@ class Section:
         return self.__pydantic_fields_set__
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("__pydantic_"):  # copy and pickle restore the slots so
+        if name.startswith("__pydantic_"):  # how pickle and copy restore the slots
             object.__setattr__(self, name, value)
         elif name in self.__dict__:
             self.__dict__[name] = value

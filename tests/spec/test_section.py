@@ -9,10 +9,10 @@ import pickle
 from pathlib import Path
 
 import pytest
-from conftest import CASES
 from pydantic import BaseModel
 from pydantic_core import ValidationError
 
+from conftest import CASES
 from fsdpspec.spec.load import load_file
 from fsdpspec.spec.mirror import pydantic_model
 from fsdpspec.spec.v1 import Fsdp, JobSpec, MixedPrecision, Resources
