@@ -17,7 +17,7 @@ on generated documents.
 from __future__ import annotations
 
 import re
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
 import yaml
@@ -106,6 +106,13 @@ class _Resolver(VersionedResolver):
         return VersionedResolver.versioned_resolver.fget(self)
 
 
+@cache
+def _direct(composer: type[Composer]) -> type[Composer]:
+    """``composer`` holding its parser and resolver: ruamel's properties look both up on
+    the loader at every event (a tenth of composing a spec)."""
+    return type(composer.__name__, (composer,), {"parser": None, "resolver": None})
+
+
 class _Loader:
     """What ruamel's composer and resolver read from their loader."""
 
@@ -114,7 +121,8 @@ class _Loader:
     def __init__(self, text: str, composer: type[Composer]):
         self._parser = _Events(text)
         self._resolver = _Resolver(loader=self)
-        self._composer = composer(loader=self)
+        self._composer = _direct(composer)(loader=self)
+        self._composer.parser, self._composer.resolver = self._parser, self._resolver
 
 
 def compose(text: str, composer: type[Composer]) -> Node | None:
