@@ -23,6 +23,8 @@ from typing import Any
 import pydantic_core
 from pydantic_core import SchemaSerializer, SchemaValidator
 
+from fsdpspec.spec.section import Section
+
 # A model's ref is its qualified name and its id(): the id differs in every process.
 _REF_ID = re.compile(r":\d+$")
 
@@ -51,17 +53,17 @@ def _load(module_name: str) -> dict[str, bytes]:
 class _Unpickler(pickle.Unpickler):
     """Resolves the section being created, not yet bound to its name in its module."""
 
-    def __init__(self, data: bytes, model: type):
+    def __init__(self, data: bytes, section: type[Section]):
         super().__init__(io.BytesIO(data))
-        self._model = model
+        self._section = section
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) == (self._model.__module__, self._model.__qualname__):
-            return self._model
+        if (module, name) == (self._section.__module__, self._section.__qualname__):
+            return self._section
         return super().find_class(module, name)
 
 
-def install(section: type) -> None:
+def install(section: type[Section]) -> None:
     """Give a just-created section its validator and serializer: from the shipped file
     when it is current, else from pydantic. Its module names what else its schema is
     generated from in ``SCHEMA_INPUTS``."""
@@ -105,9 +107,8 @@ def _dumps(value: Any) -> bytes:
     return buffer.getvalue()
 
 
-def sections(module: ModuleType) -> list[type]:
+def sections(module: ModuleType) -> list[type[Section]]:
     """The sections a module defines, in definition order."""
-    from fsdpspec.spec.section import Section
     return [value for name, value in vars(module).items()
             if isinstance(value, type) and issubclass(value, Section)
             and value.__module__ == module.__name__ and not name.startswith("_")]
