@@ -61,7 +61,8 @@ def _unreadable(draft: Draft) -> str | None:
     largest tried first; else the largest (a spec over the size bound)."""
     largest = sorted(draft.fields, key=lambda d: -len(json.dumps(draft.fields[d][0])))
     for dotted in largest:
-        if parse_text(dump_yaml({"field": draft.fields[dotted][0]}), "").diagnostics:
+        if parse_text(dump_yaml({"field": draft.fields[dotted][0]}), "",
+                      fragment=True).diagnostics:
             return dotted
     return largest[0] if largest else None
 

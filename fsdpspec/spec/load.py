@@ -44,7 +44,8 @@ MAX_INT_DIGITS = 4_300
 _YAML_DIRECTIVE = re.compile(r"^%YAML[ \t]+(\S*)", re.MULTILINE)
 # Importing libyaml's parser (PyYAML) costs about 14 ms, what it saves on eight 40-line
 # specs (1.8 ms each): a process reads its first spec with ruamel alone (`validate
-# job.yaml` in an editor), the ones after it with libyaml (`validate` of a repository).
+# job.yaml` in an editor), the ones after it with libyaml (`validate` of a repository);
+# a fragment (the `--set` values `plan` tries) never pays for it.
 _SPECS_READ = itertools.count()
 
 _MAX_INT_BITS = int(MAX_INT_DIGITS * math.log2(10))
@@ -294,12 +295,12 @@ def _directive_problem(text: str) -> Diagnostic | None:
     return None
 
 
-def _compose(text: str) -> tuple[Node | None, Diagnostic | None]:
+def _compose(text: str, fragment: bool) -> tuple[Node | None, Diagnostic | None]:
     """The first document's node graph; several documents are refused."""
     problem = _directive_problem(text)
     if problem is not None:
         return None, problem
-    if next(_SPECS_READ):
+    if not fragment and next(_SPECS_READ):
         from fsdpspec.spec import libyaml
 
         root = libyaml.compose(text, _BoundedComposer)
@@ -331,10 +332,11 @@ def compose_with_ruamel(text: str) -> tuple[Node | None, Diagnostic | None]:
     return root, None
 
 
-def parse_text(text: str, file: str) -> Loaded:
-    """Plain data and a SourceMap from YAML text (any root type)."""
+def parse_text(text: str, file: str, *, fragment: bool = False) -> Loaded:
+    """Plain data and a SourceMap from YAML text (any root type). A ``fragment`` (a
+    `--set` value, one field) is not a spec: ruamel alone reads it."""
     source_map = SourceMap(file)
-    root, problem = _compose(text)
+    root, problem = _compose(text, fragment)
     if problem is None and (root is None or str(root.tag) == _STD + "null"):
         problem = error("FS005", "file is empty", hint="start from `fsdpspec init`")
     if problem is not None:

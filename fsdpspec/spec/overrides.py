@@ -38,7 +38,7 @@ def _parse(text: str) -> tuple[list[str], Any, int]:
         what = "an empty key" if not key.strip() else f"key {key.strip()!r} has an empty part"
         raise OverrideError(f"--set {text!r}: {what}; write dotted names such as "
                             "fsdp.sharding_strategy")
-    parsed = parse_text(raw, "--set") if raw.strip() else None
+    parsed = parse_text(raw, "--set", fragment=True) if raw.strip() else None
     # FS005 "empty" is the loader's word for a document that is null: `--set peft=null`
     # (or `~`) sets the field to null, as the same YAML does in the file.
     problems = [d for d in parsed.diagnostics if d.code != "FS005"] if parsed else []
