@@ -10,7 +10,6 @@ registered family never touches it.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -26,6 +25,8 @@ CACHE_VERSION = 3
 
 def config_digest(config: dict[str, Any]) -> str:
     """sha256 of the config's canonical JSON (key order and spacing do not matter)."""
+    import hashlib  # OpenSSL's import (4 ms of `validate`) only where a model is introspected
+
     canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
