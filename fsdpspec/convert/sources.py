@@ -112,7 +112,6 @@ def _lines(text: str) -> list[str]:
     return [line.removesuffix("\r") for line in text.split("\n")]
 
 
-MAX_TOML_BYTES = 1 << 20
 _TOML_TABLE = re.compile(r"^\s*\[([A-Za-z0-9_.\-\s\"]+)\]\s*(#.*)?$")
 _TOML_KEY = re.compile(r"^\s*([A-Za-z0-9_\-]+)\s*=")
 

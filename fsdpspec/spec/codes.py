@@ -6,6 +6,9 @@ check and validator emit listed here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from fsdpspec.spec.diagnostics import Severity
 
 
 @dataclass(frozen=True)
@@ -14,10 +17,12 @@ class LoadCode:
     name: str
     summary: str
     doc: str
+    # How it is reported: most stop the file; a few are said and the work goes on.
+    severity: Severity = Severity.ERROR
 
 
-def _codes(*rows: tuple[str, str, str, str]) -> dict[str, LoadCode]:
-    return {code: LoadCode(code, name, summary, doc) for code, name, summary, doc in rows}
+def _codes(*rows: tuple[Any, ...]) -> dict[str, LoadCode]:
+    return {row[0]: LoadCode(*row) for row in rows}
 
 
 LOAD_CODES = _codes(
@@ -141,7 +146,7 @@ LOAD_CODES = _codes(
      "its repository's root (the first holding .git, at most 32 levels), then in the "
      "working directory. When it is in none of them the rest is imported, and this note "
      "names the file whose FSDP keys were not: put the file there, or import from where "
-     "the script runs."),
+     "the script runs.", Severity.INFO),
     ("FS054", "import-invalid-value", "an imported value is one the spec refuses",
      "`fsdpspec import` checks the spec it would write as `fsdpspec validate` checks a "
      "file (schema, models, the loader's bounds) before writing it: a count of 0, a "
@@ -158,10 +163,11 @@ LOAD_CODES = _codes(
      "geometry is not in the cache ($XDG_CACHE_HOME/fsdpspec/models, keyed by the "
      "config's sha256), so the memory rules (FS201-FS203) did not run. Install the train "
      "extra (`pip install 'fsdpspec[train]'`) and run `fsdpspec plan FILE` once, here or "
-     "on a machine sharing the cache directory; later `validate` runs read the cache."),
+     "on a machine sharing the cache directory; later `validate` runs read the cache.",
+     Severity.WARNING),
 )
 
 
 def explain_load_code(code: LoadCode) -> str:
     """Plain text for `fsdpspec explain FS0xx`."""
-    return f"{code.code} {code.name} (error): {code.summary}\n\n{code.doc}\n"
+    return f"{code.code} {code.name} ({code.severity.value}): {code.summary}\n\n{code.doc}\n"

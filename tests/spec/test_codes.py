@@ -30,3 +30,12 @@ def test_explain_prints_a_load_code(code: str) -> None:
     assert result.stdout.startswith(f"{code.upper()} ")
     assert LOAD_CODES[code.upper()].summary in result.stdout
 
+
+
+@pytest.mark.parametrize(("code", "severity"), [("FS001", "error"), ("FS032", "warning"),
+                                                ("FS053", "info")])
+def test_explain_says_how_a_code_is_reported(code: str, severity: str) -> None:
+    """FS032 is a warning validate goes on after, FS053 a note the import goes on after."""
+    result = run_cli("explain", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"{code} {LOAD_CODES[code].name} ({severity}): ")
