@@ -25,7 +25,7 @@ from fsdpspec.catalog.families import family
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note, note_order
 from fsdpspec.convert.model import apply_layers, apply_model
 from fsdpspec.convert.written import check_written, refuse_invalid, refuse_unwritable
-from fsdpspec.spec.section import Section
+from fsdpspec.spec.section import Section, is_section
 from fsdpspec.spec.v1 import API_VERSION, Data, JobSpec
 from fsdpspec.spec.yamltext import add_comment, dump_yaml, set_header
 
@@ -60,7 +60,7 @@ def _spec_order(dotted: str) -> tuple[int, ...]:
 def _section(annotation: Any) -> type[Section] | None:
     """The section a field holds (alone, or in a union)."""
     for arg in (annotation, *getattr(annotation, "__args__", ())):
-        if isinstance(arg, type) and issubclass(arg, Section):
+        if is_section(arg):
             return arg
     return None
 

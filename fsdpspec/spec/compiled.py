@@ -23,7 +23,7 @@ from typing import Any
 import pydantic_core
 from pydantic_core import SchemaSerializer, SchemaValidator
 
-from fsdpspec.spec.section import Section
+from fsdpspec.spec.section import Section, is_section
 
 # A model's ref is its qualified name and its id(): the id differs in every process.
 _REF_ID = re.compile(r":\d+$")
@@ -109,6 +109,5 @@ def _dumps(value: Any) -> bytes:
 
 def sections(module: ModuleType) -> list[type[Section]]:
     """The sections a module defines, in definition order."""
-    return [value for name, value in vars(module).items()
-            if isinstance(value, type) and issubclass(value, Section)
-            and value.__module__ == module.__name__ and not name.startswith("_")]
+    return [value for value in vars(module).values()
+            if is_section(value) and value.__module__ == module.__name__]

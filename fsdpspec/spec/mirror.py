@@ -9,17 +9,13 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 import pydantic
 
-from fsdpspec.spec.section import AfterValidator, Field, Section
-
-
-def _is_section(value: Any) -> bool:
-    return isinstance(value, type) and issubclass(value, Section)
+from fsdpspec.spec.section import AfterValidator, Field, Section, is_section
 
 
 def _pydantic(value: Any) -> Any:
     """An annotation (or its metadata) with each section, Field and AfterValidator in
     pydantic's terms."""
-    if _is_section(value):
+    if is_section(value):
         return pydantic_model(value)
     if isinstance(value, Field):
         return pydantic.Field(**value.kwargs)
@@ -49,7 +45,7 @@ def _build(section: type[Section]) -> type[pydantic.BaseModel]:
     namespace: dict[str, Any] = {
         "__module__": section.__module__, "__qualname__": section.__qualname__,
         "__doc__": section.__doc__, "__annotations__": {}}
-    if _is_section(parent) and not parent.__name__.startswith("_"):
+    if is_section(parent):
         base = pydantic_model(parent)
     else:
         base = pydantic.BaseModel

@@ -34,6 +34,12 @@ class AfterValidator:
         self.function = function
 
 
+def is_section(value: Any) -> bool:
+    """Whether ``value`` is a section class (a models module's private base is not)."""
+    return (isinstance(value, type) and issubclass(value, Section)
+            and not value.__name__.startswith("_"))
+
+
 class Section:
     """One mapping of the spec. A subclass gets its ``__pydantic_validator__`` and
     ``__pydantic_serializer__`` as it is created (fsdpspec.spec.compiled.install); a
