@@ -40,7 +40,7 @@ def measure(model_dir: Path, micro_batches: int, seq_len: int) -> tuple[int, int
     from fsdpspec.job.job import resolve
     from fsdpspec.plan.planner import plan_job
     from fsdpspec.spec.v1 import JobSpec
-    from fsdpspec_runners.engine.model import build_model
+    from fsdpspec_runners.engine.model_build import build_model
     from fsdpspec_runners.engine.trace import shard_job, train_step
 
     spec = JobSpec.model_validate({

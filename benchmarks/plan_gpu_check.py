@@ -34,7 +34,7 @@ def measure(row: tuple, torch) -> tuple[int, int, int, int]:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from fsdpspec_runners.engine.mesh import shard_group_mesh
-    from fsdpspec_runners.engine.model import build_model
+    from fsdpspec_runners.engine.model_build import build_model
     from fsdpspec_runners.engine.trace import shard_job, train_step
 
     job = resolve(row_spec(row), Path.cwd())

@@ -11,19 +11,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fsdpspec.catalog.config_source import ModelConfigError, hub_input
 from fsdpspec.catalog.hub import HubError, offline, snapshot
-from fsdpspec.catalog.modelconfig import ModelConfigError, hub_input
 from fsdpspec.job.introspect import NotIntrospected
 from fsdpspec.job.job import Job, resolve
-from fsdpspec.job.model import user_cache_dir
+from fsdpspec.job.model_geometry import user_cache_dir
 from fsdpspec.lint import lint_spec
 from fsdpspec.lint.registry import LintContext
 from fsdpspec.spec import LATEST, SUPPORTED
 from fsdpspec.spec.diagnostics import Diagnostic, Severity, error, sort_key
+from fsdpspec.spec.did_you_mean import closest
 from fsdpspec.spec.load import Loaded, SourceMap, load_file
 from fsdpspec.spec.overrides import apply_overrides
 from fsdpspec.spec.structure import by_hand_invariants, check_structure
-from fsdpspec.spec.suggest import closest
 from fsdpspec.spec.v1 import MODEL_HUB_INPUTS, JobSpec
 
 

@@ -32,7 +32,7 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 from fsdpspec import __version__
 from fsdpspec.spec.names import kubernetes_name
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.errors import LaunchError
+from fsdpspec_runners.launch_error import LaunchError
 from fsdpspec_runners.resources import node_cpus, node_memory_mib
 
 RUN_ROOT = PurePosixPath("/workspace")

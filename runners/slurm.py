@@ -26,8 +26,8 @@ import shlex
 
 from fsdpspec import __version__
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.errors import LaunchError
-from fsdpspec_runners.local.rundir import SCHEDULER_DIR
+from fsdpspec_runners.launch_error import LaunchError
+from fsdpspec_runners.local.rundir_setup import SCHEDULER_DIR
 from fsdpspec_runners.local.supervise import FORWARDED
 from fsdpspec_runners.resources import node_cpus, node_memory_mib
 

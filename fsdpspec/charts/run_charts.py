@@ -6,7 +6,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from fsdpspec.catalog.modelconfig import ModelConfigError
+from fsdpspec.catalog.config_source import ModelConfigError
 from fsdpspec.charts import page
 from fsdpspec.charts.figures import PALETTE, figure, mark_data, svg_text
 from fsdpspec.charts.rundata import RunData

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from fsdpspec.atomicio import check_target, describe_error
-from fsdpspec.catalog.modelconfig import layer_classes
+from fsdpspec.catalog.config_source import layer_classes
 from fsdpspec.cli.options import exit_on_errors, load_spec, set_option, spec_inputs
 from fsdpspec.cli.output import deliver, force_option, output_option
 from fsdpspec.job.rundir import ADAPTER, ADAPTER_CONFIG
@@ -19,8 +19,8 @@ from fsdpspec.runfiles.resolved import absolute_inputs
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.spec.yamltext import dump_yaml
 from fsdpspec.validate import FileReport
-from fsdpspec_runners.errors import LaunchError
 from fsdpspec_runners.kubernetes import APIS
+from fsdpspec_runners.launch_error import LaunchError
 
 
 def _scheduled(report: FileReport) -> tuple[JobSpec, int]:

@@ -12,7 +12,7 @@ from fsdpspec.catalog.accelerators import accelerator_names
 from fsdpspec.catalog.presets import preset_names
 from fsdpspec.cli.init import check_name
 from fsdpspec.cli.output import deliver, force_option, output_option
-from fsdpspec.convert.registry import KINDS, importer
+from fsdpspec.convert.source_kinds import KINDS, importer
 from fsdpspec.spec.names import kubernetes_name
 from fsdpspec.spec.yamltext import one_line
 
@@ -51,7 +51,7 @@ def command(kind, config, output, force, name, preset, hf_config, accelerator,
     exit 1 and one line per feature. An existing -o FILE is replaced only with --force,
     and never when it is the file imported."""
     from fsdpspec.convert.draft import Assumptions, ImportRefused
-    from fsdpspec.convert.model import ModelNeeded
+    from fsdpspec.convert.model_choice import ModelNeeded
     from fsdpspec.convert.sources import SourceError
 
     if preset and hf_config:

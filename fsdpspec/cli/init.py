@@ -15,7 +15,7 @@ from fsdpspec.catalog.accelerators import CATALOG, accelerator_names
 from fsdpspec.catalog.presets import preset_config, preset_names
 from fsdpspec.cli.output import OUTPUT_REFUSED, deliver, output_option, shown
 from fsdpspec.convert.importer import HOST_GIB_PER_GPU
-from fsdpspec.report import render as render_reports
+from fsdpspec.diagnostic_formats import render as render_reports
 from fsdpspec.semantics import DEFAULT_RDZV_PORT
 from fsdpspec.spec.names import kubernetes_name
 from fsdpspec.spec.v1 import Metadata, Resources

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from fsdpspec.catalog.modelconfig import resolve_input_path
-from fsdpspec.report import MARKUP, render
+from fsdpspec.catalog.config_source import resolve_input_path
+from fsdpspec.diagnostic_formats import MARKUP, render
 from fsdpspec.spec.overrides import OverrideError
 from fsdpspec.spec.v1 import INPUT_FIELDS
 from fsdpspec.validate import FileReport, check_file

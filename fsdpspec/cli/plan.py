@@ -14,7 +14,7 @@ from fsdpspec.cli.options import emit, exit_on_errors, resolve_format, set_optio
 from fsdpspec.cli.output import check_output, force_option, write_output
 from fsdpspec.plan.budget import budget, scaling, spec_tokens
 from fsdpspec.plan.planner import Plan, plan_job
-from fsdpspec.plan.report import budget_json, plan_json, plan_text
+from fsdpspec.plan.view import budget_json, plan_json, plan_text
 from fsdpspec.spec.overrides import OverrideError
 from fsdpspec.validate import FileReport, check_file
 

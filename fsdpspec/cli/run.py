@@ -14,12 +14,12 @@ import click
 from fsdpspec.atomicio import write_text
 from fsdpspec.cli.options import emit, exit_on_errors, load_spec, resolve_format, set_option
 from fsdpspec.job.rundir import RunDir
-from fsdpspec.runfiles.faults import FaultSettingError, read_faults
+from fsdpspec.runfiles.fault_settings import FaultSettingError, read_faults
 from fsdpspec.runfiles.resolved import absolute_inputs, resolved_document
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec.validate import FileReport, check_by_hand
 from fsdpspec_runners.local.preflight import PreflightError, check_before_start
-from fsdpspec_runners.local.rundir import (
+from fsdpspec_runners.local.rundir_setup import (
     RunDirError,
     join_run_dir,
     layout_change,
@@ -46,8 +46,8 @@ def _node_overrides(nnodes: int | None, rdzv_endpoint: str | None) -> list[str]:
 def _fetch_hub_inputs(report: FileReport) -> bool:
     """Download the spec's Hub ids that are not cached (online only; `fsdpspec run` runs
     once per node, before torchrun, so each node fetches once); whether any was."""
+    from fsdpspec.catalog.config_source import hub_input
     from fsdpspec.catalog.hub import HubError, cached_snapshot, fetch, offline
-    from fsdpspec.catalog.modelconfig import hub_input
     from fsdpspec.spec.v1 import MODEL_HUB_INPUTS
 
     if report.spec is None or offline():

@@ -18,9 +18,9 @@ from fsdpspec.job.job import Job
 from fsdpspec.plan.budget import SCALING_LOSS, spec_tokens
 from fsdpspec.plan.memory import GIB
 from fsdpspec.spec.overrides import OverrideError
-from fsdpspec.tune.levers import LEVER_KEYS
 from fsdpspec.tune.pipeline import MEMORY_VERDICTS, Ranking, tune_file
 from fsdpspec.tune.search import Candidate, gpu_counts
+from fsdpspec.tune.search_space import LEVER_KEYS
 from fsdpspec.validate import FileReport, check_file
 
 # `--measure K` validates up to this many times K candidates to find K that differ.

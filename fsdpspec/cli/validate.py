@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 from fsdpspec.cli.options import emit, format_option, resolve_format, set_option
+from fsdpspec.diagnostic_formats import FORMATS
 from fsdpspec.lint import RULES
 from fsdpspec.lint.selection import matches_any
-from fsdpspec.report import FORMATS
 from fsdpspec.spec.overrides import OverrideError
 from fsdpspec.validate import check_file
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.convert import adapters, hftrain
+from fsdpspec.convert import axolotl_lora, hftrain
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
 from fsdpspec.convert.float8 import ACCELERATE_EXCLUDE, Value, apply_float8, keeps_first_linear
 from fsdpspec.convert.fsdpkeys import NotCarried, apply_fsdp, boolean, read_keys, take_layers
@@ -83,7 +83,7 @@ _HANDLED = frozenset({"base_model", "fsdp", "fsdp_config", "fsdp_version", "sequ
                       "attn_implementation", "fp8", _FP8_GATHER, *_ATTENTION_FLAGS,
                       *_DEGREES, *_REFUSED_SIZES,
                       *_REFUSED_SWITCHES, *_REFUSED_OBJECTIVES,
-                      *adapters.KEYS})
+                      *axolotl_lora.KEYS})
 
 
 def _entries(document: Document) -> dict[str, Entry]:
@@ -104,7 +104,7 @@ def _refusals(entries: dict[str, Entry], draft: Draft) -> None:
         elif entry.value > 1:
             feature = _REFUSED_SIZES[key]
             draft.refuse(entry.line, f"{key} {entry.value} ({feature}, {entry.value}-way)")
-    qlora = adapters.truthy(entries.get("adapter")) and entries["adapter"].value == "qlora"
+    qlora = axolotl_lora.truthy(entries.get("adapter")) and entries["adapter"].value == "qlora"
     for key, feature in _REFUSED_SWITCHES.items():
         entry = entries.get(key)
         if key == "load_in_4bit" and qlora:
@@ -233,7 +233,7 @@ def _model_keys(entries: dict[str, Entry], draft: Draft) -> None:
         except NotCarried as exc:
             draft.note(length, f"sequence_len: {exc}; not imported")
     attention = entries.get("attn_implementation")
-    flag = next((entries[k] for k in _ATTENTION_FLAGS if adapters.truthy(entries.get(k))),
+    flag = next((entries[k] for k in _ATTENTION_FLAGS if axolotl_lora.truthy(entries.get(k))),
                 None)
     if (attention is None or attention.value is None) and flag is not None:
         attention = Entry(_ATTENTION_FLAGS[flag.written], flag.line, flag.written)
@@ -271,8 +271,8 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     world = draft.value("resources.gpus_per_node")
     hftrain.apply_training(draft, args, world)
     _float8(entries, draft)  # over the precision keys: accelerate's fp8 runs FSDP in bf16
-    targets = adapters.apply_adapter(entries, draft)
-    adapters.qlora_under_fsdp2(draft)
+    targets = axolotl_lora.apply_adapter(entries, draft)
+    axolotl_lora.qlora_under_fsdp2(draft)
     _model_keys(entries, draft)
     _datasets(entries, draft, base_dir)
     _rest(entries, draft)

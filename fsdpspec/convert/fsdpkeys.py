@@ -16,7 +16,7 @@ from typing import Any
 
 from fsdpspec.convert import accelerate_vocab as vocab
 from fsdpspec.convert.draft import Draft, Entry, Note
-from fsdpspec.spec.suggest import closest
+from fsdpspec.spec.did_you_mean import closest
 
 
 class NotCarried(ValueError):

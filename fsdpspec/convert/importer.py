@@ -23,7 +23,7 @@ from ruamel.yaml.comments import CommentedMap
 
 from fsdpspec.catalog.families import family
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note, note_order
-from fsdpspec.convert.model import apply_layers, apply_model
+from fsdpspec.convert.model_choice import apply_layers, apply_model
 from fsdpspec.convert.written import check_written, refuse_invalid, refuse_unwritable
 from fsdpspec.spec.section import Section, is_section
 from fsdpspec.spec.v1 import API_VERSION, Data, JobSpec
@@ -168,7 +168,7 @@ def _fit_assumptions(document: CommentedMap, draft: Draft, base_dir: Path) -> li
     job is raised to its planned peak (FS203 would otherwise blame the user's config for
     our assumption). The model is the user's choice or our placeholder: when it does not
     fit the GPUs, say so."""
-    from fsdpspec.catalog.modelconfig import ModelConfigError
+    from fsdpspec.catalog.config_source import ModelConfigError
     from fsdpspec.job.job import resolve
     from fsdpspec.plan.memory import GIB
     from fsdpspec.plan.planner import plan_job

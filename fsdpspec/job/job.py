@@ -14,18 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.catalog.families import family
-from fsdpspec.catalog.modelconfig import (
+from fsdpspec.catalog.config_source import (
     hub_input,
     model_config,
     resolve_input_path,
 )
+from fsdpspec.catalog.families import family
 from fsdpspec.job.batch import Batch
 from fsdpspec.job.float8 import Float8, float8_of
 from fsdpspec.job.geometry import Geometry, GeometryError
 from fsdpspec.job.layout import Layout, layout
 from fsdpspec.job.lora import Adapters, adapters_of, targets_of
-from fsdpspec.job.model import model_geometry
+from fsdpspec.job.model_geometry import model_geometry
 from fsdpspec.job.rundir import RunDir
 from fsdpspec.job.units import Units, Wrap, choose_units, geometry_tree
 from fsdpspec.semantics import DTYPE_BYTES, OPTIMIZER_STATES, model_flops_per_token

@@ -1,7 +1,7 @@
 """A job's LoRA in the planner's terms: which modules carry adapters and which are
 trained in full, as peft's own matching rules pick them out of the model's module tree
 (the family's analytic tree, or the tree an introspected model built), and the trainable
-tensors' shapes (the memory terms are `fsdpspec.plan.adapters`'). The engine hands peft
+tensors' shapes (the memory terms are `fsdpspec.plan.lora`'). The engine hands peft
 the same names, so the plan and the adapted model agree by construction
 (tests/plan/test_lora_peft.py holds both against ``peft.get_peft_model``)."""
 
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fsdpspec.catalog.config_source import lora_targets
 from fsdpspec.catalog.families import FAMILIES
-from fsdpspec.catalog.modelconfig import lora_targets
 from fsdpspec.job.geometry import Geometry, Shape
 from fsdpspec.job.tree import LAYER, Node
 from fsdpspec.job.units import geometry_tree

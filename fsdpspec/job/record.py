@@ -18,7 +18,7 @@ from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job
 from fsdpspec.job.layout import Layout
 from fsdpspec.job.lora import Adapters, Matched
-from fsdpspec.job.model import as_tuples, experts_from_json
+from fsdpspec.job.model_geometry import as_tuples, experts_from_json
 from fsdpspec.job.parallel import ParallelDims
 from fsdpspec.job.units import Unit, Units
 from fsdpspec.jsonfile import RecordError

@@ -15,8 +15,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from fsdpspec.catalog.config_source import hub_input, resolve_input_path
 from fsdpspec.catalog.localfiles import LocalFileError, safetensors_shapes, tokenizer_vocab_size
-from fsdpspec.catalog.modelconfig import hub_input, resolve_input_path
 from fsdpspec.job.geometry import Geometry
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
 from fsdpspec.spec.diagnostics import Diagnostic, Severity

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from fsdpspec.catalog.config_source import hub_input, resolve_input_path
 from fsdpspec.catalog.hub import cached_snapshot
-from fsdpspec.catalog.modelconfig import hub_input, resolve_input_path
 from fsdpspec.jsonfile import JsonFileError, Limits, load_object
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
 from fsdpspec.spec.diagnostics import Diagnostic, Severity

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
-from fsdpspec.plan.levers import chunked_loss_flops, offload_seconds
 from fsdpspec.plan.memory import gathered_bytes, saved_activation_bytes
+from fsdpspec.plan.memory_levers import chunked_loss_flops, offload_seconds
 from fsdpspec.plan.ring import ring_traffic_bytes
 from fsdpspec.plan.tensor_parallel import link_gbps, step_bytes, tp_degree
-from fsdpspec.plan.units import sharding
+from fsdpspec.plan.unit_shards import sharding
 from fsdpspec.semantics import (
     model_flops_per_token,
     recompute_flops_per_token,

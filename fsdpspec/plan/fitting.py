@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
-from fsdpspec.plan import levers
+from fsdpspec.plan import memory_levers
 from fsdpspec.plan import tensor_parallel as tp
 from fsdpspec.plan.compute import step_compute
 from fsdpspec.plan.memory import DeviceMemory, device_memory
@@ -42,13 +42,13 @@ def _groups(job: Job, device: Accelerator) -> list[list[str | None]]:
     spec = job.spec
     fsdp, optimizer = spec.fsdp, spec.optimizer
     groups: list[list[str | None]] = []
-    if spec.train.loss_chunks == 1 and levers.loss_chunks_apply(spec):
+    if spec.train.loss_chunks == 1 and memory_levers.loss_chunks_apply(spec):
         groups.append([None, "train.loss_chunks=8"])
     modes = {"op": 0, "full": 1}
     groups.append([None] + [f"fsdp.activation_checkpointing={m}" for m in modes
                             if fsdp.activation_checkpointing != m])
     if optimizer.name == "adamw" and optimizer.state_dtype == "float32":
-        dtypes = ["bfloat16"] + (["int8"] if levers.int8_states_apply(spec) else [])
+        dtypes = ["bfloat16"] + (["int8"] if memory_levers.int8_states_apply(spec) else [])
         groups.append([None] + [f"optimizer.state_dtype={d}" for d in dtypes])
     if device.is_gpu and not fsdp.activation_offload:
         groups.append([None, "fsdp.activation_offload=true"])
@@ -70,7 +70,7 @@ def _seconds(job: Job, parameters: int, device: Accelerator, dtype: str) -> floa
     seconds += tp.micro_batch_seconds(job, device) * job.batch.accumulation
     if job.spec.fsdp.cpu_offload:
         shard = MASTER_BYTES * parameters // (job.layout.shard_size * tp.tp_degree(job))
-        seconds += 3 * shard / (levers.PCIE_GBPS * 1e9)  # params in, grads out, params in
+        seconds += 3 * shard / (memory_levers.PCIE_GBPS * 1e9)  # params in, grads out, params in
     return seconds
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdpspec.job.job import Job
-from fsdpspec.plan.adapters import adapted_host_terms
-from fsdpspec.plan.levers import offloaded_activation_bytes
+from fsdpspec.plan.lora import adapted_host_terms
 from fsdpspec.plan.memory import GIB, saved_activation_bytes
-from fsdpspec.plan.units import sharding
+from fsdpspec.plan.memory_levers import offloaded_activation_bytes
+from fsdpspec.plan.unit_shards import sharding
 from fsdpspec.semantics import MASTER_BYTES
 
 # Resident memory of one training process besides its tensors: the interpreter, torch,

@@ -18,12 +18,12 @@ from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job
 from fsdpspec.job.units import Unit
 from fsdpspec.plan import activations as act
-from fsdpspec.plan import levers
-from fsdpspec.plan.adapters import adapted_parts
+from fsdpspec.plan import memory_levers
 from fsdpspec.plan.float8 import backward_cast_bytes, gathered_float8_saving
+from fsdpspec.plan.lora import adapted_parts
 from fsdpspec.plan.ring import ring_backward_bytes
 from fsdpspec.plan.tensor_parallel import local_geometry, tp_degree
-from fsdpspec.plan.units import Sharding, sharding
+from fsdpspec.plan.unit_shards import Sharding, sharding
 from fsdpspec.semantics import (
     MASTER_BYTES,
     syncs_gradients,
@@ -162,7 +162,7 @@ def _ddp_parts(job: Job, sh: Sharding) -> _Parts:
     g, m = job.geometry, MASTER_BYTES
     params = m * sh.total_shard_numel()
     saved, layer = _device_activations(job)
-    tensors = levers.shard_tensors(sh)
+    tensors = memory_levers.shard_tensors(sh)
     # Under accumulation, the second step's last micro-batch rebuilds the buckets (in the
     # order backward readied the gradients): the first micro-batch's gradients live on
     # in the old buckets until backward copies each into its new one, 4 · P more than at
@@ -170,13 +170,13 @@ def _ddp_parts(job: Job, sh: Sharding) -> _Parts:
     rebuilt = params if job.batch.accumulation > 1 else 0
     return _Parts(
         persistent={"sharded_parameters": params, "gradient_buckets": params,
-                    "optimizer_states": levers.optimizer_state_bytes(job, tensors)},
+                    "optimizer_states": memory_levers.optimizer_state_bytes(job, tensors)},
         accumulated=rebuilt, root=0, units_kept=0, unit=0, prefetch=0,
         unit_grads=m * g.down_proj_numel, head_grads=m * g.embedding_params, head_held=0,
         unit_reduce=0, sharded_unit_grads=0, sharded_layer_grads=0,
         root_grads=m * g.embedding_params, root_reduce=0, saved=saved, layer=layer,
         sharded_grads=0,
-        optimizer_temporaries=levers.optimizer_step_temporaries(job, tensors),
+        optimizer_temporaries=memory_levers.optimizer_step_temporaries(job, tensors),
     )
 
 
@@ -195,10 +195,11 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
     grads = 0 if unsharded_carry else 1
     reduced = 0 if carried and not unsharded_carry else on_device
     saved, layer = _device_activations(job)
-    tensors = levers.shard_tensors(sh)
+    tensors = memory_levers.shard_tensors(sh)
     parts = _Parts(
         persistent={"sharded_parameters": on_device * shard_bytes,
-                    "optimizer_states": on_device * levers.optimizer_state_bytes(job, tensors)},
+                    "optimizer_states":
+                        on_device * memory_levers.optimizer_state_bytes(job, tensors)},
         accumulated=carried,
         # The root stays gathered from its forward to its backward: the engine keeps it
         # under FSDP2 (reshard_after_forward=False) and FSDP1 never frees it before backward.
@@ -218,7 +219,7 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
         saved=saved,
         layer=layer,
         sharded_grads=on_device * shard_bytes,
-        optimizer_temporaries=on_device * levers.optimizer_step_temporaries(job, tensors),
+        optimizer_temporaries=on_device * memory_levers.optimizer_step_temporaries(job, tensors),
     )
     if job.adapters is None:
         return parts
@@ -257,7 +258,7 @@ def _saved_through(job: Job, index: int, full: int) -> int:
     assert units is not None  # the planner plans only jobs with a geometry
     micro, seq, tp = job.batch.micro, job.batch.local_seq, tp_degree(job)
     if units.ac_mode == "op":
-        kept = levers.op_checkpointed_layer_bytes(g, b, micro, seq, job.attention, tp=tp)
+        kept = memory_levers.op_checkpointed_layer_bytes(g, b, micro, seq, job.attention, tp=tp)
     else:
         kept = act.checkpointed_layer_bytes(g, b, micro, seq, tp=tp)
     checkpointed = units.checkpointed_count(index + 1)
@@ -324,7 +325,7 @@ def _head_points(job: Job, p: _Parts) -> list[Point]:
               "backward: loss": loss_backward, "backward: lm_head": head_backward}
     if job.spec.train.loss_chunks > 1:
         # The lm_head's weight gradient exists from the first chunk's backward on.
-        for name, terms in levers.chunked_head_terms(job).items():
+        for name, terms in memory_levers.chunked_head_terms(job).items():
             grads = p.head_grads if name.startswith("backward") else 0
             points[name] = base | terms | {"unsharded_gradients": grads}
         # The head weight's chunk gradients are summed out of place, tied or not

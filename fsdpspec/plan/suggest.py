@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
-from fsdpspec.plan import levers
+from fsdpspec.plan import memory_levers
 from fsdpspec.plan.memory import DeviceMemory, device_memory
 from fsdpspec.plan.tensor_parallel import lever_degrees, runs_at, tp_degree
 from fsdpspec.semantics import reshards_after_forward, syncs_gradients
@@ -69,7 +69,7 @@ def _candidates(job: Job, device: Accelerator) -> list[tuple[str, str]]:
 def _lever_candidates(spec: JobSpec, device: Accelerator) -> list[tuple[str, str]]:
     """The memory levers one at a time (`plan` also combines them: fitting.py)."""
     out = []
-    if spec.train.loss_chunks == 1 and levers.loss_chunks_apply(spec):
+    if spec.train.loss_chunks == 1 and memory_levers.loss_chunks_apply(spec):
         out.append(("train.loss_chunks=8", "the loss over 8 chunks of tokens, one chunk's "
                     "logits alive (recomputes the output projection: +2·H·V FLOPs a token)"))
     if spec.fsdp.activation_checkpointing in ("none", "selective"):
@@ -78,7 +78,7 @@ def _lever_candidates(spec: JobSpec, device: Accelerator) -> list[tuple[str, str
     if spec.optimizer.name == "adamw" and spec.optimizer.state_dtype == "float32":
         out.append(("optimizer.state_dtype=bfloat16",
                     "AdamW moments in bf16 (no extra time; less precise moments)"))
-        if levers.int8_states_apply(spec):
+        if memory_levers.int8_states_apply(spec):
             out.append(("optimizer.state_dtype=int8",
                         "AdamW moments 8-bit, torchao (no extra time; quantised moments)"))
     if device.is_gpu and not spec.fsdp.activation_offload:

@@ -1,5 +1,5 @@
 """The line protocol the engine feeds `fsdpspec run`'s live progress bar
-(`fsdpspec_runners.local.progress`).
+(`fsdpspec_runners.local.progress_bar`).
 
 With ``FSDPSPEC_PROGRESS=1`` in its environment (set only when `fsdpspec run` is on a
 terminal and reads the engine's output), the engine's rank 0 prints each metrics record

@@ -13,13 +13,13 @@ from pydantic_core import ValidationError
 
 from fsdpspec import __version__
 from fsdpspec.atomicio import write_text
-from fsdpspec.catalog.configjson import ConfigJsonError, read_bytes
-from fsdpspec.catalog.hub import parse_hub_id
-from fsdpspec.catalog.modelconfig import (
+from fsdpspec.catalog.config_source import (
     ModelConfigError,
     resolve_input_path,
     resolve_model_input,
 )
+from fsdpspec.catalog.configjson import ConfigJsonError, read_bytes
+from fsdpspec.catalog.hub import parse_hub_id
 from fsdpspec.job.job import Job, resolve
 from fsdpspec.job.record import job_from_record, job_record
 from fsdpspec.job.rundir import RESOLVED_SPEC

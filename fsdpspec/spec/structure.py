@@ -14,9 +14,9 @@ from pydantic_core import ValidationError
 from fsdpspec.convert.accelerate_vocab import KEY_TO_FIELD, value_alias
 from fsdpspec.semantics import DEFAULT_RDZV_PORT
 from fsdpspec.spec.diagnostics import Diagnostic, error, normalize_prefix
+from fsdpspec.spec.did_you_mean import closest
 from fsdpspec.spec.load import join
 from fsdpspec.spec.schema import published
-from fsdpspec.spec.suggest import closest
 from fsdpspec.spec.v1 import INPUT_FIELDS, Data, JobSpec, field_value
 
 if TYPE_CHECKING:

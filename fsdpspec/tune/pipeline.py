@@ -12,8 +12,8 @@ from pathlib import Path
 
 from fsdpspec.spec.diagnostics import Diagnostic
 from fsdpspec.spec.load import Loaded, join, load_file
-from fsdpspec.tune.levers import LEVER_KEYS, LEVERS
 from fsdpspec.tune.search import Candidate, search, search_counts
+from fsdpspec.tune.search_space import LEVER_KEYS, LEVERS
 from fsdpspec.validate import FileReport, check_loaded
 
 # The memory verdicts are what tune decides by itself: a base job that does not fit is

@@ -20,7 +20,7 @@ from fsdpspec.plan.planner import device_capacity
 from fsdpspec.plan.steptime import StepTime, step_time
 from fsdpspec.plan.tensor_parallel import runs_at, tp_degree
 from fsdpspec.spec.v1 import Float8, JobSpec
-from fsdpspec.tune.levers import FLOAT8, LEVERS, Choice, lever_of, value_of
+from fsdpspec.tune.search_space import FLOAT8, LEVERS, Choice, lever_of, value_of
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,7 @@ def layer_overhead_us(resolved: Path, fp32_tflops: float, device: torch.device) 
     tokens' FLOPs at the measured rate: the framework's fixed time per micro-batch
     (Python, op dispatch, autograd), the root's share spread over the layers."""
     from fsdpspec.runfiles.resolved import read_resolved_job
-    from fsdpspec_runners.engine.model import build_model
+    from fsdpspec_runners.engine.model_build import build_model
 
     job, _ = read_resolved_job(resolved)
     assert job.geometry is not None  # tune calibrates only jobs with a geometry

@@ -32,7 +32,7 @@ from fsdpspec.job.rundir import FINAL
 from fsdpspec.jsonfile import JsonFileError
 from fsdpspec_runners.engine.checkpoint import FULL_FILE
 from fsdpspec_runners.engine.errors import EngineError, first_line
-from fsdpspec_runners.engine.model import build_model, tied_weight_keys
+from fsdpspec_runners.engine.model_build import build_model, tied_weight_keys
 from fsdpspec_runners.engine.wrap import DTYPES
 
 FINAL_DIR = FINAL

@@ -1,5 +1,5 @@
 """The engine's one fault-injection point, for the crash tests: the settings of
-`fsdpspec.runfiles.faults` (read once, strictly, at the engine's start: a bad value is
+`fsdpspec.runfiles.fault_settings` (read once, strictly, at the engine's start: a bad value is
 one line, never a traceback mid-run). Production runs never set them, and nothing else
 in the engine reads them."""
 
@@ -10,7 +10,7 @@ import os
 import signal
 import time
 
-from fsdpspec.runfiles.faults import Faults, FaultSettingError, read_faults
+from fsdpspec.runfiles.fault_settings import Faults, FaultSettingError, read_faults
 from fsdpspec_runners.engine.errors import EngineError
 
 

@@ -17,7 +17,6 @@ from fsdpspec.job.job import Job
 from fsdpspec.semantics import mfu
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.engine import faults
-from fsdpspec_runners.engine.adapter import fsdp_adapter
 from fsdpspec_runners.engine.checkpoint import (
     TrainState,
     checkpoint_root,
@@ -31,6 +30,7 @@ from fsdpspec_runners.engine.dist import Runtime, all_reduce_max, all_reduce_sum
 from fsdpspec_runners.engine.errors import EngineError
 from fsdpspec_runners.engine.evaluate import evaluate
 from fsdpspec_runners.engine.export import FINAL_DIR, export_checkpoint
+from fsdpspec_runners.engine.fsdp_version import fsdp_adapter
 from fsdpspec_runners.engine.loss import causal_lm_loss
 from fsdpspec_runners.engine.metrics import MetricsSink, peak_memory_gib
 from fsdpspec_runners.engine.offload import activation_offload

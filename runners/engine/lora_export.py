@@ -24,7 +24,7 @@ from fsdpspec_runners.engine.lora import (
     lora_config,
     peft_file_key,
 )
-from fsdpspec_runners.engine.model import build_model, read_weights
+from fsdpspec_runners.engine.model_build import build_model, read_weights
 
 ADAPTER_DIR = ADAPTER
 

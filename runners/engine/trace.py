@@ -94,7 +94,7 @@ def trace_job(job: Job) -> TraceResult:
         # The mesh must exist before FakeTensorMode (it is real process-group state), and
         # so must the meta model: some modules create meta buffers FakeTensorMode rejects.
         mesh = shard_group_mesh("cpu", shard, tp=tp)
-        from fsdpspec_runners.engine.model import build_model
+        from fsdpspec_runners.engine.model_build import build_model
 
         # So must the wrapping: FSDP2 over a tensor-parallel split builds a mesh of both.
         model = build_model(_fused_attention_dropout(job), on_meta=True)
@@ -207,7 +207,7 @@ def train_step(job: Job, model: Any, optimizer: Any, device: Any,
     synchronised as the engine does); returns the micro-batches run."""
     import torch
 
-    from fsdpspec_runners.engine.adapter import Fsdp2
+    from fsdpspec_runners.engine.fsdp_version import Fsdp2
     from fsdpspec_runners.engine.loss import causal_lm_loss
     from fsdpspec_runners.engine.tensor_parallel import loss_context
 

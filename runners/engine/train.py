@@ -50,7 +50,7 @@ from fsdpspec_runners.engine.metrics import (
     flops_per_token,
     peak_tflops,
 )
-from fsdpspec_runners.engine.model import build_model, load_weights, materialise
+from fsdpspec_runners.engine.model_build import build_model, load_weights, materialise
 from fsdpspec_runners.engine.optim import build_grad_scaler, build_optimizer, build_scheduler
 from fsdpspec_runners.engine.signals import StopRequest
 from fsdpspec_runners.engine.tensor_parallel import tensor_parallel_plan

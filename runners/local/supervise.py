@@ -27,7 +27,7 @@ from types import FrameType
 
 from fsdpspec.runfiles.outcome import STOP_FILE_ENV, stopped_by
 from fsdpspec.runfiles.progress import PROGRESS_ENV
-from fsdpspec_runners.local.progress import relay
+from fsdpspec_runners.local.progress_bar import relay
 
 # SIGHUP (the terminal closed) stops the run like SIGTERM: without it the workers, in a
 # session of their own, would train on with nobody to stop them. SIGUSR1 is Slurm's

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
+from fsdpspec.catalog.config_source import layer_classes
 from fsdpspec.catalog.families import FAMILIES, family
-from fsdpspec.catalog.modelconfig import layer_classes
 from fsdpspec.catalog.presets import PRESETS, preset_config
 from fsdpspec.job.geometry import UnknownFamilyError, geometry_from_config
-from fsdpspec.job.model import model_geometry
+from fsdpspec.job.model_geometry import model_geometry
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from fsdpspec.catalog.config_source import ModelConfigError, read_hf_config
 from fsdpspec.catalog.configjson import load_object
 from fsdpspec.catalog.families import FAMILIES
-from fsdpspec.catalog.modelconfig import ModelConfigError, read_hf_config
 from fsdpspec.catalog.presets import preset_config, preset_names
 from fsdpspec.job.geometry import geometry_from_config
 

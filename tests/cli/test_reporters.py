@@ -6,8 +6,8 @@ import json
 import re
 
 from conftest import CASES, ROOT, run_cli
+from fsdpspec.diagnostic_formats.github import annotation
 from fsdpspec.lint import RULES
-from fsdpspec.report.github import annotation
 from fsdpspec.validate import check_file
 
 # Relative to ROOT, where run_cli runs: SARIF URIs are relative to the checkout.

@@ -12,7 +12,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from conftest import ROOT, run_cli
-from fsdpspec.catalog.modelconfig import layer_classes
+from fsdpspec.catalog.config_source import layer_classes
 from fsdpspec.convert import accelerate_vocab as vocab
 from fsdpspec.convert.accelerate import export_config
 from fsdpspec.validate import check_file

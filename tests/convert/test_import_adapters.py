@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from fsdpspec.catalog.families import FAMILIES
 from fsdpspec.catalog.presets import preset_config
 from fsdpspec.cli.main import cli
-from fsdpspec.convert.adapters import LINEAR_ROUTERS
+from fsdpspec.convert.axolotl_lora import LINEAR_ROUTERS
 from fsdpspec.validate import check_file
 
 HEAD = "base_model: mistralai/Mistral-7B-v0.1\nfsdp_version: 2\nfsdp_config:\n" \

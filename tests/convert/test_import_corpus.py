@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from conftest import ROOT, run_cli
 from fsdpspec.cli.main import cli
-from fsdpspec.convert.registry import KINDS
+from fsdpspec.convert.source_kinds import KINDS
 from fsdpspec.lint.environment import missing_packages
 from fsdpspec.lint.registry import RULES
 from fsdpspec.validate import check_file
@@ -321,20 +321,20 @@ def test_each_kind_as_a_user_types_it(name: str, tmp_path: Path) -> None:
 
 def test_docs_name_every_key_each_importer_reads_or_refuses() -> None:
     """docs/import.md's tables against the importers' own tables."""
-    from fsdpspec.convert import accelerate, adapters, axolotl, hftrain, torchtitan, trainer
+    from fsdpspec.convert import accelerate, axolotl, axolotl_lora, hftrain, torchtitan, trainer
 
     text = (ROOT / "docs" / "import.md").read_text()
     keys = [*hftrain._SIMPLE, *hftrain._SPECIAL, *trainer._FSDP_WORDS, *trainer._SEQ_LEN,
             *accelerate._REFUSED_SIZES, *accelerate._DEGREES, *axolotl._RENAMED,
             *axolotl._REFUSED_SIZES, *axolotl._DEGREES, axolotl._FP8_GATHER, *torchtitan._DEGREES,
-            *axolotl._REFUSED_SWITCHES, *axolotl._ATTENTION_FLAGS, *adapters.KEYS,
-            *adapters._BNB_KEYS, *hftrain._STATE_DTYPES, *torchtitan._REFUSED_DEGREES]
+            *axolotl._REFUSED_SWITCHES, *axolotl._ATTENTION_FLAGS, *axolotl_lora.KEYS,
+            *axolotl_lora._BNB_KEYS, *hftrain._STATE_DTYPES, *torchtitan._REFUSED_DEGREES]
     assert [k for k in keys if f"`{k}" not in text and f" {k}" not in text] == []
 
 
 def test_the_docs_name_the_registry_s_kinds() -> None:
     """README's command table and the import command's own line list the declared kinds
-    (`fsdpspec.convert.registry.KINDS`), in order."""
+    (`fsdpspec.convert.source_kinds.KINDS`), in order."""
     listed = "|".join(KINDS)
     assert f"fsdpspec import {listed.replace('|', chr(92) + '|')} FILE" in (
         ROOT / "README.md").read_text()

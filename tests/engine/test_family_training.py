@@ -86,7 +86,7 @@ def test_moe_loss_includes_the_weighted_load_balancing_loss() -> None:
 
     from fsdpspec.job.job import resolve
     from fsdpspec_runners.engine.loss import causal_lm_loss
-    from fsdpspec_runners.engine.model import build_model
+    from fsdpspec_runners.engine.model_build import build_model
 
     spec = JobSpec.model_validate(job("tiny-mixtral", 2))
     model = build_model(resolve(spec, Path(".")), on_meta=False)

@@ -18,7 +18,7 @@ from fsdpspec.job.job import resolve  # noqa: E402
 from fsdpspec.spec.v1 import JobSpec  # noqa: E402
 from fsdpspec_runners.engine.lora import base_key, is_adapter_key  # noqa: E402
 from fsdpspec_runners.engine.lora_export import merged_model  # noqa: E402
-from fsdpspec_runners.engine.model import build_model  # noqa: E402
+from fsdpspec_runners.engine.model_build import build_model  # noqa: E402
 
 
 def _job(tmp_path: Path):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_cli
-from fsdpspec.runfiles.faults import Faults, FaultSettingError, read_faults
+from fsdpspec.runfiles.fault_settings import Faults, FaultSettingError, read_faults
 
 JOB = ROOT / "tests" / "tune" / "tiny-job.yaml"  # a valid 2-process CPU job
 

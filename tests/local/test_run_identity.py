@@ -11,7 +11,7 @@ import pytest
 
 from fsdpspec.runfiles.resolved import absolute_inputs
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.local.rundir import RunDirError, prepare_run_dir, run_dir_path
+from fsdpspec_runners.local.rundir_setup import RunDirError, prepare_run_dir, run_dir_path
 
 CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
           "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,

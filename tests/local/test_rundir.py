@@ -9,7 +9,7 @@ import pytest
 
 from fsdpspec.runfiles.resolved import FILENAME, write_resolved_spec
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.local.rundir import RunDirError, join_run_dir, prepare_run_dir
+from fsdpspec_runners.local.rundir_setup import RunDirError, join_run_dir, prepare_run_dir
 
 
 def job(**changes) -> JobSpec:

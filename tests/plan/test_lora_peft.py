@@ -15,7 +15,7 @@ from fsdpspec.catalog.presets import preset_config
 from fsdpspec.job.job import resolve
 from fsdpspec.lint import lint_spec
 from fsdpspec.lint.registry import LintContext
-from fsdpspec.plan.adapters import trainable_numel
+from fsdpspec.plan.lora import trainable_numel
 from fsdpspec.spec.v1 import JobSpec
 
 torch = pytest.importorskip("torch")
@@ -147,7 +147,7 @@ def test_plan_counts_what_peft_builds(model_type: str, choice: str) -> None:
     else:  # FS144's name peft drops without a word, as the plan does
         assert planned == (trainable, frozen)
     if not refused:  # and the engine builds exactly that
-        from fsdpspec_runners.engine.model import build_model
+        from fsdpspec_runners.engine.model_build import build_model
 
         engine = build_model(job, on_meta=True)
         assert (sum(p.numel() for p in engine.parameters() if p.requires_grad),

@@ -15,7 +15,7 @@ from fsdpspec.plan import activations as act
 from fsdpspec.plan.compute import step_flops
 from fsdpspec.plan.memory import GIB
 from fsdpspec.plan.planner import plan_job
-from fsdpspec.plan.units import sharding
+from fsdpspec.plan.unit_shards import sharding
 from fsdpspec.spec.v1 import JobSpec
 
 BASE = Path(".")  # presets and inline geometries: no input paths

@@ -22,7 +22,7 @@ from fsdpspec.plan.compute import step_flops
 from fsdpspec.plan.host import PROCESS_OVERHEAD_BYTES, host_memory
 from fsdpspec.plan.memory import device_memory
 from fsdpspec.plan.planner import plan_job
-from fsdpspec.plan.report import plan_json
+from fsdpspec.plan.view import plan_json
 from fsdpspec.spec.v1 import JobSpec
 
 BASE = Path(".")  # presets and inline geometries: no input paths

@@ -21,8 +21,8 @@ from ruamel.yaml import YAML
 from conftest import ROOT, recorded, recorded_calls, run_sbatch, sbatch_env
 from fsdpspec.spec.names import kubernetes_name
 from fsdpspec.spec.v1 import JobSpec
-from fsdpspec_runners.errors import LaunchError
 from fsdpspec_runners.kubernetes import manifest, manifest_documents
+from fsdpspec_runners.launch_error import LaunchError
 from fsdpspec_runners.slurm import sbatch_script
 from fsdpspec_runners.torchrun import build_torchrun_argv, launch_env
 
@@ -270,7 +270,7 @@ def test_a_node_that_failed_by_itself_is_not_requeued(
     """srun stops every node when one exits non-zero (--kill-on-bad-exit) and reports
     the highest status, 143: the script reads each node's own `--exit-record`, so a
     refused multi-node job fails once instead of requeueing forever."""
-    from fsdpspec_runners.local.rundir import SCHEDULER_DIR
+    from fsdpspec_runners.local.rundir_setup import SCHEDULER_DIR
 
     exits = Path(MULTI.run_dir(), SCHEDULER_DIR, "exits-4242")
     body = "".join(f"echo {status} > {exits}/{node}\n" for node, status in records.items())

@@ -195,7 +195,7 @@ def check_peft(data: Any, directory: Path) -> None:
 
 
 def _lever_keys() -> list[str]:
-    from fsdpspec.tune.levers import LEVER_KEYS
+    from fsdpspec.tune.search_space import LEVER_KEYS
 
     return list(LEVER_KEYS)
 

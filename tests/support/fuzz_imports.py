@@ -161,7 +161,7 @@ def check_import(example: tuple[str, str, bytes], directory: Path) -> None:
 
     from fsdpspec.cli.main import cli
     from fsdpspec.convert.draft import Assumptions
-    from fsdpspec.convert.registry import importer
+    from fsdpspec.convert.source_kinds import importer
 
     kind, name, raw = example
     source, out = directory / name, directory / "out.yaml"

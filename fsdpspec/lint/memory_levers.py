@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
-from fsdpspec.plan.levers import int8_states_apply, loss_chunks_apply, peft_wraps_head
+from fsdpspec.plan.memory_levers import int8_states_apply, loss_chunks_apply, peft_wraps_head
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fsdpspec.plan.adapters import base_bytes_per_element, trainable_numel
 from fsdpspec.plan.budget import SCALING_LOSS
+from fsdpspec.plan.lora import base_bytes_per_element, trainable_numel
 from fsdpspec.plan.memory import GIB
 from fsdpspec.plan.planner import MAX_NODES
 from fsdpspec.plan.steptime import STEP_TIME_BAND

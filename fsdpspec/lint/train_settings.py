@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from fsdpspec.catalog.config_source import resolve_input_path
 from fsdpspec.catalog.localfiles import TOKENIZER_LIMITS
-from fsdpspec.catalog.modelconfig import resolve_input_path
 from fsdpspec.job.parallel import ParallelDimsError
 from fsdpspec.jsonfile import JsonFileError, load_object
 from fsdpspec.lint.registry import LintContext, diagnostic, rule

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from fsdpspec.validate import FileReport
 
-# Format → its module under fsdpspec.report.
+# Format → its module under fsdpspec.diagnostic_formats.
 FORMATS: dict[str, str] = {
     "full": "full",
     "concise": "concise",
@@ -26,4 +26,5 @@ MARKUP = {"full"}
 
 def render(output_format: str, reports: Sequence[FileReport]) -> str:
     """The reports in one format."""
-    return importlib.import_module(f"fsdpspec.report.{FORMATS[output_format]}").render(reports)
+    module = importlib.import_module(f"{__name__}.{FORMATS[output_format]}")
+    return module.render(reports)

@@ -13,7 +13,7 @@ from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job
 from fsdpspec.plan import activations as act
 from fsdpspec.plan.tensor_parallel import local_geometry
-from fsdpspec.plan.units import Sharding
+from fsdpspec.plan.unit_shards import Sharding
 from fsdpspec.semantics import MASTER_BYTES
 from fsdpspec.spec.v1 import JobSpec
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fsdpspec.catalog.config_source import ModelConfigError, read_hf_config, resolve_input_path
 from fsdpspec.catalog.families import FAMILIES, family
 from fsdpspec.catalog.hub import parse_hub_id
-from fsdpspec.catalog.modelconfig import ModelConfigError, read_hf_config, resolve_input_path
 from fsdpspec.catalog.presets import HUB_PRESETS, PRESETS, preset_config
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, Note, origin
 

@@ -29,7 +29,7 @@ from fsdpspec.job.lora import (
 )
 from fsdpspec.job.units import Unit
 from fsdpspec.plan import activations as act
-from fsdpspec.plan.units import Sharding
+from fsdpspec.plan.unit_shards import Sharding
 from fsdpspec.semantics import MASTER_BYTES, syncs_gradients
 
 # QLoRA: 4 bits per weight plus one absmax per block of NF4_BLOCK weights, in fp32, or
