@@ -186,3 +186,25 @@ def test_install_adds_no_generic_top_level_name(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.stdout.split() == ["True", "True"], result.stderr
+
+
+# A feature's facet in each layer keeps the feature's name (its rules in lint/, its terms
+# in plan/, its engine step in runners/engine/ …): one name, one feature. Any other
+# basename is one module's alone, so a reader can tell rooms apart by name.
+FEATURE_FACETS = {"checkpoint", "float8", "lora", "memory", "memory_levers", "tensor_parallel"}
+
+
+def test_no_two_modules_share_a_basename_for_different_things() -> None:
+    from fsdpspec.cli.main import COMMANDS
+
+    subcommands = {f"fsdpspec.cli.{module}" for module in COMMANDS.values()}
+    owners: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        if path.stem not in ("__init__", "__main__") and module not in subcommands:
+            owners.setdefault(path.stem, []).append(module)
+    shared = {name: mods for name, mods in owners.items() if len(mods) > 1}
+    assert {n: m for n, m in shared.items() if n not in FEATURE_FACETS} == {}
+    # A facet of one feature per package, and no stale entry in the set above.
+    assert all(len({m.rpartition(".")[0] for m in shared[n]}) == len(shared[n])
+               for n in FEATURE_FACETS & shared.keys())
+    assert FEATURE_FACETS <= shared.keys()
