@@ -6,8 +6,9 @@ logs and saves, and how it is launched; anything else (model, data, sharding,
 optimizer…) makes it another job.
 
 Launching includes the layout: after a preemption a job often gets fewer or more nodes.
-A run resumed on another node or process count (and so perhaps another micro-batch)
-with the same global batch reshards its checkpoint (DCP reshards a sharded one; a full
+A run resumed on another node or process count (and so perhaps another micro-batch), or
+with another tensor- or context-parallel degree, with the same global batch reshards its
+checkpoint (DCP reshards a sharded one; a full
 state dict is sharded anew as it loads) and continues from the same step and data
 position, which count global sequences, not per-rank ones.
 """
@@ -32,8 +33,10 @@ from fsdpspec.runfiles.resolved import (
 from fsdpspec.spec.v1 import JobSpec
 from fsdpspec_runners.local.runlock import is_lock_file
 
-# Fields a resumed run may change that lay it out anew (the global batch stays).
-LAYOUT_CHANGES = ("resources.nodes", "resources.gpus_per_node", "data.micro_batch_size")
+# Fields a resumed run may change that lay it out anew (the global batch stays): the
+# parallel degrees too, since DCP reshards a checkpoint onto any mesh.
+LAYOUT_CHANGES = ("resources.nodes", "resources.gpus_per_node", "data.micro_batch_size",
+                  "parallelism.tensor_parallel", "parallelism.context_parallel")
 # Fields that may differ between a run and its resumption (dotted prefixes).
 RESUMABLE_CHANGES = (
     *LAYOUT_CHANGES, "resources.cpus_per_node", "resources.host_memory_gib",
@@ -138,7 +141,8 @@ def layout_change(spec: JobSpec, run_dir: Path) -> str | None:
         return None
     before = old["resources.nodes"] * old["resources.gpus_per_node"]
     processes = f"{spec.world_size} process{'es' if spec.world_size > 1 else ''}"
-    return (f"new layout: {processes}, was {before} ({', '.join(changed)}); "
+    count = f"{processes}, was {before}" if before != spec.world_size else f"the same {processes}"
+    return (f"new layout: {count} ({', '.join(changed)}); "
             "the checkpoint is resharded and the run continues at its step and data "
             f"position (global batch {spec.data.global_batch_size})")
 

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from fault_jobs import fsdpspec_run, job_file, run_dir
 
+from conftest import run_cli
+from fsdpspec.runfiles.fault_settings import SIGNAL_AT_STEP_ENV
+
 pytestmark = pytest.mark.slow
 
 # 6 sequences per step: 6 micro-batches of 1 on 1 process, 3 on 2, 2 on 3.
@@ -88,3 +91,35 @@ def test_each_step_takes_the_same_sequences_on_any_layout() -> None:
     for position in (0, 60):
         layouts = [step_rows(w, m, position) for w, m in ((1, 1), (1, 6), (2, 1), (2, 3), (3, 2))]
         assert all(rows == layouts[0] for rows in layouts) and len(layouts[0]) == 6
+
+
+QUICKSTART = ("examples/quickstart.yaml", "--set", "train.max_steps=6",
+              "--set", "logging.interval_steps=1")
+
+
+@pytest.fixture(scope="module")
+def quickstart_tp1(tmp_path_factory: pytest.TempPathFactory) -> dict[int, float]:
+    """The quickstart's 6 steps at TP 1, uninterrupted."""
+    run = tmp_path_factory.mktemp("tp1") / "q"
+    ok(run_cli("run", *QUICKSTART, "--set", f"checkpoint.dir={run}", timeout=300))
+    return losses(run)
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2)])
+def test_a_changed_tensor_parallel_degree_continues_in_the_same_run_directory(
+        tmp_path: Path, quickstart_tp1: dict[int, float], before: int, after: int) -> None:
+    """A preempted 2-D job that comes back with another TP degree is a layout change, as
+    another GPU count is: the same directory, one line, DCP reshards (issue 42 §7)."""
+    run = tmp_path / "q"
+    degree = "parallelism.tensor_parallel"
+    first = run_cli("run", *QUICKSTART, "--set", f"checkpoint.dir={run}", "--set",
+                    f"{degree}={before}", env={SIGNAL_AT_STEP_ENV: "3"}, timeout=300)
+    assert "stopped by SIGTERM at step 3; checkpoint saved" in first.stdout + first.stderr
+    resumed = ok(run_cli("run", *QUICKSTART, "--set", f"checkpoint.dir={run}", "--set",
+                         f"{degree}={after}", timeout=300))
+    assert (f"new layout: the same 2 processes ({degree} {before} → {after}); the checkpoint "
+            "is resharded and the run continues at its step and data position (global batch "
+            "8)") in resumed.stderr.splitlines()
+    steps = losses(run)
+    assert sorted(steps) == list(range(1, 7))
+    assert max(abs(steps[s] - quickstart_tp1[s]) for s in range(4, 7)) < 1e-5
