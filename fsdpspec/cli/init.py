@@ -3,7 +3,6 @@ written: what init writes validates."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from pydantic_core import ValidationError
 from fsdpspec.atomicio import write_text
 from fsdpspec.catalog.accelerators import CATALOG, accelerator_names
 from fsdpspec.catalog.presets import preset_config, preset_names
-from fsdpspec.cli.output import OUTPUT_REFUSED, deliver, output_option, shown
+from fsdpspec.cli.output import deliver, force_option, output_option
 from fsdpspec.convert.importer import HOST_GIB_PER_GPU
 from fsdpspec.diagnostic_formats import render as render_reports
 from fsdpspec.semantics import DEFAULT_RDZV_PORT
@@ -130,9 +129,11 @@ def check_name(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.option("--name", default=None, callback=check_name,
               help="metadata.name (default: the preset).")
 @output_option
-def command(preset, gpus, nodes, accelerator, name, output) -> None:
+@force_option
+def command(preset, gpus, nodes, accelerator, name, output, force) -> None:
     """Write a commented starter spec. It is validated first: a combination that
-    would not validate (a model too big for the GPUs) is reported and not written."""
+    would not validate (a model too big for the GPUs) is reported and not written. An
+    existing -o FILE is replaced only with --force."""
     gpus = gpus or (8 if CATALOG[accelerator].is_gpu else 2)
     text = render(name=name or kubernetes_name(preset), preset=preset, gpus=gpus,
                   nodes=nodes, accelerator=accelerator)
@@ -141,7 +142,4 @@ def command(preset, gpus, nodes, accelerator, name, output) -> None:
         click.echo(problems, err=True, nl=False)
         raise click.ClickException("this starter spec would not validate clean "
                                    "(see above): change --gpus, --nodes or --preset")
-    if output is not None and os.path.lexists(output):
-        raise click.ClickException(f"{OUTPUT_REFUSED} {shown(output)}: it exists; init does "
-                                   "not overwrite a spec")
-    deliver(text, output, replace=False)
+    deliver(text, output, replace=force)

@@ -73,6 +73,20 @@ def test_init_refuses_what_would_not_validate(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_init_refuses_an_existing_file_without_force(tmp_path: Path) -> None:
+    """`fsdpspec init -o FILE` behaves as every other `-o`: an existing file is one coded
+    line and left as it was; --force replaces it with a spec that validates."""
+    (tmp_path / "job.yaml").write_text("mine\n")
+    refused = run_cli("init", "-o", "job.yaml", cwd=tmp_path)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        "Error: FS049 job.yaml: it exists; pass --force to replace it"]
+    assert (tmp_path / "job.yaml").read_text() == "mine\n"
+    replaced = run_cli("init", "-o", "job.yaml", "--force", cwd=tmp_path)
+    assert replaced.returncode == 0, replaced.stderr
+    assert check_file(tmp_path / "job.yaml").diagnostics == []
+
+
 def test_init_rejects_a_bad_name() -> None:
     result = run_cli("init", "--name", "my job")
     assert result.returncode == 2 and "--name" in result.stderr

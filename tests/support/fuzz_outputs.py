@@ -93,7 +93,6 @@ def check_command_target(example: tuple[str, str, bool], directory: Path) -> Non
     from fsdpspec.cli.main import cli
 
     command, kind, force = example
-    force = force and command != "init"  # init never replaces a file: it has no --force
     work = directory / "work"
     work.mkdir()
     argv, seed = COMMANDS[command]
