@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,15 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 60,
         [sys.executable, "-m", "fsdpspec", *args], cwd=cwd or ROOT, capture_output=True,
         text=True, timeout=timeout, env={**os.environ, **(env or {})},
     )
+
+
+def shown_argv(command: str) -> list[str]:
+    """The arguments of an `fsdpspec …` command as the docs show it, each one that names a
+    file of the repository made absolute: the command runs in a scratch directory, where
+    its run directory goes (tests/test_doc_commands.py holds the docs to these commands)."""
+    program, *args = shlex.split(command)
+    assert program == "fsdpspec", command
+    return [str(ROOT / arg) if (ROOT / arg).is_file() else arg for arg in args]
 
 
 @pytest.fixture

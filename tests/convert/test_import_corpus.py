@@ -333,10 +333,10 @@ def test_docs_name_every_key_each_importer_reads_or_refuses() -> None:
 
 
 def test_the_docs_name_the_registry_s_kinds() -> None:
-    """README's command table and the import command's own line list the declared kinds
+    """docs/commands.md's table and the import command's own line list the declared kinds
     (`fsdpspec.convert.source_kinds.KINDS`), in order."""
     listed = "|".join(KINDS)
     assert f"fsdpspec import {listed.replace('|', chr(92) + '|')} FILE" in (
-        ROOT / "README.md").read_text()
+        ROOT / "docs" / "commands.md").read_text()
     assert f"`fsdpspec import {listed} FILE" in (
         ROOT / "fsdpspec" / "cli" / "import_config.py").read_text()

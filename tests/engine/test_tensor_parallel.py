@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +41,7 @@ from engine_jobs import (  # noqa: E402
     write_spec,
 )
 
-from conftest import ROOT, run_cli  # noqa: E402
+from conftest import run_cli, shown_argv  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -244,13 +243,10 @@ def test_chat_fine_tune_with_eval_trains_and_resumes_under_tp(tmp_path: Path) ->
     assert_resumed_exactly(run_dir, again, 2)
 
 
-def test_the_readme_tp_command_trains(tmp_path: Path) -> None:
-    """The README's TP command, as shown: the quickstart on TP 2, 40 steps."""
-    readme = (ROOT / "README.md").read_text()
-    command = re.search(r"```bash\nfsdpspec run (examples/quickstart\.yaml --set "
-                        r"parallelism\.tensor_parallel=\d+)\n```", readme).group(1)
-    spec, *sets = command.split()
-    result = run_cli("run", str(ROOT / spec), *sets, cwd=tmp_path, timeout=600,
+def test_the_shown_tp_command_trains(tmp_path: Path) -> None:
+    """docs/parallelism.md's TP command, as shown: the quickstart on TP 2, 40 steps."""
+    command = "fsdpspec run examples/quickstart.yaml --set parallelism.tensor_parallel=2"
+    result = run_cli(*shown_argv(command), cwd=tmp_path, timeout=600,
                      env={"OMP_NUM_THREADS": "1"})
     assert "mesh dp_shard 1 × tp 2" in ok(result).stdout
     trained = by_step(tmp_path / "runs" / "quickstart")

@@ -52,8 +52,7 @@ def test_hours_for_a_trillion_tokens_agree_with_torchtitans_published_rate() -> 
     assert scaling["past"]["tokens_per_s_per_device"] < floor
 
 
-# The command docs/tune.md and the README show, run as written; its output lines are
-# docs/tune.md's.
+# The command docs/tune.md shows, run as written; its output lines are docs/tune.md's.
 SHOWN = "plan examples/torchtitan-llama3-8b.yaml --tokens 1e12 --price-per-gpu-hour 2.5"
 
 
@@ -67,8 +66,7 @@ def test_plan_prints_hours_gpu_hours_cost_and_the_scaling_line_as_documented() -
     scaling = next(line for line in lines if line.startswith("scaling:"))
     assert scaling.startswith("scaling: tokens/s per GPU stays within 10% of 8 GPUs' 5,620 up to")
     doc = (ROOT / "docs" / "tune.md").read_text()
-    for shown_in in (doc, (ROOT / "README.md").read_text()):
-        assert f"fsdpspec {SHOWN}\n" in shown_in
+    assert f"fsdpspec {SHOWN}\n" in doc
     assert f"\n{budget}\n{scaling}\n" in doc
 
 

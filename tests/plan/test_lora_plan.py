@@ -1,5 +1,5 @@
 """LoRA and QLoRA in the plan: hand-counted terms on the tiny preset, the trace agreeing,
-and the README's commands exactly as it shows them."""
+and docs/lora.md's commands exactly as it shows them."""
 
 from __future__ import annotations
 
