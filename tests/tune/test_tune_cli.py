@@ -119,7 +119,7 @@ def test_o_writes_the_winner_with_its_comments_and_never_replaces_without_force(
     assert tune(*args, "--force").exit_code == 0 and best.read_text() == text
 
 
-# The commands docs/tune.md and the README show, run exactly as written.
+# The commands docs/tune.md shows, run exactly as written.
 SHOWN = (
     "fsdpspec tune examples/llama3-8b-h100.yaml",
     "fsdpspec tune examples/llama3-8b-h100.yaml --vary all",
