@@ -4,8 +4,10 @@
 One 20-step tiny-Llama run checkpoints at step 10; it is resumed once from there and
 its step-20 checkpoint exported with `fsdpspec export hf`; a bf16 run of the same job is
 the reference. A second family (GPT-NeoX: fused attention, biases) trains 4 steps,
-resumes and exports. The two float8 runs are `fsdpspec run`s; the resumes and the
-reference train in one launch after them (`engine_jobs.torchrun_jobs`)."""
+resumes and exports. The Llama float8 run is an `fsdpspec run`; its resume, the
+reference and GPT-NeoX's run and resume train after it in one launch
+(`engine_jobs.torchrun_jobs`: one torchrun and one import of torch and transformers per
+process for the four, where a launch of their own cost ~12 CPU-s each)."""
 
 from __future__ import annotations
 
@@ -61,28 +63,28 @@ def weights(directory: Path) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The float8 runs of both families, their resumes (Llama from step 10, GPT-NeoX
-    from step 2) and Llama's bf16 reference: run dirs, and the logs of the first two."""
+    from step 2) and Llama's bf16 reference: run dirs, and each one's log (rank 0's)."""
     from engine_jobs import merged, torchrun_jobs, write_spec
 
     cwd = tmp_path_factory.mktemp("float8")
     llama, neox = job("f8-llama", "tiny-llama", 20, 10), job("f8-neox", "tiny-gpt-neox", 4, 2)
-    found = {"llama-log": run(cwd, llama), "neox-log": run(cwd, neox)}
+    found = {"llama-log": run(cwd, llama)}
     runs = cwd / "runs"
-    later = {
+    later = {  # in this order: GPT-NeoX resumes the run before it
         "llama-resumed": merged(llama, {"checkpoint": {
             "resume": str(runs / "f8-llama" / "checkpoints" / "step-00000010")}}),
         "bf16": merged(llama, {"float8": None, "checkpoint": {
             "interval_steps": 0, "final": {"enabled": False}}}),
+        "neox": neox,
         "neox-resumed": merged(neox, {"checkpoint": {
-            "resume": str(runs / "f8-neox" / "checkpoints" / "step-00000002")}}),
+            "resume": str(runs / "neox" / "checkpoints" / "step-00000002")}}),
     }
     results = torchrun_jobs([write_spec(runs / name, document)
                              for name, document in later.items()])
     for name, result in zip(later, results, strict=True):
         assert result.returncode == 0, (name, result.stdout[-2000:] + result.stderr[-2000:])
         found[f"{name}-log"] = result.stdout
-    return {**found, "llama": runs / "f8-llama", "neox": runs / "f8-neox",
-            **{name: runs / name for name in later}}
+    return {**found, "llama": runs / "f8-llama", **{name: runs / name for name in later}}
 
 
 def test_float8_converts_the_planned_linears_and_gathers_in_float8(runs) -> None:
