@@ -1,7 +1,10 @@
 """Fine-tuning end to end on 2 CPU processes: a tiny Llama saved with save_pretrained, a
 tokenizer with a chat template and a parquet chat dataset with a test split, all built
 here. One straight run answers the eval, masking, export and generation questions; a
-second run, stopped and resumed, answers the resume question."""
+second run, stopped and resumed, answers the resume question. The straight run and the
+resume train in one launch (engine_jobs.torchrun_jobs: one import of torch and
+transformers per process for both); the stopped run needs a launch of its own (its
+stop is the launch's environment)."""
 
 from __future__ import annotations
 
@@ -25,7 +28,15 @@ from chat_assets import (  # noqa: E402
     conversation,
     tiny_llama,
 )
-from engine_jobs import chat_job, merged, metrics, ok, torchrun, write_spec  # noqa: E402
+from engine_jobs import (  # noqa: E402
+    chat_job,
+    merged,
+    metrics,
+    ok,
+    torchrun,
+    torchrun_jobs,
+    write_spec,
+)
 
 from conftest import run_cli  # noqa: E402
 
@@ -54,10 +65,26 @@ def _env(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def straight(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("straight")
-    ok(torchrun(write_spec(run_dir, _job(inputs)), env=_env(inputs)))
-    return run_dir
+def runs(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The straight run, and the same job stopped at step 15 then resumed: run
+    directories, the stopped and resumed runs' outputs, and the token cache's mtime
+    after the stop."""
+    straight, stopped = tmp_path_factory.mktemp("straight"), tmp_path_factory.mktemp("stopped")
+    spec = write_spec(stopped, _job(inputs))
+    first = ok(torchrun(spec, env={**_env(inputs), "FSDPSPEC_TEST_SIGNAL_AT_STEP": "15"}))
+    [cache] = (stopped / "data-cache").glob("*.pt")
+    written = cache.stat().st_mtime_ns
+    straight_result, second = torchrun_jobs([write_spec(straight, _job(inputs)), spec],
+                                            env=_env(inputs))
+    ok(straight_result)
+    ok(second)
+    return {"straight": straight, "stopped": stopped, "first": first.stdout,
+            "second": second.stdout, "cache": cache, "written": written}
+
+
+@pytest.fixture(scope="module")
+def straight(runs: dict[str, Any]) -> Path:
+    return runs["straight"]
 
 
 def _train_losses(run_dir: Path) -> dict[int, float]:
@@ -155,20 +182,17 @@ def test_mid_run_checkpoint_exports_loads_and_generates(straight: Path, tmp_path
     assert "Traceback" not in missing.stderr
 
 
-def test_resume_is_bit_identical(straight: Path, inputs: Path, tmp_path: Path) -> None:
+def test_resume_is_bit_identical(runs: dict[str, Any]) -> None:
     """Stopped at step 15 and resumed: the same train and eval losses and final weights."""
     from safetensors.torch import load_file
 
-    spec = write_spec(tmp_path, merged(_job(inputs), {}))
-    first = ok(torchrun(spec, env={**_env(inputs), "FSDPSPEC_TEST_SIGNAL_AT_STEP": "15"}))
-    assert "stopped by SIGTERM at step 15" in first.stdout
-    [cache] = (tmp_path / "data-cache").glob("*.pt")
-    written = cache.stat().st_mtime_ns
-    second = ok(torchrun(spec, env=_env(inputs)))
-    assert "(step 15)" in second.stdout
-    assert cache.stat().st_mtime_ns == written  # the resumed run read the tokens back
-    assert _train_losses(tmp_path) == _train_losses(straight)
-    assert _eval_losses(tmp_path)[30] == _eval_losses(straight)[30]
+    straight, resumed = runs["straight"], runs["stopped"]
+    assert "stopped by SIGTERM at step 15" in runs["first"]
+    assert "(step 15)" in runs["second"]
+    # the resumed run read the tokens back
+    assert runs["cache"].stat().st_mtime_ns == runs["written"]
+    assert _train_losses(resumed) == _train_losses(straight)
+    assert _eval_losses(resumed)[30] == _eval_losses(straight)[30]
     for shard in sorted((straight / "final").glob("model-*.safetensors")):
-        a, b = load_file(str(shard)), load_file(str(tmp_path / "final" / shard.name))
+        a, b = load_file(str(shard)), load_file(str(resumed / "final" / shard.name))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
