@@ -5,9 +5,10 @@ dict). Per FSDP version one straight run answers the eval, checkpoint, adapter, 
 export questions, and a resumed run the resume question (FSDP2's stopped at step 4 and
 resumed, FSDP1's from the straight run's step-4 checkpoint): five process pairs. QLoRA
 (FSDP2, torchao NF4 base weights) adds two more: a straight run and one resumed from its
-step-4 checkpoint. The runs nothing stops train in one launch, one after another
-(engine_jobs.torchrun_jobs); FSDP2's stopped run and its resume are launches of their
-own."""
+step-4 checkpoint. FSDP2's stopped run is a launch of its own (its stop is the launch's
+environment); every other run, its resume included, trains after it in one launch, one
+after another (engine_jobs.torchrun_jobs: one import of torch, transformers and peft per
+process for the six)."""
 
 from __future__ import annotations
 
@@ -68,15 +69,19 @@ def _resumed(job: dict[str, Any], straight: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def unstopped(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The runs nothing stops, by name, their run directories and results: "lora2" and
-    "lora1" straight, "lora1-resumed" from lora1's step-MIDDLE full-state-dict checkpoint
-    in a run directory of its own; QLoRA under FSDP2 on a Llama wide enough for NF4's
-    blocks to shard over 2 ranks (FS315), "qlora" straight and "qlora-resumed" from its
-    step-MIDDLE checkpoint (the stop-and-resume path is the LoRA runs')."""
+def trained(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The runs by name, their run directories and results: "lora2" and "lora1"
+    straight; "lora2-resumed" stopped by SIGTERM at step MIDDLE and resumed in place;
+    "lora1-resumed" from lora1's step-MIDDLE full-state-dict checkpoint in a run
+    directory of its own (a process pair less); QLoRA under FSDP2 on a Llama wide enough
+    for NF4's blocks to shard over 2 ranks (FS315), "qlora" straight and "qlora-resumed"
+    from its step-MIDDLE checkpoint (the stop-and-resume path is the LoRA runs')."""
     from transformers import AutoTokenizer
 
     root = tmp_path_factory.mktemp("lora")
+    stopped = write_spec(root / "lora2-resumed", _job(inputs, 2))
+    first = ok(torchrun(stopped, env=_env(inputs, FSDPSPEC_TEST_SIGNAL_AT_STEP=str(MIDDLE))))
+    assert f"stopped by SIGTERM at step {MIDDLE}" in first.stdout
     model = save_tiny_llama(inputs / "model-256", len(AutoTokenizer.from_pretrained(
         inputs / "tokenizer")), hidden_size=256, num_hidden_layers=2)
     qlora = {**_job(inputs, 2), "peft": {"method": "qlora", "r": 4, "alpha": 8},
@@ -84,35 +89,26 @@ def unstopped(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     jobs = {"lora2": _job(inputs, 2), "lora1": _job(inputs, 1),
             "lora1-resumed": _resumed(_job(inputs, 1), root / "lora1"),
             "qlora": qlora, "qlora-resumed": _resumed(qlora, root / "qlora")}
-    specs = [write_spec(root / name, job) for name, job in jobs.items()]
+    specs = [*(write_spec(root / name, job) for name, job in jobs.items()), stopped]
     results = torchrun_jobs(specs, env=_env(inputs))
-    return {name: (root / name, ok(result)) for name, result in zip(jobs, results, strict=True)}
+    return {name: (root / name, ok(result))
+            for name, result in zip([*jobs, "lora2-resumed"], results, strict=True)}
 
 
 @pytest.fixture(scope="module", params=[2, 1], ids=["fsdp2", "fsdp1"])
-def runs(request: pytest.FixtureRequest, inputs: Path, unstopped: dict[str, Any],
-         tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, Path]:
-    """(FSDP version, a straight run, a resumed run). FSDP2's is stopped by SIGTERM at
-    step MIDDLE and resumed in place; FSDP1's resumes the straight run's step-MIDDLE
-    full-state-dict checkpoint in a run directory of its own (a process pair less)."""
+def runs(request: pytest.FixtureRequest, trained: dict[str, Any]) -> tuple[int, Path, Path]:
+    """(FSDP version, a straight run, a resumed run) of ``trained``."""
     version = request.param
-    straight, _ = unstopped[f"lora{version}"]
-    if version == 1:
-        resumed, again = unstopped["lora1-resumed"]
-    else:
-        resumed = tmp_path_factory.mktemp("lora2-resumed")
-        spec = write_spec(resumed, _job(inputs, version))
-        stopped = ok(torchrun(spec, env=_env(inputs, FSDPSPEC_TEST_SIGNAL_AT_STEP=str(MIDDLE))))
-        assert f"stopped by SIGTERM at step {MIDDLE}" in stopped.stdout
-        again = ok(torchrun(spec, env=_env(inputs)))
+    straight, _ = trained[f"lora{version}"]
+    resumed, again = trained[f"lora{version}-resumed"]
     assert f"(step {MIDDLE})" in again.stdout
     return version, straight, resumed
 
 
 @pytest.fixture(scope="module")
-def qlora_runs(unstopped: dict[str, Any]) -> tuple[Path, Path, str]:
+def qlora_runs(trained: dict[str, Any]) -> tuple[Path, Path, str]:
     """QLoRA's (straight, resumed, the straight run's stdout)."""
-    (straight, first), (resumed, again) = unstopped["qlora"], unstopped["qlora-resumed"]
+    (straight, first), (resumed, again) = trained["qlora"], trained["qlora-resumed"]
     assert f"(step {MIDDLE})" in again.stdout
     return straight, resumed, first.stdout
 
