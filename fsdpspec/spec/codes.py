@@ -68,6 +68,9 @@ LOAD_CODES = _codes(
     ("FS016", "bad-scalar", "a number or tagged scalar cannot be read",
      "An integer beyond Python's digit limit (decimal or hex), a float that overflows, or a "
      "tag that contradicts its value (`!!int abc`, `!!bool x`, `!!float x`)."),
+    ("FS017", "reused-anchor", "a YAML anchor is defined twice",
+     "`&name` written a second time: every alias after it names the second value, the ones "
+     "before it the first, so one `*name` reads two ways. Give each anchor its own name."),
     ("FS020", "unknown-field", "a field that the schema does not define",
      "Usually a typo: the hint names the closest field. Sections forbid unknown keys so "
      "that a misspelt option is never silently ignored."),

@@ -136,6 +136,7 @@ class _Builder:
     def __init__(self, source_map: SourceMap):
         self.source_map = source_map
         self.nodes = 0
+        self.anchors: dict[str, Node] = {}
         self.constructor = YAML(typ="safe", pure=True).constructor
 
     def build(self, node: Node, pointer: str, depth: int, active: frozenset[int]) -> Any:
@@ -148,6 +149,11 @@ class _Builder:
             raise _Refused(_too_deep().at("", _span(node)))
         if id(node) in active:
             raise _refuse("FS009", "recursive alias: a node contains itself", node)
+        if node.anchor is not None and self.anchors.setdefault(node.anchor, node) is not node:
+            first = self.anchors[node.anchor].start_mark.line + 1
+            raise _refuse("FS017", f"anchor &{node.anchor} is defined again (first on line "
+                          f"{first})", node, "give each anchor its own name: an alias "
+                          "names whichever came last")
         self.source_map.values.setdefault(pointer, _span(node))
         tag = str(node.tag)
         if tag not in _PLAIN_TAGS and tag != _TIMESTAMP:
@@ -254,6 +260,10 @@ class _BoundedComposer(Composer):
 
     nodes = 0
 
+    def __init__(self, loader: Any = None) -> None:
+        super().__init__(loader)
+        self.warn_double_anchors = False  # the builder refuses a reused anchor: FS017
+
     def compose_node(self, parent: Any, index: Any) -> Any:
         mark = self.parser.peek_event().start_mark
         self.nodes += 1
@@ -335,8 +345,15 @@ def compose_with_ruamel(text: str) -> tuple[Node | None, Diagnostic | None]:
 def parse_text(text: str, file: str, *, fragment: bool = False) -> Loaded:
     """Plain data and a SourceMap from YAML text (any root type). A ``fragment`` (a
     `--set` value, one field) is not a spec: ruamel alone reads it."""
+    return read_composed(text, file, _compose(text, fragment))
+
+
+def read_composed(text: str, file: str,
+                  composed: tuple[Node | None, Diagnostic | None]) -> Loaded:
+    """`parse_text` from a composed (node graph, problem): the fast path and ruamel's
+    graphs go through the same builder, which tests/support/fuzz_yaml.py compares."""
+    root, problem = composed
     source_map = SourceMap(file)
-    root, problem = _compose(text, fragment)
     if problem is None and (root is None or str(root.tag) == _STD + "null"):
         problem = error("FS005", "file is empty", hint="start from `fsdpspec init`")
     if problem is not None:

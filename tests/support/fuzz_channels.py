@@ -44,6 +44,7 @@ from fuzz_specs import (
     mutated_text,
     set_flags,
 )
+from fuzz_yaml import MARKED_SPECS, YAML_NOISE, check_readers_agree
 from hypothesis import strategies as st
 
 
@@ -65,6 +66,10 @@ CHANNELS: dict[str, Channel] = {
                                        lambda d, t: check_text(dump(d), t / "s.yaml")),
     "spec: damaged text": Channel(mutated_text(), lambda x, t: check_text(x, t / "s.yaml")),
     "spec: raw bytes": Channel(st.binary(max_size=2048), _raw_bytes),
+    # issue 42: the fast path (libyaml) reads a text as ruamel does, or declines it
+    "spec: YAML fast path vs ruamel": Channel(
+        st.one_of(YAML_NOISE, MARKED_SPECS, mutated_text(), mutated_data().map(dump)),
+        check_readers_agree),
     "--set flags": Channel(set_flags(), lambda flag, _t: check_set_flag(flag)),
     "model config.json": Channel(model_configs(), check_model_config),
     "accelerate configs": Channel(accelerate_configs(),
