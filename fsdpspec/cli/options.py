@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +14,23 @@ from fsdpspec.diagnostic_formats import MARKUP, render
 from fsdpspec.spec.overrides import OverrideError
 from fsdpspec.spec.v1 import INPUT_FIELDS
 from fsdpspec.validate import FileReport, check_file
+
+
+class FiniteRange(click.FloatRange):
+    """A float within bounds, and finite: click's FloatRange lets `nan` through (it
+    compares false with both bounds) and an unbounded side takes `inf` or `1e400`."""
+
+    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+# The budget flags of `plan` and `tune`: a budget and its cost stay finite (a price above
+# a million per GPU-hour is a typo, and overflowed the cost to inf at 1e308).
+TOKENS = FiniteRange(min=1, max=1e18)
+PRICE = FiniteRange(min=0, min_open=True, max=1e6)
 
 set_option = click.option(
     "--set", "overrides", multiple=True, metavar="KEY=VALUE",

@@ -9,6 +9,7 @@ refusal, a name the filesystem cannot hold included, is one line coded OUTPUT_RE
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,6 +20,13 @@ from fsdpspec.atomicio import check_target, describe_error, write_bytes
 
 # The code of an output that cannot be written where -o says (fsdpspec/spec/codes.py).
 OUTPUT_REFUSED = "FS049"
+
+
+def json_text(data: object, *, ensure_ascii: bool = True) -> str:
+    """The one writer of the JSON a command prints: strict JSON, where a NaN or an
+    infinity (which json.dumps writes as the non-JSON `NaN`, `Infinity`) is a bug that
+    raises instead."""
+    return json.dumps(data, indent=2, ensure_ascii=ensure_ascii, allow_nan=False) + "\n"
 
 
 def shown(name: str | Path) -> str:

@@ -4,14 +4,21 @@ same job on fake tensors (the one plan path that imports torch)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from fsdpspec.catalog.accelerators import accelerator_names
-from fsdpspec.cli.options import emit, exit_on_errors, resolve_format, set_option, spec_inputs
-from fsdpspec.cli.output import check_output, force_option, write_output
+from fsdpspec.cli.options import (
+    PRICE,
+    TOKENS,
+    emit,
+    exit_on_errors,
+    resolve_format,
+    set_option,
+    spec_inputs,
+)
+from fsdpspec.cli.output import check_output, force_option, json_text, write_output
 from fsdpspec.plan.budget import budget, scaling, spec_tokens
 from fsdpspec.plan.planner import Plan, plan_job
 from fsdpspec.plan.view import budget_json, plan_json, plan_text
@@ -135,10 +142,10 @@ def _forecast(plan: Plan, tokens: float | None, price: float | None):
 @click.option("-o", "--output", metavar="PATH", default=None,
               help="Where --html/--svg/--png write (default plan.html/.svg/.png); with "
                    "several of them, -o is the name each one's suffix is given.")
-@click.option("--tokens", type=click.FloatRange(min=1, max=1e18), default=None,
+@click.option("--tokens", type=TOKENS, default=None,
               metavar="N", help="Tokens to train (e.g. 1e12) for the budget line; default "
                                 "train.max_steps × global batch × seq_len.")
-@click.option("--price-per-gpu-hour", "price", type=click.FloatRange(min=0, min_open=True),
+@click.option("--price-per-gpu-hour", "price", type=PRICE,
               default=None, metavar="PRICE", help="Also price the budget.")
 @force_option
 def command(file, gpus, accelerator, overrides, output_format, trace, html, svg, png,
@@ -166,7 +173,7 @@ def command(file, gpus, accelerator, overrides, output_format, trace, html, svg,
     if output_format == "json":
         data = plan_json(plan) | budget_json(forecast, limit) | (
             {"trace": traced} if traced else {})
-        click.echo(json.dumps(data, indent=2))
+        click.echo(json_text(data), nl=False)
     else:
         click.echo(plan_text(plan, forecast, limit) + (_trace_text(traced) if traced else ""),
                    nl=False)

@@ -13,6 +13,7 @@ import click
 
 from fsdpspec.atomicio import write_text
 from fsdpspec.cli.options import emit, exit_on_errors, load_spec, resolve_format, set_option
+from fsdpspec.cli.output import json_text
 from fsdpspec.job.rundir import RunDir
 from fsdpspec.runfiles.fault_settings import FaultSettingError, read_faults
 from fsdpspec.runfiles.resolved import absolute_inputs, resolved_document
@@ -102,7 +103,7 @@ def _dry_run(argv: list[str], env_added: dict[str, str], spec: JobSpec, run_dir:
     assignments = [f"{k}={v}" for k, v in env_added.items()]
     click.echo(shlex.join([*assignments, *argv]) if not assignments
                else shlex.join(["env", *assignments, *argv]))
-    click.echo(json.dumps(resolved_document(spec, run_dir), indent=2))
+    click.echo(json_text(resolved_document(spec, run_dir)), nl=False)
 
 
 def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
@@ -189,6 +190,7 @@ def command(file, overrides, dry_run, nnodes, node_rank, rdzv_endpoint, rdzv_id,
     except SystemExit as exc:
         _record_exit(exit_record, exc.code if isinstance(exc.code, int) else 1)
         raise
+    _record_exit(exit_record, 0)  # a dry run: the status this command exits with too
 
 
 def _record_exit(record: Path | None, status: int) -> None:

@@ -4,8 +4,8 @@ they measured beside what was predicted; `-o` writes the winner as a spec."""
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from fsdpspec.catalog.accelerators import accelerator_names
-from fsdpspec.cli.options import exit_on_errors, set_option
+from fsdpspec.cli.options import TOKENS, exit_on_errors, set_option
 from fsdpspec.job.job import Job
 from fsdpspec.plan.budget import SCALING_LOSS, spec_tokens
 from fsdpspec.plan.memory import GIB
@@ -187,8 +187,12 @@ def _check_measure_dirs(report: FileReport, ranked: int) -> None:
     from fsdpspec.tune.rundirs import check_free
 
     assert report.job is not None
-    check_free(_tune_dir(report.job),
-               [CALIBRATION_RUN, *(_candidate(i) for i in range(ranked))])
+    folder = _tune_dir(report.job)
+    # The names there, read from the folder: never counted up to K (a user's number).
+    present = os.listdir(folder) if folder.is_dir() and not folder.is_symlink() else []
+    ranks = {name: re.fullmatch(r"candidate-([1-9][0-9]{0,17})", name) for name in present}
+    check_free(folder, [name for name, rank in ranks.items() if name == CALIBRATION_RUN
+                        or (rank and int(rank.group(1)) <= ranked)])
 
 
 def _measure(file: str, overrides: list[str], ranking: Ranking, k: int, steps: int,
@@ -278,7 +282,7 @@ def _measured_text(rows: list[dict[str, Any]], rho: float | None) -> str:
               help="Runs per measured candidate, in alternating order.")
 @click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
               help="With --measure: reuse this calibration (an accelerator.yaml it wrote).")
-@click.option("--tokens", type=click.FloatRange(min=1, max=1e18), default=None, metavar="N",
+@click.option("--tokens", type=TOKENS, default=None, metavar="N",
               help="Rank by the time to train N tokens (default with --max-gpus: "
                    "train.max_steps × global batch × seq_len).")
 @click.option("--max-gpus", type=click.IntRange(min=1, max=2**20), default=None, metavar="M",
@@ -296,7 +300,7 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
     candidate fits, 1 when none does (or the spec has errors), 2 on usage errors. See
     docs/tune.md.
     """
-    from fsdpspec.cli.output import write_output
+    from fsdpspec.cli.output import json_text, write_output
     from fsdpspec.tune.measure import MeasureError, read_calibration, spearman
     from fsdpspec.tune.rundirs import NotMadeByTune
     from fsdpspec.tune.write import WinnerNotWritten, validated_winner
@@ -346,7 +350,7 @@ def command(file, vary, gpus, nodes, accelerator, overrides, top, output_format,
         data = _json(ranking, measured, top, tokens)
         if measured is not None:
             data["spearman"] = rho
-        click.echo(json.dumps(data, indent=2))
+        click.echo(json_text(data), nl=False)
     else:
         click.echo(_table(ranking, seconds, top, tokens, tokens_from, max_gpus), nl=False)
         if measured is not None:

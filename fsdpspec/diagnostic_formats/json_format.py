@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
+from fsdpspec.cli.output import json_text
 from fsdpspec.spec.diagnostics import Diagnostic, Severity
 from fsdpspec.validate import FileReport
 
@@ -38,4 +38,4 @@ def render(reports: Sequence[FileReport]) -> str:
             sev.value + "s": sum(d.severity is sev for d in every) for sev in Severity
         },
     }
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    return json_text(document, ensure_ascii=False)

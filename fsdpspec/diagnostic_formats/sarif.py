@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from fsdpspec import __version__
+from fsdpspec.cli.output import json_text
 from fsdpspec.lint import RULES
 from fsdpspec.lint.docs import parse_doc
 from fsdpspec.lint.registry import Rule
@@ -84,4 +84,4 @@ def sarif_document(reports: Sequence[FileReport]) -> dict[str, Any]:
 
 
 def render(reports: Sequence[FileReport]) -> str:
-    return json.dumps(sarif_document(reports), indent=2, ensure_ascii=False) + "\n"
+    return json_text(sarif_document(reports), ensure_ascii=False)

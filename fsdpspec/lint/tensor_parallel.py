@@ -10,6 +10,7 @@ ranks of one tensor-parallel group talk at every layer. Degrees are read from
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from fsdpspec.job.parallel import ParallelDimsError
@@ -25,8 +26,11 @@ def _tp(ctx: LintContext) -> int:
 
 
 def _divisors(n: int, within: int) -> list[int]:
-    """The degrees above 1, up to ``within``, that divide ``n``."""
-    return [d for d in range(2, within + 1) if n % d == 0] or [1]
+    """The degrees above 1, up to ``within``, that divide ``n``: found in pairs up to
+    its square root, never by counting to ``within`` (a degree the user wrote)."""
+    small = [d for d in range(2, math.isqrt(n) + 1) if n % d == 0]
+    pairs = sorted({*small, *(n // d for d in small), n} - {1})
+    return [d for d in pairs if d <= within] or [1]
 
 
 def _indivisible(ctx: LintContext, code: str, key: str) -> Iterator[Diagnostic]:
