@@ -177,6 +177,11 @@ def test_plan_writes_every_picture_asked_for_and_says_so(tmp_path: Path,
     assert (tmp_path / "mem.html").read_text().startswith("<!DOCTYPE html>")
     assert "<svg" in (tmp_path / "mem.svg").read_text()
     assert (tmp_path / "mem.png").read_bytes().startswith(b"\x89PNG")
+    # Issue 42: `-o pic.out`, a suffix that is no picture's, names all three.
+    result = _cli("plan", str(QUICKSTART), "--html", "--svg", "--png", "-o", "pic.out")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        "wrote pic.out.html", "wrote pic.out.svg", "wrote pic.out.png"]
     # One existing target refuses them all, before any is written.
     (tmp_path / "other.png").write_text("old\n")
     line = _refusal(_cli("plan", str(QUICKSTART), "--svg", "--png", "-o", "other.svg"))

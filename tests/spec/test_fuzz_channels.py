@@ -3,7 +3,8 @@ documents and text (tests/spec/test_fuzz.py has those; issues 11, 20): the spec 
 bytes, --set flags, model config.json files, accelerate configs, tokenizer files,
 safetensors headers, run-directory files, output targets, every command's `-o`,
 `report` of hostile run directories and the four imports with hostile strings; `tune -o`
-and `--calibration`, the peft and lever fields, and export of a multi-node spec. The
+and `--calibration`, the peft and lever fields, export of a multi-node spec, and the
+budget flags of `plan` and `tune` (issue 42). The
 benchmark runs 10,000 examples per channel; here a few dozen, derandomized."""
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ SLICE = {"spec: raw bytes": 40, "--set flags": 40, "model config.json": 40,
          **{f"import {kind}: hostile strings": 40
             for kind in ("accelerate", "trainer", "axolotl", "torchtitan")},
          "tune -o": 15, "tune --calibration": 30, "peft values": 30, "lever fields": 30,
-         "export multi-node": 30}
+         "export multi-node": 30,
+         "budget flags": 30}
 
 
 @pytest.mark.parametrize("name", sorted(SLICE))

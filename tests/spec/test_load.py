@@ -7,7 +7,15 @@ from pathlib import Path
 
 from conftest import CASES
 from fsdpspec.spec.diagnostics import Position
-from fsdpspec.spec.load import MAX_BYTES, load_file, parse_text
+from fsdpspec.spec import libyaml
+from fsdpspec.spec.load import (
+    MAX_BYTES,
+    _BoundedComposer,
+    compose_with_ruamel,
+    load_file,
+    parse_text,
+    read_composed,
+)
 
 
 def codes(path: Path) -> list[str]:
@@ -72,3 +80,15 @@ def test_source_map_keys_values_and_missing_fields() -> None:
 def test_yaml_12_scalars() -> None:
     data = parse_text("a: no\nb: 010\nc: 0x10\nd: 2024-01-01\ne: ~\n", "f").data
     assert data == {"a": "no", "b": 10, "c": 16, "d": "2024-01-01", "e": None}
+
+
+def test_a_reused_anchor_is_fs017_at_the_second_wherever_the_file_is_read() -> None:
+    # An alias after the second `&n` names the second value: one `*n`, two readings.
+    text = "a: &n 1\nb: *n\nc: &n 2\nd: *n\n"
+    fast = libyaml.compose(text, _BoundedComposer)
+    assert fast is not None
+    for composed in ((fast, None), compose_with_ruamel(text)):  # either reader
+        (diag,) = read_composed(text, "x.yaml", composed).diagnostics
+        assert (diag.code, diag.position) == ("FS017", Position(3, 4, 3, 8))
+        assert diag.message == "anchor &n is defined again (first on line 1)"
+    assert parse_text("a: &n 1\nb: *n\nc: *n\n", "x.yaml").data == {"a": 1, "b": 1, "c": 1}

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fuzz_commands import (
+    budget_flags,
     calibrations,
+    check_budget_flags,
     check_calibration,
     check_levers,
     check_multinode_export,
@@ -87,4 +89,5 @@ CHANNELS: dict[str, Channel] = {
     "peft values": Channel(peft_sections(), check_peft),
     "lever fields": Channel(lever_fields(), check_levers),
     "export multi-node": Channel(multinode_exports(), check_multinode_export),
+    "budget flags": Channel(budget_flags(), check_budget_flags),
 }

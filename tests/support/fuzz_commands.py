@@ -8,6 +8,7 @@ AssertionError or the command's own exception."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shutil
@@ -277,3 +278,45 @@ def check_multinode_export(example: tuple[str, Any], directory: Path) -> None:
                                check=False)
         assert check.returncode == 0, check.stderr
     assert sorted(p.name for p in directory.iterdir()) == ["job.yaml", "out"]
+
+
+# --- the budget flags (issue 42) -------------------------------------------------------
+
+NUMBER_TEXT = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.integers(-10**30, 10**30).map(str),
+    st.sampled_from(["nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e308", "1e400",
+                     "-1e400", "1e-400", "-0", "0", "1", "0.5", "1e18", "1e19", "1000000",
+                     "1000000.0001", "0x10", "1_000", " 7", "", "9" * 400, "1e", "½"]))
+_NON_FINITE = re.compile(r"\b(nan|inf|infinity)\b", re.IGNORECASE)
+
+
+@st.composite
+def budget_flags(draw) -> list[str]:
+    """`plan` or `tune` of a tiny job with --tokens and --price-per-gpu-hour as typed."""
+    command = draw(st.sampled_from(["plan", "plan", "plan", "tune"]))
+    flags = ["--tokens", draw(NUMBER_TEXT)] if draw(st.booleans()) else []
+    if command == "plan" and (not flags or draw(st.booleans())):
+        flags += ["--price-per-gpu-hour", draw(NUMBER_TEXT)]
+    if command == "tune" and draw(st.booleans()):
+        flags += ["--max-gpus", "16"]
+    return [command, str(TINY), *flags, "--format", draw(st.sampled_from(["text", "json"]))]
+
+
+def check_budget_flags(argv: list[str], directory: Path) -> None:
+    """Refused as a usage error naming the flag, or answered with finite numbers: strict
+    JSON (no NaN, no Infinity), text without a `nan` or an `inf`."""
+    result = _invoke(argv, directory)
+    if result.exit_code == 2:
+        _one_line_error(result)
+        assert any(f"'{flag}'" in result.stderr for flag in argv if flag.startswith("--")), (
+            result.stderr)
+        return
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in the JSON of {argv}")
+
+    if argv[-1] == "json":
+        json.loads(result.stdout, parse_constant=refuse)
+    else:
+        assert not _NON_FINITE.search(result.stdout), result.stdout
