@@ -6,8 +6,8 @@ import resource
 from pathlib import Path
 
 from conftest import CASES
-from fsdpspec.spec.diagnostics import Position
 from fsdpspec.spec import libyaml
+from fsdpspec.spec.diagnostics import Position
 from fsdpspec.spec.load import (
     MAX_BYTES,
     _BoundedComposer,
