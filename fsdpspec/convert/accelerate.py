@@ -89,6 +89,9 @@ def _parallelism(document: Document, reading: FsdpReading, draft: Draft) -> None
         if short in (*_DEGREES, *_REFUSED_SIZES, "dp_replicate_size", "dp_shard_size"):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ImportRefused([Note(entry.line, f"FS052 {key} is not a size")])
+            if value < 1:  # accelerate's ParallelismConfig stops on it (ValueError)
+                draft.refusals.append(Note(entry.line, f"FS052 {key} {value}: a size is at "
+                                           "least 1 (accelerate stops on it)"))
             sizes[short] = entry
         elif value not in (None, False):
             draft.notes.append(Note(entry.line, f"{key}: no v1 field; not imported"))
@@ -118,11 +121,12 @@ def _mesh_fits(sizes: dict[str, Entry], reading: FsdpReading, draft: Draft) -> N
     product of 1 it takes as replicas over all of them; DeepSpeed's sequence
     parallelism, refused here, it does not check)."""
     processes = reading.values.get("num_processes")
-    if "sp_size" in sizes and sizes["sp_size"].value > 1:
+    if "sp_size" in sizes and sizes["sp_size"].value > 1 or any(
+            entry.value < 1 for entry in sizes.values()):  # refused by size already
         return
     total = 1
     for entry in sizes.values():
-        total *= max(entry.value, 1)
+        total *= entry.value
     if processes is not None and sizes and total not in (1, processes):
         where = min((e for e in sizes.values()), key=lambda e: e.line or 0)
         draft.refusals.append(Note(where.line, (

@@ -153,6 +153,7 @@ def _quantization(draft: Draft, entries: dict[str, Entry], load: Entry | None) -
     comments = {name: f"axolotl's QLoRA base (load_in_4bit, line {load.line})"
                 for name in base}
     comments["compute_dtype"] = f"axolotl computes in its torch_dtype ({precision})"
+    sources = dict.fromkeys(base, load)  # where a refusal of the value points
     kwargs = entries.get("bnb_config_kwargs")
     if kwargs is not None and isinstance(kwargs.value, dict):
         for key, value in kwargs.value.items():
@@ -164,6 +165,7 @@ def _quantization(draft: Draft, entries: dict[str, Entry], load: Entry | None) -
             if valid:
                 base[name], comments[name] = value, f"from bnb_config_kwargs {key} " \
                     f"(line {kwargs.line})"
+                sources[name] = Entry(value, kwargs.line, f"bnb_config_kwargs {key}")
             elif name is None and key.startswith("llm_int8_"):
                 continue  # 8-bit options: bitsandbytes ignores them for a 4-bit base
             else:
@@ -172,7 +174,7 @@ def _quantization(draft: Draft, entries: dict[str, Entry], load: Entry | None) -
     elif truthy(kwargs):
         draft.refusals.append(Note(kwargs.line, "FS052 bnb_config_kwargs is not a mapping"))
     for name, value in base.items():
-        draft.put(f"peft.quantization.{name}", value, comments[name])
+        draft.put(f"peft.quantization.{name}", value, comments[name], sources[name])
 
 
 # FSDP1 options FSDP2 has no use for (FS901): it prefetches one unit ahead, bounds its

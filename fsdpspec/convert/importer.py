@@ -24,7 +24,14 @@ from ruamel.yaml.comments import CommentedMap
 from fsdpspec.catalog.families import family
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note, note_order
 from fsdpspec.convert.model_choice import apply_layers, apply_model
-from fsdpspec.convert.written import check_written, refuse_invalid, refuse_unwritable
+from fsdpspec.convert.written import (
+    MEMORY_RULES,
+    check_written,
+    refuse_invalid,
+    refuse_unwritable,
+    refuse_validated,
+)
+from fsdpspec.semantics import HYBRID_STRATEGIES
 from fsdpspec.spec.section import Section, is_section
 from fsdpspec.spec.v1 import API_VERSION, Data, JobSpec
 from fsdpspec.spec.yamltext import add_comment, dump_yaml, set_header
@@ -145,6 +152,7 @@ def _original_params(draft: Draft) -> None:
     requires_grad (FS142); the plan counts the memory of the engine's layout."""
     if draft.value("fsdp.version") != 1 or draft.value("fsdp.use_orig_params") is not False:
         return
+    groups = _hybrid_groups(draft)
     if draft.has("peft.method"):
         why, effect, same = "LoRA adapters", ("frozen and trained weights in one FSDP unit "
                                               "need it (FS142)"), "the same model"
@@ -152,6 +160,9 @@ def _original_params(draft: Draft) -> None:
         why, effect, same = "activation checkpointing", (
             "fsdpspec's engine could not load this run's checkpoints (FS903)"), \
             "the same model with the same memory"
+    elif groups > 1:
+        why, effect, same = f"{groups} hybrid shard groups", (
+            "torch fails at the first checkpoint (FS904)"), "the same model"
     else:
         return
     source = draft.sources.get("fsdp.use_orig_params")
@@ -163,39 +174,104 @@ def _original_params(draft: Draft) -> None:
         f"which trains {same}")))
 
 
-def _fit_assumptions(document: CommentedMap, draft: Draft, base_dir: Path) -> list[Note]:
-    """Plan the imported job. The host RAM is our guess, so a guess too small for the
-    job is raised to its planned peak (FS203 would otherwise blame the user's config for
-    our assumption). The model is the user's choice or our placeholder: when it does not
-    fit the GPUs, say so."""
+def _guessed(draft: Draft, dotted: str) -> bool:
+    """Whether a field holds fsdpspec's own guess (the header's contract: its comment
+    starts so), not a value of the source."""
+    return draft.fields.get(dotted, (None, ""))[1].startswith(("assumed", "not in the source"))
+
+
+def _hybrid_groups(draft: Draft) -> int:
+    """The shard groups of a hybrid strategy (1 for any other, or sizes not yet whole)."""
+    per_node, nodes = draft.value("resources.gpus_per_node"), draft.value("resources.nodes")
+    group = draft.value("fsdp.shard_group_size") or per_node
+    if draft.value("fsdp.sharding_strategy") not in HYBRID_STRATEGIES or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n > 0
+            for n in (per_node, nodes, group)):
+        return 1
+    return per_node * nodes // group
+
+
+def _planned(plain: dict[str, Any], base_dir: Path) -> Any:
+    """The memory plan of a spec document, or None when it cannot be planned (a model
+    config it cannot resolve, no geometry: validating the result says why)."""
     from fsdpspec.catalog.config_source import ModelConfigError
     from fsdpspec.job.job import resolve
-    from fsdpspec.plan.memory import GIB
     from fsdpspec.plan.planner import plan_job
 
     try:
-        job = resolve(JobSpec.model_validate(_plain(document)), base_dir)
+        job = resolve(JobSpec.model_validate(plain), base_dir)
     except (ValueError, ModelConfigError):
-        return []  # a model config it cannot resolve: `fsdpspec validate` says why
-    if job.geometry is None:  # `fsdpspec validate` on the result says why (no geometry)
-        return []
-    spec, plan = job.spec, plan_job(job)
+        return None
+    return plan_job(job) if job.geometry is not None else None
+
+
+# The shortest sequence an import assumes where the source says none.
+MIN_ASSUMED_SEQ_LEN = 128
+
+
+def _fitting_sequences(plain: dict[str, Any], draft: Draft, base_dir: Path, plan: Any) -> Any:
+    """A source that says no sequence length leaves the spec's default, our guess: one
+    that does not fit the GPUs is halved, down to MIN_ASSUMED_SEQ_LEN, until the job
+    fits them (the plan at that length); the default stays when none does."""
+    default = Data().seq_len
+    length = default // 2
+    while length >= MIN_ASSUMED_SEQ_LEN:
+        plain.setdefault("data", {})["seq_len"] = length
+        shorter = _planned(plain, base_dir)
+        if shorter is not None and shorter.fits_device:
+            draft.put("data.seq_len", length, (
+                f"assumed (the source does not say): the spec's default {default} does not "
+                f"fit the GPUs; the longest power of two that does"))
+            return shorter
+        length //= 2
+    return plan
+
+
+def _fit_assumptions(document: CommentedMap, draft: Draft, base_dir: Path
+                     ) -> tuple[list[Note], frozenset[str]]:
+    """Plan the imported job: the notes to print, and the memory rules whose refusal the
+    import accepts. What the source does not say is our guess, so a guess that does not
+    fit is changed: an assumed sequence length is shortened, and the host RAM raised to
+    its planned peak (FS203 would otherwise blame the user's config for our assumption).
+    A job that still does not fit its GPUs is written only when the model or the GPU
+    count is the import's own guess and some number of GPUs holds it: the note names the
+    guess and what to set. Otherwise `refuse_validated` stops the import, and this note,
+    said beside the rule's line, names the flag to pass."""
+    from fsdpspec.plan.memory import GIB
+
+    plain = _plain(document)
+    plan = _planned(plain, base_dir)
+    if plan is None:
+        return [], frozenset()
+    if not plan.fits_device and "data.seq_len" not in draft.fields:
+        plan = _fitting_sequences(plain, draft, base_dir, plan)
+    spec = plan.spec
     if not plan.fits_host and spec.resources.accelerator != "cpu":
         needed = math.ceil(plan.host.peak / GIB / 64) * 64
         draft.put("resources.host_memory_gib", needed,
                   f"assumed: the planned peak ({HOST_GIB_PER_GPU} GiB per GPU is too little)"
                   ": set your nodes' RAM")
     if plan.fits_device:
-        return []
+        return [], frozenset()
     model = spec.model.preset or spec.model.hf_config
     field = "model.preset" if spec.model.preset else "model.hf_config"
-    # The header's contract: a comment starting so marks fsdpspec's own guess.
-    guessed = draft.fields[field][1].startswith(("assumed", "not in the source"))
-    change = ("which the file does not name: name your model with --preset or --hf-config"
-              if guessed else "on the assumed GPU: give --accelerator for yours")
-    return [Note(None, f"the model {model} does not fit {spec.world_size} × "
-                 f"{plan.accelerator.name} as configured (peak {plan.device.total / GIB:.1f} "
-                 f"of {plan.capacity / GIB:.1f} GiB), {change}; see `fsdpspec plan`")]
+    model_guessed = _guessed(draft, field)
+    count_guessed = any(_guessed(draft, f) for f in ("resources.nodes",
+                                                      "resources.gpus_per_node"))
+    fewest = plan.min_gpus
+    if model_guessed:
+        change = "which the file does not name: name your model with --preset or --hf-config"
+    elif count_guessed and fewest is not None:
+        change = (f"a GPU count the file does not say: it fits on {fewest}; set "
+                  "resources.nodes (or pass --gpus-per-node)")
+    else:
+        change = "on the assumed GPU: give --accelerator for yours"
+    note = Note(None, f"the model {model} does not fit {spec.world_size} × "
+                f"{plan.accelerator.name} as configured (peak {plan.device.total / GIB:.1f} "
+                f"of {plan.capacity / GIB:.1f} GiB), {change}; see `fsdpspec plan`")
+    accepted = MEMORY_RULES if (model_guessed or count_guessed) and fewest is not None \
+        else frozenset()
+    return [note], accepted
 
 
 def _supported_attention(draft: Draft, config: dict[str, Any] | None) -> None:
@@ -220,8 +296,8 @@ def finish(draft: Draft, *, tool: str, kind: str, source: str, name: str,
     if draft.refusals:
         raise ImportRefused(sorted(draft.refusals, key=note_order))
     draft.put("metadata.name", name, "")
-    _original_params(draft)
     _resources(draft, tool, assumed)
+    _original_params(draft)
     _batch(draft)
     config = apply_model(draft, model, layers, assumed, base_dir)
     apply_layers(draft, layers, config)
@@ -231,11 +307,13 @@ def finish(draft: Draft, *, tool: str, kind: str, source: str, name: str,
             raise ImportRefused(sorted(draft.refusals, key=note_order))
     _supported_attention(draft, config)
     _valid(draft, _document(draft, tool, kind, source))  # planning reads what it holds
-    notes = draft.notes + _fit_assumptions(_document(draft, tool, kind, source), draft, base_dir)
+    fit, accepted = _fit_assumptions(_document(draft, tool, kind, source), draft, base_dir)
     document = _document(draft, tool, kind, source)
     _valid(draft, document)  # the planned host memory is the spec's too
     text = dump_yaml(document)
     check_written(text, _plain(document), draft)
+    refuse_validated(text, draft, base_dir, accepted=accepted, said=fit)
+    notes = draft.notes + fit
     return Imported(text, sorted(notes, key=note_order),
                     {dotted: value for dotted, (value, _) in draft.fields.items()})
 

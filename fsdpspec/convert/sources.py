@@ -158,8 +158,16 @@ def read_toml(path: Path) -> Document:
 # ---- shell scripts ---------------------------------------------------------------------
 
 LAUNCHERS = ("torchrun", "accelerate", "python", "python3", "deepspeed", "trl")
-_STOP = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>&1"}
+# Control operators that end one command of a line (`cd dir; torchrun …`, `export X=1 &&
+# torchrun …`); a redirection ends the command's words.
+_SEPARATORS = {";", ";;", "&", "&&", "|", "||", "|&"}
+_STOP = {">", ">>", "<", "2>&1"}
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# A here-document (not a here-string, `<<<`): its word, and whether tabs are stripped.
+_HEREDOC = re.compile(r"(?<!<)<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+# Programs that run a here-document's lines as commands; any other (cat, tee) reads them
+# as text, which may name a launcher without being this script's command.
+_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "srun", "ssh"})
 
 
 @dataclass(frozen=True)
@@ -182,28 +190,66 @@ class Command:
 
 
 def _logical_lines(text: str) -> list[list[tuple[str, int]]]:
-    """Physical lines joined at trailing backslashes, each part with its line number."""
-    commands, current = [], []
-    for number, raw in enumerate(_lines(text), 1):
-        stripped = raw.rstrip()
+    """Physical lines joined at trailing backslashes, each part with its line number;
+    the body of a here-document that no shell runs is left out."""
+    lines, commands, current = _lines(text), [], []
+    index = 0
+    while index < len(lines):
+        stripped = lines[index].rstrip()
+        index += 1
         continued = stripped.endswith("\\")
-        current.append((stripped[:-1] if continued else stripped, number))
-        if not continued:
-            commands.append(current)
-            current = []
+        current.append((stripped[:-1] if continued else stripped, index))
+        if continued:
+            continue
+        commands.append(current)
+        index = _after_text_heredoc(current, lines, index)
+        current = []
     if current:
         commands.append(current)
     return commands
 
 
-def _tokens(parts: list[tuple[str, int]], file: str) -> list[Token]:
-    tokens: list[Token] = []
+def _after_text_heredoc(parts: list[tuple[str, int]], lines: list[str], index: int) -> int:
+    """The index past a here-document that ``parts`` opens and that its command reads as
+    text; ``index`` (its body read as commands) otherwise."""
+    joined = " ".join(text for text, _ in parts)
+    heredoc = _HEREDOC.search(joined)
+    if heredoc is None:
+        return index
+    words = joined.split()
+    first = next((w for w in words if not _ASSIGNMENT.match(w)), "")
+    if Path(first).name in _SHELLS:
+        return index
+    strip, word = heredoc.group(1), heredoc.group(3)
+    for end in range(index, len(lines)):
+        if (lines[end].lstrip("\t") if strip else lines[end]) == word:
+            return end + 1
+    return len(lines)
+
+
+def _words(text: str, number: int, file: str) -> list[str]:
+    """A line's words as the shell splits them, control operators their own words."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError as exc:
+        raise SourceError(f"{file}:{number}: cannot read the shell line ({exc})") from None
+
+
+def _commands(parts: list[tuple[str, int]], file: str) -> list[list[Token]]:
+    """The simple commands of a logical line, each cut at its first redirection."""
+    commands: list[list[Token]] = [[]]
     for text, number in parts:
-        try:
-            words = shlex.split(text, comments=True)
-        except ValueError as exc:
-            raise SourceError(f"{file}:{number}: cannot read the shell line ({exc})") from None
-        tokens += [Token(word, number) for word in words]
+        for word in _words(text, number, file):
+            if word in _SEPARATORS:
+                commands.append([])
+            else:
+                commands[-1].append(Token(word, number))
+    return [_before_redirection(tokens) for tokens in commands if tokens]
+
+
+def _before_redirection(tokens: list[Token]) -> list[Token]:
     for index, token in enumerate(tokens):
         if token.text in _STOP or token.text.startswith((">", "2>", "1>")):
             return tokens[:index]
@@ -268,11 +314,8 @@ def read_command(path: Path) -> Command:
         raise SourceError(str(exc).replace("not a model config", "not a launch script")) from None
     except UnicodeDecodeError:
         raise SourceError(f"{path} is not UTF-8 text") from None
-    launches = []
-    for parts in _logical_lines(text):
-        tokens = _tokens(parts, str(path))
-        if _is_launch(tokens):
-            launches.append(tokens)
+    launches = [tokens for parts in _logical_lines(text)
+                for tokens in _commands(parts, str(path)) if _is_launch(tokens)]
     if not launches:
         raise SourceError(f"{path}: no torchrun, accelerate launch or python command found")
     if len(launches) > 1:

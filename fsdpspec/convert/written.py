@@ -6,6 +6,7 @@ import built: no source value can end a line, open a key or say another field.""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from fsdpspec.convert.draft import Draft, ImportRefused, Note, note_order
@@ -18,22 +19,24 @@ CODE = "FS054"
 
 
 def _field(draft: Draft, pointer: str) -> str | None:
-    """The draft field a diagnostic's pointer falls in (a list item: its list)."""
+    """The draft field a diagnostic's pointer falls in (a list item: its list), else the
+    first field read from the source in the section it names (`/peft`)."""
     parts = [p.replace("~1", "/").replace("~0", "~") for p in pointer.strip("/").split("/")]
     for end in range(len(parts), 0, -1):
         if ".".join(parts[:end]) in draft.fields:
             return ".".join(parts[:end])
-    return None
+    inside = ".".join(parts) + "."
+    return next((dotted for dotted in draft.sources if dotted.startswith(inside)), None)
 
 
-def _refusal(draft: Draft, dotted: str | None, reason: str) -> Note:
+def _refusal(draft: Draft, dotted: str | None, reason: str, code: str = CODE) -> Note:
     if dotted is None:
-        return Note(None, f"{CODE} the imported spec: {reason}")
+        return Note(None, f"{code} the imported spec: {reason}")
     shown = one_line(repr(draft.value(dotted)), 60)
     source = draft.sources.get(dotted)
     if source is None:
-        return Note(None, f"{CODE} {dotted} {shown}: {reason}")
-    return Note(source.at, f"{CODE} {source.written} ({dotted} {shown}): {reason}")
+        return Note(None, f"{code} {dotted} {shown}: {reason}")
+    return Note(source.at, f"{code} {source.written} ({dotted} {shown}): {reason}")
 
 
 def _refuse(notes: list[Note]) -> None:
@@ -105,3 +108,31 @@ def check_written(text: str, document: dict[str, Any], draft: Draft) -> None:
     # An invariant of the emitter (the import fuzz checks it too): a mismatch is a bug.
     assert json.dumps(loaded.data, sort_keys=True) == json.dumps(document, sort_keys=True), (
         "the imported spec does not read back as the document built")
+
+
+# Rules about the machine the import runs on (a package, a file or a Hub cache it lacks),
+# not about the spec: the job is run where those are.
+MACHINE_RULES = frozenset({"FS031", "FS407", "FS411"})
+# The memory verdict, which `finish` itself settles for what the import assumed.
+MEMORY_RULES = frozenset({"FS201"})
+
+
+def refuse_validated(text: str, draft: Draft, base_dir: Path, *, accepted: frozenset[str],
+                     said: list[Note]) -> None:
+    """ImportRefused, one line per refused field (the rule's code and words, and the
+    source key and line its value came from), then the lines ``said`` (what the import
+    assumed), when `fsdpspec validate` of ``text`` in ``base_dir`` says any error but
+    those of ``accepted`` rules and the machine's."""
+    from fsdpspec.validate import check_loaded
+
+    where = base_dir / "imported.yaml"
+    report = check_loaded(parse_text(text, str(where)), where)
+    first: dict[Any, Note] = {}
+    for diagnostic in report.diagnostics:
+        if not diagnostic.is_error or diagnostic.code in MACHINE_RULES | accepted:
+            continue
+        dotted = _field(draft, diagnostic.path)
+        first.setdefault((diagnostic.code, dotted),
+                         _refusal(draft, dotted, diagnostic.message, diagnostic.code))
+    if first:
+        raise ImportRefused(sorted(first.values(), key=note_order) + said)

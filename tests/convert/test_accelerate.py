@@ -62,10 +62,8 @@ def test_enough_configs() -> None:
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
 def test_import_validates_and_exports_back(config: Path, tmp_path: Path) -> None:
-    spec_file, _ = import_to(config, tmp_path)
-    # FS904: fsdp1-hybrid-multinode-strings asks for FSDP1 flat parameters over 4 hybrid
-    # shard groups, which torch cannot checkpoint; the mapping is what is tested here.
-    report = check_file(spec_file, ignore=["FS904"])
+    spec_file, stderr = import_to(config, tmp_path)
+    report = check_file(spec_file)
     assert not report.has_errors, [d.message for d in report.diagnostics]
     assert report.spec is not None
     layers = layer_classes(report.spec.fsdp.transformer_layer_cls, report.model_config)
@@ -75,7 +73,15 @@ def test_import_validates_and_exports_back(config: Path, tmp_path: Path) -> None
               and k not in vocab.SILENT_NOOP_KEYS]
     shared = [k for k in mapped if k in back]
     assert shared, "nothing in common"
-    for key in shared:
+    # FS904: fsdp1-hybrid-multinode-strings asks for FSDP1 flat parameters over 4 hybrid
+    # shard groups, which torch cannot checkpoint: written true, and said.
+    rewritten = {"fsdp_use_orig_params"} if config.stem == "fsdp1-hybrid-multinode-strings" \
+        else set()
+    if rewritten:
+        assert (f"{config}:13: use_orig_params false with 4 hybrid shard groups: torch fails "
+                "at the first checkpoint (FS904); wrote fsdp.use_orig_params: true, which "
+                "trains the same model") in stderr
+    for key in set(shared) - rewritten:
         assert meaning(key, back[key]) == meaning(key, original[key]), key
     # Every mapped key of the source comes back, except the other FSDP version's spelling.
     version_specific = {"fsdp_sharding_strategy", "fsdp_reshard_after_forward"}

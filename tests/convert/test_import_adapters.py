@@ -115,23 +115,21 @@ def test_lora_keys_without_an_adapter_are_notes(tmp_path: Path) -> None:
     assert f"{source}:8: lora_target_linear: no adapter is set" in result.output
 
 
-def test_qlora_is_peft_qlora_which_validate_refuses_at_its_line(tmp_path: Path) -> None:
+def test_qlora_in_fp4_is_refused_at_its_source_line(tmp_path: Path) -> None:
+    """FSDP2 trains QLoRA on NF4 only: `validate` would refuse fp4 (FS314), so the import
+    stops at the source key it came from and writes nothing."""
     source, out, result = _import(tmp_path, "adapter: qlora\nlora_r: 8\nlora_alpha: 16\n"
                                   "load_in_4bit: true\nlora_target_linear: true\n"
                                   "bnb_config_kwargs:\n"
                                   "  bnb_4bit_quant_type: fp4\n  llm_int8_threshold: 6.0\n")
-    assert result.exit_code == 0, result.output
-    assert "QLoRA under FSDP1" not in result.output  # written for FSDP2: kept as it is
-    report = check_file(out)
-    quantization = report.spec.peft.quantization
-    assert (report.spec.peft.method, quantization.quant_type, quantization.double_quant,
-            quantization.compute_dtype, quantization.storage_dtype) == (
-        "qlora", "fp4", True, "bfloat16", "bfloat16")
-    errors = [d for d in report.diagnostics if d.is_error]
-    # FSDP2 trains QLoRA, on NF4 only: fp4 is refused at its line.
-    quant_line = next(n for n, line in enumerate(out.read_text().splitlines(), 1)
-                      if line.strip().startswith("quant_type: fp4"))
-    assert [(d.code, d.position.line) for d in errors] == [("FS314", quant_line)]
+    line = next(n for n, text in enumerate(source.read_text().splitlines(), 1)
+                if text.startswith("bnb_config_kwargs"))
+    assert result.exit_code == 1 and not out.exists(), result.output
+    assert result.output.startswith(
+        f"{source}:{line}: FS314 bnb_config_kwargs bnb_4bit_quant_type "
+        "(peft.quantization.quant_type 'fp4'): "
+        "peft.quantization.quant_type fp4 is not built by the engine"), result.output
+    assert result.output.rstrip().endswith("; nothing imported")
 
 
 def test_4bit_without_qlora_and_qlora_without_4bit_are_refused(tmp_path: Path) -> None:
@@ -145,15 +143,25 @@ def test_4bit_without_qlora_and_qlora_without_4bit_are_refused(tmp_path: Path) -
     assert f"{source}:7: FS052 adapter qlora without load_in_4bit: true" in result.output
 
 
-def test_trainer_adamw_torch_8bit_is_int8_states(tmp_path: Path) -> None:
-    source = tmp_path / "args.json"
-    source.write_text('{"fsdp": "full_shard auto_wrap", "optim": "adamw_torch_8bit",\n'
-                      ' "model_name_or_path": "meta-llama/Llama-3.2-1B", "max_steps": 5}\n')
+def test_trainer_adamw_torch_8bit_is_int8_states_under_fsdp2_only(tmp_path: Path) -> None:
+    fsdp2 = tmp_path / "fsdp2.json"
+    fsdp2.write_text('{"fsdp": "full_shard auto_wrap", "optim": "adamw_torch_8bit",\n'
+                     ' "fsdp_config": {"fsdp_version": 2},\n'
+                     ' "model_name_or_path": "meta-llama/Llama-3.2-1B", "max_steps": 5}\n')
     out = tmp_path / "job.yaml"
-    result = CliRunner().invoke(cli, ["import", "trainer", str(source), "-o", str(out)])
+    result = CliRunner().invoke(cli, ["import", "trainer", str(fsdp2), "-o", str(out)])
     assert result.exit_code == 0, result.output
     optimizer = check_file(out).spec.optimizer
     assert (optimizer.name, optimizer.state_dtype) == ("adamw", "int8")
+    # The Trainer's default FSDP1 keeps no int8 state (FS551): refused at the optim line.
+    fsdp1 = tmp_path / "args.json"
+    fsdp1.write_text('{"fsdp": "full_shard auto_wrap", "optim": "adamw_torch_8bit",\n'
+                     ' "model_name_or_path": "meta-llama/Llama-3.2-1B", "max_steps": 5}\n')
+    out.unlink()
+    result = CliRunner().invoke(cli, ["import", "trainer", str(fsdp1), "-o", str(out)])
+    assert (result.exit_code, out.exists()) == (1, False), result.output
+    assert f"{fsdp1}:1: FS551 optim (optimizer.state_dtype 'int8'): optimizer.state_dtype " \
+        "int8 runs under fsdp.version 2 only; nothing imported" in result.output
 
 
 def test_target_linear_is_what_transformers_builds() -> None:

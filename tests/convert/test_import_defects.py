@@ -117,9 +117,11 @@ def test_an_fsdp2_hybrid_strategy_is_not_silently_replaced(tmp_path: Path) -> No
             ) in result.output
     assert YAML(typ="safe").load(out.read_text())["fsdp"]["sharding_strategy"] == "FULL_SHARD"
     # Under FSDP1 accelerate obeys fsdp_sharding_strategy, and the other key is the note.
+    # (Its four one-GPU shard groups replicate the model: the 8B stand-in fits no GPU.)
     text = FOUR_MACHINES.replace("fsdp_version: 2", "fsdp_version: 1").replace(
         "fsdp_reshard_after_forward: true", "fsdp_reshard_after_forward: SHARD_GRAD_OP")
-    source, out, result = _import(tmp_path, "accelerate", "four.yaml", text)
+    source, out, result = _import(tmp_path, "accelerate", "four.yaml", text,
+                                  "--preset", "llama3.2-1b")
     assert f"{source}:8: fsdp_reshard_after_forward SHARD_GRAD_OP is not read" in result.output
     assert YAML(typ="safe").load(out.read_text())["fsdp"]["sharding_strategy"] == "HYBRID_SHARD"
 

@@ -123,17 +123,37 @@ def test_the_default_global_batch_is_whole_micro_batches_on_every_rank(tmp_path:
     assert validated.exit_code == 0 and " error " not in validated.output, validated.output
 
 
-def test_a_model_that_does_not_fit_names_the_assumption_to_change(tmp_path: Path) -> None:
-    out = tmp_path / "job.yaml"
+def test_assumptions_that_do_not_fit_are_changed_said_or_refused(tmp_path: Path) -> None:
+    """Issue 42: the import's own guesses must fit. A sequence length the script does not
+    say is shortened until gpt-oss-20b fits its 8 GPUs; a GPU count the TOML does not say
+    is written with a note that says how many fit; a stand-in that fits no number of GPUs
+    stops the import, naming the flags."""
+    out = tmp_path / "named.yaml"
     named = _import("trainer", CONFIGS / "trainer" / "scicom-fsdp1-ep" / "fsdp1.sh", out)
-    assert "does not fit 8 × H100-80GB as configured (peak 80.6 of 79.1 GiB), on the " \
-        "assumed GPU: give --accelerator for yours" in named.output
-    out = tmp_path / "unnamed.yaml"
-    unnamed = _import("trainer", CONFIGS / "trainer" / "qwerty-pretrain.sh", out)
-    assert "the model qwen2.5-7b does not fit 2 × H100-80GB as configured (peak 99.9 of " \
-        "79.1 GiB), which the file does not name: name your model with --preset or " \
-        "--hf-config" in unnamed.output
-    assert _validate(out).exit_code == 1  # FS201, on the stand-in the note names
+    assert named.exit_code == 0, named.output
+    assert "seq_len: 1024                     # assumed (the source does not say): the " \
+        "spec's default 2048 does not fit the GPUs; the longest power of two that does" \
+        in out.read_text()
+    assert " error " not in _validate(out).output
+    out = tmp_path / "count.yaml"
+    count = _import("torchtitan", CONFIGS / "torchtitan" / "2026-llama3_70b.toml", out)
+    assert count.exit_code == 0, count.output
+    assert "the model llama3-70b does not fit 8 × H100-80GB as configured (peak 173.5 of " \
+        "79.1 GiB), a GPU count the file does not say: it fits on 24; set resources.nodes " \
+        "(or pass --gpus-per-node)" in count.output
+    assert [line.split()[1] for line in _validate(out).output.splitlines()
+            if " error " in line and "FS411" not in line] == ["FS201"]
+    out = tmp_path / "stand-in.yaml"
+    source = CONFIGS / "trainer" / "scicom-fsdp1-peft" / "fsdp1-peft.sh"
+    stand_in = _import("trainer", source, out)
+    assert (stand_in.exit_code, out.exists()) == (1, False)
+    assert stand_in.output.splitlines() == [
+        f"{source}: FS201 resources.gpus_per_node 8: needs 221.1 GiB per GPU at its peak "
+        "(backward: loss) but H100-80GB has 79.1 GiB; no number of H100-80GB fits this "
+        "configuration; nothing imported",
+        f"{source}: the model llama3.2-1b does not fit 8 × H100-80GB as configured (peak "
+        "221.1 of 79.1 GiB), which the file does not name: name your model with --preset or "
+        "--hf-config; see `fsdpspec plan`; nothing imported"]
 
 
 def test_qlora_written_for_fsdp1_imports_as_fsdp2_and_validates(tmp_path: Path) -> None:
