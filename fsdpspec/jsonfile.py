@@ -150,7 +150,9 @@ def _no_constant(name: str) -> Any:
 
 
 def _check_shape(value: Any, limits: Limits) -> None:
-    """Depth and string lengths, without recursion."""
+    """Depth, string lengths and integer digits (TOML writes 0x… integers that no
+    digit limit of int() bounds), without recursion."""
+    max_bits = math.ceil(limits.max_int_digits * math.log2(10))
     stack = [(value, 1)]
     while stack:
         node, level = stack.pop()
@@ -158,6 +160,9 @@ def _check_shape(value: Any, limits: Limits) -> None:
             raise _Refused(f"nested deeper than {limits.max_depth} levels")
         if isinstance(node, str) and len(node) > limits.max_string:
             raise _Refused(f"a string of {len(node)} characters is longer than allowed")
+        if isinstance(node, int) and abs(node).bit_length() > max_bits:
+            raise _Refused(f"an integer of more than {limits.max_int_digits} digits is out "
+                           "of range")
         if isinstance(node, dict):
             stack.extend((key, level) for key in node)
             stack.extend((child, level + 1) for child in node.values())

@@ -11,6 +11,7 @@ shell variable, a process count of "gpu") is a note naming its line.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -24,7 +25,6 @@ from fsdpspec.convert.sources import (
     Document,
     SourceError,
     Token,
-    named_file_exists,
     read_command,
     read_inline_json,
     read_json,
@@ -185,17 +185,28 @@ def _run_dirs(source: Path) -> list[Path]:
 
 def _config_file(value: Entry, source: Path, draft: Draft) -> Path | None:
     """The fsdp_config file a script names, looked for where the script may be run
-    from and then in the working directory; None (and a note) when it is in neither."""
+    from and then in the working directory; None (and a note) when it is in neither.
+    Anything at that name (a FIFO, a device, a symlink loop) is the file: reading it
+    says why it cannot be read."""
     name = Path(str(value.value))
     places = [] if name.is_absolute() else _run_dirs(source)
     for path in [*(place / name for place in places), name]:
-        if named_file_exists(path) and path.is_file():
+        if _named_entry(path):
             return path
     where = (f"beside {source.name}, in its parent directories up to {places[-1]} or in "
              "the working directory") if places else "at that path"
     draft.note(value, (f"FS053 {value.written} {value.value}: no such file {where}; its FSDP "
                        "keys are not imported (the rest of the job is)"))
     return None
+
+
+def _named_entry(path: Path) -> bool:
+    """Whether a directory entry other than a directory has this name (a dangling or
+    looping link too); False for a name no file can have (a NUL, ENAMETOOLONG)."""
+    try:
+        return os.path.lexists(path) and not path.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def _fsdp_config(value: Entry, source: Path, draft: Draft) -> dict[str, Entry]:

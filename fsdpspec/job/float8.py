@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from fsdpspec.job.geometry import Geometry, Shape
 from fsdpspec.job.layout import Layout
-from fsdpspec.job.lora import linear_test
-from fsdpspec.job.tree import LAYER, Node
+from fsdpspec.job.lora import linear_test, peft_matches
+from fsdpspec.job.tree import LAYER, Node, names_module
 from fsdpspec.job.units import geometry_tree
 from fsdpspec.spec.v1 import Float8 as Float8Section
 
@@ -22,7 +22,7 @@ SCALED_MM_MULTIPLE = 16
 
 def excluded(path: str, exclude: list[str] | tuple[str, ...]) -> bool:
     """`float8.exclude` matches a module as peft matches names: the path or its end."""
-    return any(path == name or path.endswith(f".{name}") for name in exclude)
+    return any(names_module(name, path) for name in exclude)
 
 
 def too_small(shape: Shape, recipe: str) -> bool:
@@ -56,6 +56,8 @@ class Float8:
     # (path, (out, in), how many): a decoder layer's converted modules under the layer
     # template `*` once, counted for every layer; the others by path.
     linears: tuple[tuple[str, Shape, int], ...]
+    # (name, why) of the `exclude` names that exclude nothing (FS326).
+    unmatched_exclude: tuple[tuple[str, str], ...] = ()
 
     @property
     def recipe(self) -> str:
@@ -107,14 +109,32 @@ def converted_linears(tree: Node, g: Geometry,
     return tuple(out)
 
 
+def unmatched_exclude(tree: Node, g: Geometry, exclude: list[str]
+                      ) -> tuple[tuple[str, str], ...]:
+    """(name, why) of each `exclude` name that keeps no Linear module out of float8, by
+    peft's matcher over every module (a layer's at its index where the name has one): it
+    matches no module, or only modules that are not Linear (a block: float8 converts
+    each Linear by its own path, so naming its block keeps nothing out)."""
+    matched = peft_matches(tree, g, tuple(exclude), ())
+    linears = [name for name, _ in matched.layer_linears] + \
+        [path for path, _ in matched.root_linears]
+    why = {name: "matches no module" for name in matched.unmatched_targets}
+    for name, path, cls in matched.not_linear:
+        if not any(names_module(name, linear) for linear in linears):
+            shown = "" if cls == "not Linear" else f" ({cls})"  # an analytic tree's block
+            why.setdefault(name, f"matches {path}{shown}, not a Linear module")
+    return tuple((name, why[name]) for name in exclude if name in why)
+
+
 def float8_of(section: Float8Section | None, g: Geometry | None, lay: Layout) -> Float8 | None:
     """The job's float8 training (None without a `float8` section); no modules are known
     without a geometry (a factory model: the engine applies `converts` to what it built)."""
     if section is None:
         return None
-    linears = ()
+    linears, unmatched = (), ()
     if g is not None:
         tree = g.built_tree if g.built_tree is not None else geometry_tree(g)
         linears = converted_linears(tree, g, section)
+        unmatched = unmatched_exclude(tree, g, section.exclude)
     return Float8(section=section, all_gather=all_gathers_float8(section, lay),
-                  linears=linears)
+                  linears=linears, unmatched_exclude=unmatched)

@@ -16,7 +16,7 @@ from typing import Any
 from fsdpspec.catalog.config_source import lora_targets
 from fsdpspec.catalog.families import FAMILIES
 from fsdpspec.job.geometry import Geometry, Shape
-from fsdpspec.job.tree import LAYER, Node
+from fsdpspec.job.tree import LAYER, Node, names_module
 from fsdpspec.job.units import geometry_tree
 from fsdpspec.spec.v1 import JobSpec
 
@@ -104,11 +104,6 @@ def _paths(path: str, in_layer: bool, num_layers: int, indexed: bool) -> list[st
     return [path.replace(LAYER, str(i), 1) for i in (range(num_layers) if indexed else (0,))]
 
 
-def _target_hits(target: str, key: str) -> bool:
-    """peft's ``check_target_module_exists`` for a list: the name, or a dotted suffix."""
-    return key == target or key.endswith(f".{target}")
-
-
 def linear_test(g: Geometry, *, conv1d: bool) -> Callable[[Node], bool]:
     """Whether a node of ``g``'s module tree is an nn.Linear (``conv1d``: or transformers'
     Conv1D, GPT-2's, which peft's all-linear takes too): a built tree says so; in a
@@ -167,7 +162,7 @@ def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
         save = [n for n in saves if all(k.endswith(n) for k in keys)]
         if save:
             found_saves.update(save)
-            both = [t for t in targets if any(_target_hits(t, k) for k in keys)]
+            both = [t for t in targets if any(names_module(t, k) for k in keys)]
             saved_targets += [(t, save[0]) for t in both]
             found_targets.update(both)  # FS145's, not a target that matches nothing
             saved_below.append(path)
@@ -180,8 +175,8 @@ def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
         if all_linear:
             hit = [ALL_LINEAR] if is_linear(node) and path != "lm_head" else []
         else:
-            hit = [t for t in targets if any(_target_hits(t, k) for k in keys)]
-            some_layers.update(t for t in hit if not all(_target_hits(t, k) for k in keys))
+            hit = [t for t in targets if any(names_module(t, k) for k in keys)]
+            some_layers.update(t for t in hit if not all(names_module(t, k) for k in keys))
         if not hit:
             continue
         found_targets.update(hit)

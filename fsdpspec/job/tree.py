@@ -10,6 +10,13 @@ Shape = tuple[int, ...]
 LAYER = "*"  # a template child's name: it stands for every layer index
 
 
+def names_module(name: str, path: str) -> bool:
+    """Whether a name in a list of module names (peft.target_modules, float8.exclude)
+    names the module at ``path``: peft's ``check_target_module_exists`` for a list, the
+    path itself or a dotted suffix of it. Literal: a name is no regular expression."""
+    return path == name or path.endswith(f".{name}")
+
+
 @dataclass(frozen=True)
 class Node:
     """One module: its class, its own parameters, its children. ``tied``: it holds a

@@ -3,6 +3,7 @@ float8 does not combine with in this release."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from fsdpspec.job.float8 import SCALED_MM_MULTIPLE
@@ -163,3 +164,78 @@ def float8_fsdp1(ctx: LintContext) -> Iterator[Diagnostic]:
     if ctx.spec.float8 is not None and ctx.job.layout.fsdp_version == 1:
         yield diagnostic("FS325", "float8 under FSDP1 is not in this release",
                          ctx.first_set("/fsdp/version", _FLOAT8))
+
+
+# Characters of a regular expression that no module path holds: a name with one is
+# matched literally, so it names nothing (torchtitan's filter_fqns are no regex either).
+_REGEX = re.compile(r"[*^$?+\[\](){}|\\]")
+
+
+@rule("FS326", "float8-exclude-unknown", Severity.ERROR,
+      "a float8.exclude entry matches no Linear module of the model",
+      "name a module as the model does (a name or a path suffix such as mlp.down_proj); "
+      "names are literal, not regular expressions")
+def float8_exclude_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
+    """Each entry of `float8.exclude` is matched as `peft.target_modules` is (FS140): a
+    module whose path is the entry or ends in ``.entry``. An entry that matches no module
+    keeps every Linear it meant to keep in high precision converted, with no word from
+    torchao; so does one that names a block (`mlp`), as float8 converts each Linear by
+    its own path; one that looks like a regular expression is matched literally, and so
+    names nothing.
+
+    FAIL:
+
+        model: {preset: tiny-llama}
+        data: {seq_len: 64}
+        float8: {exclude: [lm_head, 'layers\\.0\\..*']}
+
+    PASS:
+
+        model: {preset: tiny-llama}
+        data: {seq_len: 64}
+        float8: {exclude: [lm_head, layers.0.mlp.down_proj]}
+    """
+    float8 = ctx.job.float8
+    if float8 is None:
+        return
+    why = dict(float8.unmatched_exclude)
+    for index, name in enumerate(float8.section.exclude):
+        if name in why:
+            regex = (" (it is matched literally, as a module's path or its end, not as a "
+                     "regular expression)") if _REGEX.search(name) else ""
+            yield diagnostic("FS326", f"float8.exclude {name!r} {why[name]} of "
+                             f"{_model_name(ctx)}{regex}", f"{_FLOAT8}/exclude/{index}")
+
+
+@rule("FS327", "float8-converts-nothing", Severity.ERROR,
+      "float8 converts no Linear module of the model",
+      "exclude fewer modules (float8.exclude), or remove the float8 section")
+def float8_converts_nothing(ctx: LintContext) -> Iterator[Diagnostic]:
+    """A float8 section whose `exclude` (with `skip_small`) leaves no Linear module to
+    convert trains in high precision throughout, while the spec, the plan and the run
+    record say float8.
+
+    FAIL:
+
+        model: {preset: tiny-llama}
+        data: {seq_len: 64}
+        float8: {exclude: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj,
+                           lm_head]}
+
+    PASS:
+
+        model: {preset: tiny-llama}
+        data: {seq_len: 64}
+        float8: {exclude: [lm_head]}
+    """
+    float8 = ctx.job.float8
+    if float8 is None or ctx.geometry() is None or float8.linears:
+        return
+    yield diagnostic("FS327", f"float8 converts no Linear module of {_model_name(ctx)}: "
+                     "float8.exclude and skip_small leave none", ctx.first_set(
+                         f"{_FLOAT8}/exclude", f"{_FLOAT8}/skip_small", _FLOAT8))
+
+
+def _model_name(ctx: LintContext) -> str:
+    g = ctx.geometry()
+    return ctx.spec.model.preset or (f"model_type {g.family!r}" if g else "the model")
