@@ -2,9 +2,9 @@
 documents and text (tests/spec/test_fuzz.py has those; issues 11, 20): the spec as raw
 bytes, --set flags, model config.json files, accelerate configs, tokenizer files,
 safetensors headers, run-directory files, output targets, every command's `-o`,
-`report` of hostile run directories and the four imports with hostile strings; `tune -o`
-and `--calibration`, the peft and lever fields, export of a multi-node spec, and the
-budget flags of `plan` and `tune` (issue 42). The
+`report` of hostile run directories, the four imports with hostile strings and with
+fuzzed parallelism keys; `tune -o` and `--calibration`, the peft and lever fields, export
+of a multi-node spec, and the budget flags of `plan` and `tune` (issue 42). The
 benchmark runs 10,000 examples per channel; here a few dozen, derandomized."""
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ SLICE = {"spec: raw bytes": 40, "--set flags": 40, "model config.json": 40,
          "report: hostile run directories": 10,
          # issue 29: hostile strings in every kind of import, the spec read back
          **{f"import {kind}: hostile strings": 40
+            for kind in ("accelerate", "trainer", "axolotl", "torchtitan")},
+         # issue 42: the parallelism keys; a written spec is one `validate` accepts
+         **{f"import {kind}: parallelism keys": 30
             for kind in ("accelerate", "trainer", "axolotl", "torchtitan")},
          "tune -o": 15, "tune --calibration": 30, "peft values": 30, "lever fields": 30,
          "export multi-node": 30,

@@ -32,7 +32,7 @@ from fuzz_files import (
     safetensors_headers,
     tokenizer_files,
 )
-from fuzz_imports import check_import, hostile_imports
+from fuzz_imports import check_import, check_parallel_import, hostile_imports, parallel_imports
 from fuzz_outputs import check_command_target, check_hostile_run, command_targets, hostile_runs
 from fuzz_specs import (
     accelerate_configs,
@@ -83,6 +83,9 @@ CHANNELS: dict[str, Channel] = {
     "output targets: commands": Channel(command_targets(), check_command_target),
     "report: hostile run directories": Channel(hostile_runs(), check_hostile_run),
     **{f"import {kind}: hostile strings": Channel(hostile_imports(kind), check_import)
+       for kind in ("accelerate", "trainer", "axolotl", "torchtitan")},
+    **{f"import {kind}: parallelism keys": Channel(parallel_imports(kind),
+                                                   check_parallel_import)
        for kind in ("accelerate", "trainer", "axolotl", "torchtitan")},
     "tune -o": Channel(tune_targets(), check_tune_output),
     "tune --calibration": Channel(calibrations(), check_calibration),

@@ -183,3 +183,98 @@ def check_import(example: tuple[str, str, bytes], directory: Path) -> None:
     expected = {"apiVersion": "fsdpspec/v1", "kind": "TrainingJob", **_nest(meant)}
     assert json.dumps(loaded.data, sort_keys=True) == json.dumps(expected, sort_keys=True)
     out.unlink()
+
+
+# ---- the importers' parallelism keys (issue 42) ------------------------------------------
+
+# A 5,000-digit integer: Python prints none past 4,300 digits, so files hold this text.
+HUGE = 10**5000 - 1  # "9" × 5000
+# Values a parallelism key is given: whole numbers around every boundary (0, -1, -2, a
+# degree that divides nothing, 2^31, 5,000 digits), and the other types a file can hold;
+# a third of them a degree a real file writes.
+DEGREES = st.one_of(
+    st.sampled_from([1, 2, 4, 8]), st.integers(min_value=-3, max_value=17),
+    st.sampled_from([0, -1, 2**31 - 1, 2**31, 10**30, HUGE, True, False, None, 2.0, 2.5,
+                     float("nan"), float("inf"), "2", "auto", "", "-1", [2], {}]))
+# Each kind's parallelism keys, as its files write them (None: the file's top level).
+PARALLEL_KEYS = {
+    "accelerate": ("parallelism_config", [f"parallelism_config_{k}" for k in (
+        "dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size", "pp_size",
+        "ep_size")] + ["num_processes", "num_machines"]),
+    "axolotl": (None, ["tensor_parallel_size", "context_parallel_size", "dp_shard_size",
+                       "dp_replicate_size", "sequence_parallel_degree",
+                       "expert_parallel_size", "pipeline_parallel_size"]),
+    "torchtitan": ("parallelism", ["data_parallel_shard_degree",
+                                   "data_parallel_replicate_degree", "tensor_parallel_degree",
+                                   "context_parallel_degree", "pipeline_parallel_degree",
+                                   "expert_parallel_degree"]),
+    "trainer": (None, ["nproc_per_node", "nnodes"]),
+}
+_HUGE_MARK = "<5000 digits>"  # its place in a file's text, before the digits go in
+
+
+def _marked(value: Any) -> Any:
+    return _HUGE_MARK if value == HUGE else value
+
+
+def _written(text: str) -> bytes:
+    return text.replace(json.dumps(_HUGE_MARK), "9" * 5000).replace(
+        _HUGE_MARK, "9" * 5000).encode()
+
+
+@st.composite
+def parallel_imports(draw, kind: str) -> tuple[str, str, bytes]:
+    """(kind, file name, bytes) of a corpus config of ``kind`` whose parallelism keys
+    (one to all) hold fuzzed values; a None key is left out."""
+    data = copy.deepcopy(draw(st.sampled_from(SEEDS[kind])))
+    table, keys = PARALLEL_KEYS[kind]
+    chosen = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=3, unique=True))
+    values = {key: _marked(draw(DEGREES)) for key in chosen}
+    if kind == "trainer":
+        words = ["torchrun", *(w for k, v in values.items() if v is not None
+                               for w in (f"--{k}", str(v))), "train.py",
+                 *(w for k, v in data.items()
+                   for w in (f"--{k}", json.dumps(v) if isinstance(v, dict) else str(v)))]
+        return kind, "job.sh", _written(" ".join(shlex.quote(w) for w in words) + "\n")
+    holder = data if table is None else data.get(table)
+    if not isinstance(holder, dict):
+        holder = data[table] = {}
+    for key, value in values.items():
+        if value is None:
+            holder.pop(key, None)
+        else:
+            holder[key] = value
+    if kind == "torchtitan":
+        return kind, "job.toml", _written(toml_text(data))
+    return kind, "job.yaml", _written(json.dumps(data))  # JSON is YAML
+
+
+# Rules about the machine the fuzzer runs on, not the imported spec.
+MACHINE_RULES = frozenset({"FS031", "FS407", "FS411"})
+
+
+def check_parallel_import(example: tuple[str, str, bytes], directory: Path) -> None:
+    """`check_import`'s promises, and: a spec the import writes is one `validate`
+    accepts, but for the memory (FS201) of what the import assumed and said it did."""
+    from click.testing import CliRunner
+
+    from fsdpspec.cli.main import cli
+    from fsdpspec.validate import check_file
+
+    kind, name, raw = example
+    source, out = directory / name, directory / "out.yaml"
+    source.write_bytes(raw)
+    result = CliRunner().invoke(cli, ["import", kind, str(source), "-o", str(out)])
+    assert result.exit_code in (0, 1, 2), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        repr(result.exception))
+    assert printable_lines(result.output), result.output
+    if result.exit_code != 0:
+        assert not out.exists()
+        return
+    errors = {d.code for d in check_file(out).diagnostics if d.is_error} - MACHINE_RULES
+    assert errors <= {"FS201"}, (errors, result.output)
+    if errors:
+        assert "which the file does not name" in result.output or \
+            "a GPU count the file does not say" in result.output, result.output
+    out.unlink()
