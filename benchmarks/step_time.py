@@ -1,5 +1,5 @@
 """The step-time model (fsdpspec/plan/steptime.py) against published FSDP runs (and one
-FSDP × tensor-parallel run): predicted
+FSDP × tensor-parallel run, and FSDP × context-parallel runs): predicted
 vs published tokens/s per GPU and the error of each row of benchmarks/published_runs.yaml.
 
     python benchmarks/step_time.py          # the table; exit 1 when a check fails
@@ -37,16 +37,18 @@ DTYPE = "bfloat16"
 
 def row_spec(row: dict[str, Any]) -> JobSpec:
     """The row as a spec: FSDP2 FULL_SHARD over every data-parallel rank (every GPU
-    without `tensor_parallel`), bf16 with fp32 reduction, one micro-batch per step
-    (torchtitan's local batch)."""
-    tp = row.get("tensor_parallel", 1)
-    ranks = row["nodes"] * row["gpus_per_node"] // tp
+    without `tensor_parallel` or `context_parallel`), bf16 with fp32 reduction, one
+    micro-batch per step (torchtitan's local batch)."""
+    tp, cp = row.get("tensor_parallel", 1), row.get("context_parallel", 1)
+    ranks = row["nodes"] * row["gpus_per_node"] // (tp * cp)
     ac = "none" if row["ac"] == OP_LEVEL else row["ac"]
     spec = JobSpec.model_validate({
         "apiVersion": "fsdpspec/v1", "kind": "TrainingJob", "metadata": {"name": "row"},
         "resources": {"nodes": row["nodes"], "gpus_per_node": row["gpus_per_node"],
                       "accelerator": row["accelerator"]},
-        "model": {"preset": row["preset"]}, "parallelism": {"tensor_parallel": tp},
+        # Ring attention replaces SDPA's flash kernel (what context parallelism needs).
+        "model": {"preset": row["preset"], **({"attention": "sdpa"} if cp > 1 else {})},
+        "parallelism": {"tensor_parallel": tp, "context_parallel": cp},
         "fsdp": {"mixed_precision": {"param_dtype": DTYPE, "reduce_dtype": "float32"},
                  "activation_checkpointing": ac, "ac_every": row.get("ac_every", 2)},
         "data": {"seq_len": row["seq_len"], "micro_batch_size": row["micro_batch_size"],
@@ -126,7 +128,7 @@ def main() -> int:
         return 0
     failures = 0
     predicted = []
-    print(f"{'row':<36}{'published':>10}{'predicted':>10}{'error':>8}  {'bound':<14}"
+    print(f"{'row':<46}{'published':>10}{'predicted':>10}{'error':>8}  {'bound':<14}"
           f"{'MFU':>6}{'GiB':>7}  role")
     for row in rows:
         step, reserved = predict(row)
@@ -137,7 +139,7 @@ def main() -> int:
         role = "fitted" if row.get("fit") else "judged"
         # The memory walk has no op-level checkpointing yet: no figure rather than a wrong one.
         memory = "-" if row["ac"] == OP_LEVEL else f"{reserved:.1f}"
-        print(f"{row['name']:<36}{row['tokens_per_s']:>10,}{step.tokens_per_s:>10,.0f}"
+        print(f"{row['name']:<46}{row['tokens_per_s']:>10,}{step.tokens_per_s:>10,.0f}"
               f"{100 * error:>+7.1f}%  {step.bound:<14}{100 * step.mfu:>5.1f}%"
               f"{memory:>7}  {role}{'' if within else '  OUTSIDE 15 %'}")
     fitted = sorted({f"{r['accelerator']} bf16_efficiency "

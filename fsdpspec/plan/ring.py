@@ -55,3 +55,29 @@ def ring_traffic_bytes(job: Job) -> tuple[int, int]:
     gathered = (cp - 1) * _kv_block(job)
     gradients = (cp - 1) * MERGE_BYTES * 2 * job.batch.tokens * job.geometry.kv_width
     return gathered, gathered + gradients
+
+
+# HBM bytes per element of torch's ring, per step past the first, on the ring's last rank
+# (every step there merges, and accumulates, over its whole local block; the ranks wait
+# for it at the next layer's ring): forward, `_SDPAMerger` upcasts the block's output to
+# fp32 (2 + 4) and merges it in three fp32 kernels (out - block, sigmoid(lse) · that,
+# out - that: 12 + 8 + 12) per output element; backward, `grad_query += ...` in fp32
+# (4 + 2 + 4) per query element and, per key/value element, the partial update of dk and
+# dv (a chunk added, 5, then `torch.cat`, 8: 26 for both), their fp32 concatenation for
+# the send (16) and the bf16 k/v concatenation of the next rotation (8).
+MERGE_FORWARD_BYTES = 38
+ACCUMULATE_QUERY_BYTES = 10
+ACCUMULATE_KV_BYTES = 50
+
+
+def ring_serial_bytes(job: Job) -> tuple[int, int]:
+    """(forward, backward) HBM bytes one layer's ring attention moves on the compute
+    stream per micro-batch besides the attention kernels: the merge of each step's partial
+    output and the accumulation of each step's gradients, in fp32, outside the kernels
+    (elementwise work a single SDPA call does not have)."""
+    cp = job.layout.dims.cp
+    g, t = job.geometry, job.batch.tokens
+    forward = (cp - 1) * MERGE_FORWARD_BYTES * t * g.q_width
+    backward = (cp - 1) * (ACCUMULATE_QUERY_BYTES * t * g.q_width
+                           + ACCUMULATE_KV_BYTES * t * g.kv_width)
+    return forward, backward

@@ -30,7 +30,9 @@ framework's fixed time per layer and micro-batch (``layer_overhead_us``: a third
 forward, two in backward, a third again in a recomputing layer); every collective call
 pays ``collective_latency_us`` on top of its bytes; context parallelism's ring attention
 exchanges keys and values inside each layer's attention, which waits for them, so its
-bytes (`compute.ring_micro_batch_bytes`) are exposed time; the optimizer step is memory traffic
+bytes (`compute.ring_micro_batch_bytes`) are exposed time, and merges each ring step's
+partial output and gradients in fp32 outside the attention kernels (`ring.ring_serial_bytes`,
+memory traffic on the compute stream); the optimizer step is memory traffic
 at ``optimizer_gbps``. The fixed costs are 0 until `tune --measure` calibrates them.
 docs/tune.md has the sources and the measured error.
 """
@@ -46,6 +48,7 @@ from fsdpspec.plan import tensor_parallel as tp
 from fsdpspec.plan.compute import Compute, UnitTraffic, unit_traffic
 from fsdpspec.plan.float8 import cast_traffic_bytes, matmul_rate
 from fsdpspec.plan.memory import layer_bytes
+from fsdpspec.plan.ring import ring_serial_bytes
 from fsdpspec.semantics import (
     MASTER_BYTES,
     mfu,
@@ -318,6 +321,19 @@ def _micro_batch_seconds(job: Job, units: _Units, device: Accelerator,
     return tuple(x + k * (y - x) for x, y in zip(short, deep, strict=True))  # type: ignore[return-value]
 
 
+def ring_serial_seconds(job: Job, device: Accelerator) -> float:
+    """Ring attention's merges and gradient accumulation of one micro-batch, at memory
+    bandwidth on the compute stream: every layer's forward and backward, and the forward
+    again in each layer that recomputes its attention (not under op-level checkpointing,
+    which saves the attention output)."""
+    if job.layout.dims.cp == 1:
+        return 0.0
+    forward, backward = ring_serial_bytes(job)
+    layers, units = job.geometry.num_layers, job.units
+    recomputed = 0 if units.ac_mode == "op" else units.checkpointed_count(layers)
+    return ((layers + recomputed) * forward + layers * backward) / (device.hbm_gbps * 1e9)
+
+
 def step_time(job: Job, c: Compute, device: Accelerator, compute_dtype: str) -> StepTime | None:
     """The predicted step of one rank; None when the device's peak is unknown."""
     per_token = c.model_flops / (job.batch.tokens * job.batch.accumulation)
@@ -329,11 +345,14 @@ def step_time(job: Job, c: Compute, device: Accelerator, compute_dtype: str) -> 
     runs = [(_micro_batch_seconds(job, units, device, True), synced)]
     if synced < micro:
         runs.append((_micro_batch_seconds(job, units, device, False), micro - synced))
-    # Context parallelism's ring waits inside each layer's attention: exposed.
-    total = sum(r[0] * n for r, n in runs) + micro * c.ring_seconds / LINK_EFFICIENCY[device.is_gpu]
+    # Context parallelism's ring waits inside each layer's attention (exposed), and merges
+    # its steps outside the kernels (compute-stream memory traffic).
+    merges = micro * ring_serial_seconds(job, device)
+    total = sum(r[0] * n for r, n in runs) + micro * c.ring_seconds / \
+        LINK_EFFICIENCY[device.is_gpu] + merges
     computing = micro * (sum(3 * f * t.count for t, f in units.layers)
                          + units.recompute * _recomputing_copies(job, units.copies)
-                         + units.root.forward + units.root.backward)
+                         + units.root.forward + units.root.backward) + merges
     exposed = max(0.0, total - computing)
     host_share = sum(r[2] * n for r, n in runs)
     busy = sum((r[1] + r[2]) * n for r, n in runs)

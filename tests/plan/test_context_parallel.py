@@ -18,9 +18,10 @@ from fsdpspec.catalog.presets import preset_config
 from fsdpspec.cli.main import cli
 from fsdpspec.job.geometry import geometry_from_config
 from fsdpspec.job.job import resolve
+from fsdpspec.plan import steptime
 from fsdpspec.plan.compute import step_compute
 from fsdpspec.plan.memory import device_memory
-from fsdpspec.plan.steptime import LINK_EFFICIENCY, step_time
+from fsdpspec.plan.steptime import LINK_EFFICIENCY, ring_serial_seconds, step_time
 from fsdpspec.spec.v1 import JobSpec
 
 EXAMPLE = ROOT / "examples" / "torchtitan-llama3.1-8b-cp.yaml"
@@ -79,6 +80,27 @@ def test_the_rings_traffic_is_exposed_step_time(ac: str, recomputed: int) -> Non
     with_ring = step_time(job, c, device, "bfloat16")
     assert with_ring.exposed_communication_seconds - without.exposed_communication_seconds \
         == pytest.approx(c.ring_seconds / LINK_EFFICIENCY[True], rel=1e-6)
+
+
+@pytest.mark.parametrize(("ac", "recomputed"), [("none", 0), ("full", 2)])
+def test_the_rings_merges_and_accumulations_are_serial_memory_traffic(
+        ac: str, recomputed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # cp 4, 64 tokens a rank, q 64, kv 32, 2 layers: at each of the 3 steps past the first,
+    # forward merges the block's output in fp32 (38 bytes a query element), backward
+    # accumulates dq (10) and dk, dv with their concatenations (50 a key/value element);
+    # a recomputing layer merges its forward again.
+    job = _job(cp=4, seq=256, ac=ac)
+    device = job.spec.device()
+    forward, backward = 3 * 38 * 64 * 64, 3 * (10 * 64 * 64 + 50 * 64 * 32)
+    expected = ((2 + recomputed) * forward + 2 * backward) / (device.hbm_gbps * 1e9)
+    assert ring_serial_seconds(job, device) == pytest.approx(expected, rel=1e-12)
+    assert ring_serial_seconds(_job(cp=1, seq=64, ac=ac), device) == 0.0
+    # On the compute stream, after the ring's exchange: the step is that much longer.
+    c = step_compute(job, GEOMETRY.active_params, device, "bfloat16")
+    with_merges = step_time(job, c, device, "bfloat16").seconds
+    monkeypatch.setattr(steptime, "ring_serial_seconds", lambda job, device: 0.0)
+    assert with_merges - step_time(job, c, device, "bfloat16").seconds == pytest.approx(
+        expected, rel=1e-6)
 
 
 def _plan(*sets: str) -> dict[str, Any]:
