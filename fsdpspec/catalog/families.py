@@ -42,6 +42,12 @@ def attention_picked(*, supports_sdpa: bool) -> str:
     return "sdpa" if supports_sdpa else "eager"
 
 
+# The decoder layer's module that holds a Mixture of Experts' stacked expert tensors, as
+# every registered family's config class names it in transformers' `base_model_ep_plan`
+# (``layers.*.mlp.experts: ep_dispatch_experts``; tests/catalog/test_families.py).
+EXPERTS_MODULE = "mlp.experts"
+
+
 @dataclass(frozen=True)
 class Moe:
     """A Mixture-of-Experts block: where its config keeps the expert shape, and what it

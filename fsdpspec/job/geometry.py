@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from fsdpspec.catalog.families import CUSTOM, NORMS, Bias, Family, Moe, family
+from fsdpspec.catalog.families import CUSTOM, EXPERTS_MODULE, NORMS, Bias, Family, Moe, family
 from fsdpspec.job.tree import Node, Shape
 
 _COMMON_DEFAULTS = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -209,16 +209,16 @@ def _mlp_tensors(g: Geometry) -> list[tuple[str, Shape]]:
 
 
 def _expert_tensors(g: Geometry) -> list[tuple[str, Shape]]:
-    """The router and the experts, stacked as one tensor per projection (experts on
-    dim 0, so FSDP2 shards whole experts and pads their count)."""
+    """The router and the experts, stacked as one tensor per projection, the expert
+    index on dim 0 (where FSDP2 shards them: `fsdpspec.job.experts`)."""
     e, h = g.experts, g.hidden_size
     assert e is not None
     out = _linear(f"mlp.{e.block.router}", e.count, h, e.block.router_bias)
-    out += [("mlp.experts.gate_up_proj", (e.count, 2 * e.width, h)),
-            ("mlp.experts.down_proj", (e.count, h, e.width))]
+    out += [(f"{EXPERTS_MODULE}.gate_up_proj", (e.count, 2 * e.width, h)),
+            (f"{EXPERTS_MODULE}.down_proj", (e.count, h, e.width))]
     if e.block.expert_bias:
-        out += [("mlp.experts.gate_up_proj_bias", (e.count, 2 * e.width)),
-                ("mlp.experts.down_proj_bias", (e.count, h))]
+        out += [(f"{EXPERTS_MODULE}.gate_up_proj_bias", (e.count, 2 * e.width)),
+                (f"{EXPERTS_MODULE}.down_proj_bias", (e.count, h))]
     return out
 
 

@@ -9,9 +9,11 @@ the training extra (torch and transformers); imported only when a plan asks for 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fsdpspec.catalog.families import attention_picked
+from fsdpspec.job.experts import expert_module_patterns
 from fsdpspec.job.geometry import Geometry, GeometryError, UnknownFamilyError
 from fsdpspec.job.tree import Node
 
@@ -69,9 +71,24 @@ def _layers(model: Any) -> list[Any]:
     return layers
 
 
+def _experts_module(model: Any) -> re.Pattern[str] | None:
+    """The module paths its config's ``base_model_ep_plan`` names experts (its patterns
+    are below the base model: matched as a suffix, ``*`` a layer index); None without."""
+    config = getattr(model, "config", None)
+    configs = [config, *([config.get_text_config()] if hasattr(config, "get_text_config")
+                         else [])]
+    patterns = {p for c in configs
+                for p in expert_module_patterns(getattr(type(c), "base_model_ep_plan", None))}
+    if not patterns:
+        return None
+    pieces = (re.escape(p).replace(r"\*", r"\d+") for p in sorted(patterns))
+    return re.compile(rf"(?:^|\.)(?:{'|'.join(pieces)})$")
+
+
 def module_tree(model: Any) -> Node:
     """The module tree of a built ``nn.Module`` (meta or not): classes, own parameters
-    (a parameter shared by several modules listed under the first), children."""
+    (a parameter shared by several modules listed under the first), children, and the
+    experts modules its config names (`fsdpspec.job.experts`)."""
     from torch import nn
 
     holders: dict[int, list[int]] = {}
@@ -80,20 +97,23 @@ def module_tree(model: Any) -> Node:
             if param is not None:
                 holders.setdefault(id(param), []).append(id(module))
     tied = {m for found in holders.values() if len(found) > 1 for m in found}
+    experts = _experts_module(model)
     seen: set[int] = set()
 
-    def node(name: str, module: Any) -> Node:
+    def node(name: str, path: str, module: Any) -> Node:
         own = []
         for param in module._parameters.values():
             if param is not None and id(param) not in seen:
                 seen.add(id(param))
                 own.append(tuple(param.shape))
-        children = tuple(node(n, c) for n, c in module.named_children())
+        children = tuple(node(n, f"{path}.{n}" if path else n, c)
+                         for n, c in module.named_children())
         return Node(name, type(module).__name__, tuple(own), children,
                     container=isinstance(module, (nn.ModuleList, nn.ModuleDict)),
-                    tied=id(module) in tied, linear=isinstance(module, nn.Linear))
+                    tied=id(module) in tied, linear=isinstance(module, nn.Linear),
+                    experts=bool(experts and experts.search(path)))
 
-    return node("", model)
+    return node("", "", model)
 
 
 def _config_value(c: Any, name: str) -> Any:

@@ -84,26 +84,32 @@ def _geometry(data: dict[str, Any]) -> Geometry:
     return Geometry(**fields)
 
 
+def _shapes(data: list) -> tuple:
+    return tuple((tuple(s), n) for s, n in data)
+
+
 def _unit_json(unit: Unit) -> dict[str, Any]:
     return {"name": unit.name, "shapes": [[list(s), n] for s, n in unit.shapes],
-            "count": unit.count, "layers": unit.layers}
+            "count": unit.count, "layers": unit.layers,
+            "experts": [[list(s), n] for s, n in unit.experts]}
 
 
 def _unit(data: dict[str, Any]) -> Unit:
-    return Unit(name=data["name"], shapes=tuple((tuple(s), n) for s, n in data["shapes"]),
-                count=data["count"], layers=data["layers"])
+    return Unit(name=data["name"], shapes=_shapes(data["shapes"]), count=data["count"],
+                layers=data["layers"], experts=_shapes(data["experts"]))
 
 
 def _units_json(units: Units) -> dict[str, Any]:
     return {"units": [_unit_json(u) for u in units.units], "root": _unit_json(units.root),
             "layers": [list(layer) for layer in units.layers], "ac_mode": units.ac_mode,
-            "ac_every": units.ac_every}
+            "ac_every": units.ac_every, "experts": [list(e) for e in units.experts]}
 
 
 def _units(data: dict[str, Any]) -> Units:
     return Units(units=tuple(_unit(u) for u in data["units"]), root=_unit(data["root"]),
                  layers=tuple((p, n) for p, n in data["layers"]), ac_mode=data["ac_mode"],
-                 ac_every=data["ac_every"])
+                 ac_every=data["ac_every"],
+                 experts=tuple((p, n) for p, n in data["experts"]))
 
 
 def _adapters(data: dict[str, Any]) -> Adapters:

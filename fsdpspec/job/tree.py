@@ -33,17 +33,22 @@ class Node:
     repeat: int = 1
     # A built module that is an nn.Linear (a subclass too: peft's all-linear takes it).
     linear: bool = False
+    # A Mixture of Experts' experts module: its own parameters are stacked expert tensors,
+    # the expert index on dim 0 (`fsdpspec.job.experts`).
+    experts: bool = False
 
     def as_json(self) -> list:
-        """Compact JSON: [name, cls, params, children, container, tied, repeat, linear]."""
+        """Compact JSON: [name, cls, params, children, container, tied, repeat, linear,
+        experts]."""
         return [self.name, self.cls, [list(s) for s in self.params],
                 [c.as_json() for c in self.children], self.container, self.tied, self.repeat,
-                self.linear]
+                self.linear, self.experts]
 
     @staticmethod
     def from_json(data: list) -> Node:
-        # A run directory recorded before `linear` holds seven fields.
-        name, cls, params, children, container, tied, repeat, *linear = data
+        # A run directory recorded before `linear` (`experts`) holds seven (eight) fields.
+        name, cls, params, children, container, tied, repeat, *flags = data
+        linear, experts = (*flags, False, False)[:2]
         return Node(name, cls, tuple(tuple(s) for s in params),
                     tuple(Node.from_json(c) for c in children), container, tied, repeat,
-                    bool(linear and linear[0]))
+                    bool(linear), bool(experts))

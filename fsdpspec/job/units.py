@@ -13,18 +13,21 @@ Identical decoder layers are one template node standing for all of them, so a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from fsdpspec.catalog.families import CUSTOM, Family, family
+from fsdpspec.catalog.families import CUSTOM, EXPERTS_MODULE, Family, family
 from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.tree import LAYER, Node, Shape
 from fsdpspec.semantics import checkpointed_count, is_checkpointed
 
 # Tensor shapes, each with how many tensors have it.
 Shapes = tuple[tuple[Shape, int], ...]
+# While the policy walks the tree: (shape, how many, whether stacked experts).
+_Tagged = list[tuple[Shape, int, bool]]
 
 
 @dataclass(frozen=True)
@@ -36,11 +39,19 @@ class Unit:
     shapes: Shapes
     count: int = 1
     layers: str | None = None
+    # Its stacked expert tensors (`fsdpspec.job.experts`), apart from ``shapes``: FSDP2
+    # may shard them on another dim.
+    experts: Shapes = ()
 
     @property
     def numel(self) -> int:
         """Parameters in one copy of the unit."""
-        return sum(math.prod(s) * n for s, n in self.shapes)
+        return sum(math.prod(s) * n for s, n in (*self.shapes, *self.experts))
+
+
+def _unit(name: str, tagged: _Tagged, count: int = 1, layers: str | None = None) -> Unit:
+    return Unit(name, tuple((s, n) for s, n, e in tagged if not e), count, layers,
+                tuple((s, n) for s, n, e in tagged if e))
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,8 @@ class Units:
     layers: tuple[tuple[str, int], ...]
     ac_mode: str
     ac_every: int
+    # The experts modules (`Node.experts`): (name pattern, how many), as ``layers``.
+    experts: tuple[tuple[str, int], ...] = ()
 
     @property
     def num_layers(self) -> int:
@@ -80,11 +93,11 @@ class Units:
 
     def layer_names(self) -> Iterator[str]:
         """The decoder layers' module names, in order."""
-        for pattern, count in self.layers:
-            if LAYER in pattern:
-                yield from (pattern.replace(LAYER, str(i)) for i in range(count))
-            else:
-                yield pattern
+        yield from _expand_patterns(self.layers)
+
+    def expert_names(self) -> Iterator[str]:
+        """The experts modules' names, whose parameters are stacked expert tensors."""
+        yield from _expand_patterns(self.experts)
 
     def checkpointed(self) -> Iterator[str]:
         """The layers wrapped in activation checkpointing."""
@@ -99,6 +112,14 @@ class Units:
     def checkpointed_count(self, num_layers: int) -> int:
         """How many of layers 0..num_layers-1 are checkpointed (closed form, any depth)."""
         return checkpointed_count(self.ac_mode, self.ac_every, num_layers)
+
+
+def _expand_patterns(patterns: tuple[tuple[str, int], ...]) -> Iterator[str]:
+    for pattern, count in patterns:
+        if LAYER in pattern:
+            yield from (pattern.replace(LAYER, str(i)) for i in range(count))
+        else:
+            yield pattern
 
 
 def _selects(layers: str, mode: str, every: int, index: int) -> bool:
@@ -129,10 +150,14 @@ def _expand(units: Units, found: tuple[Unit, ...]) -> Iterator[str]:
 # ---- the one policy ------------------------------------------------------------------
 
 
-def _all_shapes(node: Node) -> list[tuple[Shape, int]]:
-    out = [(s, 1) for s in node.params]
+def _own(node: Node) -> _Tagged:
+    return [(s, 1, node.experts) for s in node.params]
+
+
+def _all_shapes(node: Node) -> _Tagged:
+    out = _own(node)
     for child in node.children:
-        out += [(s, n * child.repeat) for s, n in _all_shapes(child)]
+        out += [(s, n * child.repeat, e) for s, n, e in _all_shapes(child)]
     return out
 
 
@@ -140,8 +165,8 @@ def _holds_tied(node: Node) -> bool:
     return node.tied or any(_holds_tied(c) for c in node.children)
 
 
-def _numel(shapes: list[tuple[Shape, int]]) -> int:
-    return sum(math.prod(s) * n for s, n in shapes)
+def _numel(shapes: _Tagged) -> int:
+    return sum(math.prod(s) * n for s, n, _ in shapes)
 
 
 class _Walk:
@@ -161,7 +186,7 @@ class _Walk:
         numel = _numel(shapes)
         if (not root and not node.container and not tied and numel > 0
                 and numel >= self.wrap.min_num_params):
-            self.units.append(Unit(path, tuple(shapes), times, layers))
+            self.units.append(_unit(path, shapes, times, layers))
             return []
         return shapes
 
@@ -181,7 +206,7 @@ class _Walk:
                                             atomic=self._whole(child))
                 shapes += left
                 tied = tied or held
-            shapes += [(s, 1) for s in node.params]
+            shapes += _own(node)
         return self.claim(node, path, shapes, tied, times, layers, root), tied
 
     def template(self, node: Node, name: str, times: int) -> tuple[list, bool]:
@@ -197,7 +222,7 @@ class _Walk:
             if n == 0:
                 continue
             left, held = self.visit(node, name, times=times * n, layers=kind, atomic=atomic)
-            shapes += [(s, k * n) for s, k in left]
+            shapes += [(s, k * n, e) for s, k, e in left]
             tied = tied or held
         return shapes, tied
 
@@ -213,12 +238,12 @@ class _Walk:
         return wrap.whole_checkpointed and is_checkpointed(wrap.ac_mode, wrap.ac_every, index)
 
 
-def _layers(tree: Node, classes: tuple[str, ...]) -> list[tuple[str, Node, int]]:
-    """(name, node, how many) of every module of the layer classes, in module order."""
+def _modules(tree: Node, picked: Callable[[Node], bool]) -> list[tuple[str, Node, int]]:
+    """(name, node, how many) of every module ``picked`` takes, in module order."""
     found: list[tuple[str, Node, int]] = []
 
     def walk(node: Node, path: str, times: int) -> None:
-        if node.cls in classes:
+        if picked(node):
             found.append((path, node, times))
         for child in node.children:
             walk(child, f"{path}.{child.name}" if path else child.name, times * child.repeat)
@@ -230,28 +255,29 @@ def _layers(tree: Node, classes: tuple[str, ...]) -> list[tuple[str, Node, int]]
 def choose_units(tree: Node, wrap: Wrap) -> Units:
     """The units ``wrap`` makes of the model ``tree``: one per layer (transformer), by
     size, or none (the root holds everything)."""
-    layers = _layers(tree, wrap.layer_classes)
+    layers = _modules(tree, lambda node: node.cls in wrap.layer_classes)
     if wrap.policy == "transformer":
-        units = [Unit(name, tuple(_all_shapes(node)), times,
-                      "all" if LAYER in name else None) for name, node, times in layers]
-        root = Unit("", tuple(_outside(tree, {id(n) for _, n, _ in layers})))
+        units = [_unit(name, _all_shapes(node), times, "all" if LAYER in name else None)
+                 for name, node, times in layers]
+        root = _unit("", _outside(tree, {id(n) for _, n, _ in layers}))
     elif wrap.policy == "size":
         walk = _Walk(wrap)
         left, _ = walk.visit(tree, "", root=True)
-        units, root = walk.units, Unit("", tuple(left))
+        units, root = walk.units, _unit("", left)
     else:
-        units, root = [], Unit("", tuple(_all_shapes(tree)))
+        units, root = [], _unit("", _all_shapes(tree))
+    experts = _modules(tree, lambda node: node.experts)
     return Units(tuple(units), root, tuple((name, times) for name, _, times in layers),
-                 wrap.ac_mode, wrap.ac_every)
+                 wrap.ac_mode, wrap.ac_every, tuple((name, times) for name, _, times in experts))
 
 
-def _outside(tree: Node, excluded: set[int]) -> list[tuple[Shape, int]]:
+def _outside(tree: Node, excluded: set[int]) -> _Tagged:
     """Parameters not below any module in ``excluded``."""
     if id(tree) in excluded:
         return []
-    out = [(s, 1) for s in tree.params]
+    out = _own(tree)
     for child in tree.children:
-        out += [(s, n * child.repeat) for s, n in _outside(child, excluded)]
+        out += [(s, n * child.repeat, e) for s, n, e in _outside(child, excluded)]
     return out
 
 
@@ -285,6 +311,15 @@ def _subtree(name: str, cls: str, tensors: list[tuple[str, Shape]],
     return Node(name, cls, own, tuple(_subtree(h, "", below[h], first) for h in order))
 
 
+def _marked_experts(node: Node, path: list[str]) -> Node:
+    """``node`` with its module at ``path`` marked as the experts module."""
+    if not path:
+        return dataclasses.replace(node, experts=True)
+    children = tuple(_marked_experts(c, path[1:]) if c.name == path[0] else c
+                     for c in node.children)
+    return dataclasses.replace(node, children=children)
+
+
 @functools.lru_cache(maxsize=64)  # tune and float8 ask for one geometry's tree again and again
 def geometry_tree(g: Geometry) -> Node:
     """The module tree transformers builds for ``g``, named as transformers names it
@@ -296,6 +331,8 @@ def geometry_tree(g: Geometry) -> Node:
         return _subtree(name, cls, [(_renamed(n, names), s) for n, s in tensors], first)
 
     layer = tree(g.layer_tensors(), LAYER, fam.layer_class)
+    if g.experts is not None:
+        layer = _marked_experts(layer, EXPERTS_MODULE.split("."))
     root = tree(g.root_tensors())
     embed_path = _renamed(g.root_tensors()[0][0], names).rsplit(".", 1)[0]
     base_name, embed_name = embed_path.split(".")

@@ -96,6 +96,8 @@ class _Parts:
     root: int
     units_kept: int
     unit: int
+    # The largest unit's all-gather copy-out temporaries (experts sharded on dim 1).
+    unit_copy_out: int
     prefetch: int
     unit_grads: int
     head_grads: int
@@ -171,7 +173,7 @@ def _ddp_parts(job: Job, sh: Sharding) -> _Parts:
     return _Parts(
         persistent={"sharded_parameters": params, "gradient_buckets": params,
                     "optimizer_states": memory_levers.optimizer_state_bytes(job, tensors)},
-        accumulated=rebuilt, root=0, units_kept=0, unit=0, prefetch=0,
+        accumulated=rebuilt, root=0, units_kept=0, unit=0, unit_copy_out=0, prefetch=0,
         unit_grads=m * g.down_proj_numel, head_grads=m * g.embedding_params, head_held=0,
         unit_reduce=0, sharded_unit_grads=0, sharded_layer_grads=0,
         root_grads=m * g.embedding_params, root_reduce=0, saved=saved, layer=layer,
@@ -206,6 +208,7 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
         root=gathered_bytes(sh, job, sh.root),
         units_kept=_units_kept_after_forward(job, sh),
         unit=gathered_bytes(sh, job, unit) if unit else 0,
+        unit_copy_out=b * sh.resharded_expert_numel(unit) if unit else 0,
         prefetch=prefetch,
         # Backward reaches a layer's MLP first: its down projection's gradient exists.
         unit_grads=grads * b * g.down_proj_numel,
@@ -294,7 +297,7 @@ def _forward_points(job: Job, p: _Parts) -> list[Point]:
         kept = 0 if lay.reshards_after_forward else index * p.unit
         points.append(Point(f"forward: layer {index} all-gather", base | {
             "gathered_parameters": p.root + kept + p.unit,
-            "prefetch_buffer": previous + p.unit,
+            "prefetch_buffer": previous + p.unit + p.unit_copy_out,
             "activations": entering + (_saved_through(job, index - 1, p.layer) if index else 0),
         }))
     return points

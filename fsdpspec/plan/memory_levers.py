@@ -123,11 +123,10 @@ def offload_seconds(saved: int, job: Job) -> float:
 
 def shard_tensors(sh: Sharding) -> list[tuple[int, int]]:
     """(elements, how many) of each sharded tensor one rank holds: FSDP2 shards each
-    parameter on dim 0 (padded), FSDP1 each unit as one flat parameter."""
+    parameter (`Sharding.tensor_shards`), FSDP1 each unit as one flat parameter."""
     if sh.fsdp_version == 1:
         return [(sh.shard_numel(u), u.count) for u in sh.all_units]
-    return [(-(-shape[0] // sh.shard_size) * math.prod(shape[1:]), n * u.count)
-            for u in sh.all_units for shape, n in u.shapes]
+    return [(k, n * u.count) for u in sh.all_units for k, n in sh.tensor_shards(u)]
 
 
 def optimizer_state_bytes(job: Job, tensors: list[tuple[int, int]]) -> int:

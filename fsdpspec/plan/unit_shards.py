@@ -1,16 +1,18 @@
 """The size of each rank's shard of the FSDP units the job chose (`fsdpspec.job.units`).
 
-FSDP2 shards every tensor along dim 0, padding dim 0 to a multiple of the group size;
-FSDP1 flattens a unit and pads the flat parameter. The root holds whatever no other
-unit claimed (embeddings, final norm, lm_head).
+FSDP2 shards every tensor along dim 0, padding dim 0 to a multiple of the group size,
+but a Mixture of Experts' stacked expert tensors on dim 1 once the group outnumbers the
+experts (`fsdpspec.job.experts`, as the engine's ``shard_placement_fn``); FSDP1 flattens
+a unit and pads the flat parameter, so it pads no tensor of its own. The root holds
+whatever no other unit claimed (embeddings, final norm, lm_head).
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 
+from fsdpspec.job.experts import expert_shard_dim, shard_numel
 from fsdpspec.job.job import Job, decoder_layer_classes, units_of, wrap_of
 from fsdpspec.job.units import Unit, Units
 from fsdpspec.plan.tensor_parallel import local_geometry, tp_degree
@@ -25,12 +27,29 @@ class Sharding:
     shard_size: int
     fsdp_version: int
 
+    def tensor_shards(self, unit: Unit) -> list[tuple[int, int]]:
+        """(elements, how many) of each FSDP2 shard one rank holds of one copy of
+        ``unit``, padding included: dim 0's, the stacked experts' on their dim."""
+        s = self.shard_size
+        return ([(shard_numel(shape, 0, s), n) for shape, n in unit.shapes]
+                + [(shard_numel(shape, expert_shard_dim(shape, s), s), n)
+                   for shape, n in unit.experts])
+
     def shard_numel(self, unit: Unit) -> int:
         """Elements of one copy of ``unit`` that one rank stores, padding included."""
-        s = self.shard_size
         if self.fsdp_version == 1:
-            return -(-unit.numel // s)
-        return sum(-(-shape[0] // s) * math.prod(shape[1:]) * n for shape, n in unit.shapes)
+            return -(-unit.numel // self.shard_size)
+        return sum(k * n for k, n in self.tensor_shards(unit))
+
+    def resharded_expert_numel(self, unit: Unit) -> int:
+        """Elements of one gathered copy of ``unit`` in tensors FSDP2 shards on a dim
+        other than 0: its all-gather copies them out through a temporary of their size
+        (``foreach_all_gather_copy_out``)."""
+        if self.fsdp_version == 1:
+            return 0
+        s = self.shard_size
+        return sum(s * shard_numel(shape, 1, s) * n for shape, n in unit.experts
+                   if expert_shard_dim(shape, s) == 1)
 
     def gathered_numel(self, unit: Unit) -> int:
         """Elements of one copy of ``unit`` once all-gathered (padding included)."""

@@ -21,6 +21,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 )
 from torch.distributed.device_mesh import DeviceMesh
 
+from fsdpspec.job.experts import expert_shard_dim
 from fsdpspec.job.introspect import module_tree
 from fsdpspec.job.job import Job, wrap_of
 from fsdpspec.job.units import Units, choose_units
@@ -48,6 +49,8 @@ def parallelize(model: nn.Module, job: Job, mesh: DeviceMesh, device: torch.devi
         assert tp_mesh is not None, "a tensor-parallel job needs its tp sub-mesh"
         apply_tensor_parallel(model, tensor_parallel_plan(job), tp_mesh)
     units_of = model_units(model, job)
+    # Taken before checkpointing renames the modules (the parameters stay the same).
+    experts = expert_parameters(model, units_of)
     layers = [model.get_submodule(name) for name in units_of.layer_names()]
     units = [model.get_submodule(name) for name in units_of.names()]
     checkpointed = {id(model.get_submodule(name)) for name in units_of.checkpointed()}
@@ -59,7 +62,7 @@ def parallelize(model: nn.Module, job: Job, mesh: DeviceMesh, device: torch.devi
     if job.layout.ddp:
         return replicate_ddp(model, mesh, device), units_of
     if job.layout.fsdp_version == 2:
-        return shard_fsdp2(model, units, job, mesh, device), units_of
+        return shard_fsdp2(model, units, job, mesh, device, experts), units_of
     return wrap_fsdp1(model, units, job, mesh, device), units_of
 
 
@@ -82,6 +85,27 @@ def model_units(model: nn.Module, job: Job) -> Units:
     if classes and not units.layers:
         raise EngineError(f"fsdp.transformer_layer_cls: the model has no {classes} module")
     return units
+
+
+def expert_parameters(model: nn.Module, units: Units) -> set[nn.Parameter]:
+    """The stacked expert tensors: the own parameters of the job's experts modules
+    (`fsdpspec.job.experts`)."""
+    return {p for name in units.expert_names()
+            for p in model.get_submodule(name).parameters(recurse=False)}
+
+
+def expert_placement(experts: set[nn.Parameter], shard_degree: int) -> Any:
+    """FSDP2's ``shard_placement_fn``: a stacked expert tensor on the dim
+    `expert_shard_dim` picks (torchtitan's Shard(1) once the degree exceeds the experts),
+    every other parameter on FSDP's default, dim 0."""
+    from torch.distributed.tensor import Shard
+
+    def placement(param: nn.Parameter) -> Shard | None:
+        if param not in experts:
+            return None
+        return Shard(expert_shard_dim(tuple(param.shape), shard_degree))
+
+    return placement
 
 
 def apply_activation_checkpointing(model: nn.Module, layers: set[int],
@@ -154,9 +178,11 @@ def replicate_ddp(model: nn.Module, mesh: DeviceMesh, device: torch.device) -> n
 
 
 def shard_fsdp2(
-    model: nn.Module, units: list[nn.Module], job: Job, mesh: DeviceMesh, device: torch.device
+    model: nn.Module, units: list[nn.Module], job: Job, mesh: DeviceMesh, device: torch.device,
+    experts: set[nn.Parameter],
 ) -> nn.Module:
-    """``fully_shard`` each unit, then the root."""
+    """``fully_shard`` each unit, then the root; the stacked ``experts`` where
+    `expert_placement` puts them."""
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
     fsdp = job.spec.fsdp
@@ -164,7 +190,8 @@ def shard_fsdp2(
         CPUOffloadPolicy(pin_memory=device.type == "cuda") if fsdp.cpu_offload else OffloadPolicy()
     )
     options = dict(
-        mesh=mesh, mp_policy=_fsdp2_precision(fsdp.mixed_precision), offload_policy=offload
+        mesh=mesh, mp_policy=_fsdp2_precision(fsdp.mixed_precision), offload_policy=offload,
+        shard_placement_fn=expert_placement(experts, job.layout.shard_size) if experts else None,
     )
     reshard = job.layout.reshards_after_forward
     for index, unit in enumerate(units):
