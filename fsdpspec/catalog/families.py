@@ -65,6 +65,9 @@ class Moe:
     width_saves: int = 4
     # The router is an nn.Linear subclass (peft's all-linear adapts it).
     router_linear: bool = False
+    # The stacked experts are stored input-major, (E, H, 2I) and (E, I, H) (gpt-oss),
+    # not (E, 2I, H) and (E, H, I): their dim 1, where FSDP may shard them, differs.
+    input_major: bool = False
     # transformers 4's names of the experts' projections and of the router, which peft
     # (0.21, transformers_weight_conversion) maps onto the stacked expert tensors and the
     # router weight: a target naming one, or all-linear, adapts the experts.
@@ -372,7 +375,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         "max_position_embeddings": 131072},
         window="layer_types", attention_sinks=True, fp32_norm=True, eager_only=True,
         moe=Moe("num_local_experts", router_bias=True, expert_bias=True, router="router",
-                width_saves=7),
+                width_saves=7, input_major=True),
         aliases={"num_experts": "num_local_experts"},
         presets=("gpt-oss-20b", "tiny-gpt-oss"), **_LLAMA_BIAS),
     Family("phi3", "Phi3", {

@@ -214,8 +214,11 @@ def _expert_tensors(g: Geometry) -> list[tuple[str, Shape]]:
     e, h = g.experts, g.hidden_size
     assert e is not None
     out = _linear(f"mlp.{e.block.router}", e.count, h, e.block.router_bias)
-    out += [(f"{EXPERTS_MODULE}.gate_up_proj", (e.count, 2 * e.width, h)),
-            (f"{EXPERTS_MODULE}.down_proj", (e.count, h, e.width))]
+    gate_up, down = (2 * e.width, h), (h, e.width)
+    if e.block.input_major:
+        gate_up, down = gate_up[::-1], down[::-1]
+    out += [(f"{EXPERTS_MODULE}.gate_up_proj", (e.count, *gate_up)),
+            (f"{EXPERTS_MODULE}.down_proj", (e.count, *down))]
     if e.block.expert_bias:
         out += [(f"{EXPERTS_MODULE}.gate_up_proj_bias", (e.count, 2 * e.width)),
                 (f"{EXPERTS_MODULE}.down_proj_bias", (e.count, h))]

@@ -116,3 +116,28 @@ def test_tensor_parallel_plan_names_modules_the_family_builds(model_type: str) -
         if theirs.get(path) in ("colwise", "rowwise"):
             assert style == theirs[path], path
     assert plan.style_of("lm_head") == "loss_parallel"
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+def test_experts_module_is_the_one_transformers_ep_plan_names(model_type: str) -> None:
+    # The registry's experts module (EXPERTS_MODULE, for every family with a `Moe`) is
+    # the module transformers' `base_model_ep_plan` dispatches to experts, and every
+    # parameter it holds is a stacked expert tensor there ("grouped_gemm") of the shape
+    # the geometry gives it; a dense family's config names none.
+    from fsdpspec.catalog.families import EXPERTS_MODULE
+    from fsdpspec.job.experts import expert_module_patterns
+
+    if FAMILIES[model_type].moe is None:
+        config_class = transformers.AutoConfig.for_model(model_type)
+        assert list(expert_module_patterns(type(config_class).base_model_ep_plan)) == []
+        return
+    config = preset_config(tiny_preset(model_type))
+    built = meta_model(config)
+    plan = type(built.config).base_model_ep_plan
+    assert list(expert_module_patterns(plan)) == [f"layers.*.{EXPERTS_MODULE}"]
+    experts = built.get_submodule(f"{built.base_model_prefix}.layers.0.{EXPERTS_MODULE}")
+    planned = dict(geometry_from_config(config).layer_tensors())
+    for name, param in experts.named_parameters():
+        assert plan[f"layers.*.{EXPERTS_MODULE}.{name}"] == "grouped_gemm"
+        # As transformers stores them (gpt-oss input-major): FSDP may shard dim 1.
+        assert planned[f"{EXPERTS_MODULE}.{name}"] == tuple(param.shape)

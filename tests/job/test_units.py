@@ -5,13 +5,15 @@ min_num_params, and the engine's wrapped model has exactly those units."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from fsdpspec.catalog.presets import preset_config, preset_names
 from fsdpspec.job.job import Job, decoder_layer_classes, resolve, wrap_of
-from fsdpspec.job.units import choose_units
+from fsdpspec.job.tree import LAYER
+from fsdpspec.job.units import Units, choose_units
 from fsdpspec.spec.v1 import JobSpec
 
 torch = pytest.importorskip("torch")
@@ -56,6 +58,16 @@ def _job(preset: str, config: dict, **fsdp: object) -> Job:
     return resolve(_spec(preset, **fsdp), BASE, config=config)
 
 
+def _expert_tensors(units: Units) -> Counter:
+    """How many stacked expert tensors of each shape the units hold, and in which unit
+    (a layer's template and its layers alike)."""
+    held: Counter = Counter()
+    for u in (*units.units, units.root):
+        for shape, n in u.experts:
+            held[(shape, u.name.replace(LAYER, "0").rsplit(".", 1)[-1].isdigit())] += n * u.count
+    return held
+
+
 @pytest.mark.parametrize("preset", preset_names())
 def test_job_units_are_the_built_models_modules(preset: str) -> None:
     config = _small(preset)
@@ -73,6 +85,9 @@ def test_job_units_are_the_built_models_modules(preset: str) -> None:
         assert names == list(engine.names()), (preset, fsdp)
         assert list(job.units.layer_names()) == list(engine.layer_names())
         assert list(job.units.checkpointed()) == list(engine.checkpointed())
+        # The stacked experts: the same modules, the same tensors in the same units.
+        assert list(job.units.expert_names()) == list(engine.expert_names())
+        assert _expert_tensors(job.units) == _expert_tensors(engine)
         for name in names:
             model.get_submodule(name)
         # Every parameter is in exactly one unit or the root.

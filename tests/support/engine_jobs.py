@@ -64,7 +64,9 @@ def write_spec(run_dir: Path, override: dict[str, Any] | None = None) -> Path:
 
 
 def _env(extra: dict[str, str] | None) -> dict[str, str]:
-    path = os.pathsep.join([str(ROOT), str(SUPPORT)])  # support/ holds the factory models
+    # support/ holds the factory models; the caller's path after ours (a worktree's
+    # `fsdpspec_runners` is found there, not in the installed checkout).
+    path = os.pathsep.join([str(ROOT), str(SUPPORT), *filter(None, [os.environ.get("PYTHONPATH")])])
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **(extra or {})}
 
 
