@@ -66,12 +66,6 @@ class Compute:
     # Tensor parallelism's activation collectives (`fsdpspec.plan.tensor_parallel`).
     tensor_parallel_bytes: int = 0
 
-    @property
-    def communication_bound(self) -> bool:
-        """FSDP overlaps collectives with compute; when they take longer, they set the pace."""
-        return self.compute_seconds is not None and \
-            self.communication_seconds > self.compute_seconds
-
 
 def _flops_per_token(job: Job, parameters: int) -> tuple[float, float]:
     """(model FLOPs, recomputed FLOPs) per token."""
@@ -120,9 +114,9 @@ def step_compute(job: Job, parameters: int, device: Accelerator, compute_dtype: 
     model, _ = _flops_per_token(job, parameters)
     flops = step_flops(job, parameters)
     peak = device.peak_tflops(compute_dtype)
-    intra = 0 if job.layout.shard_group_spans_nodes else all_gather + reduce_scatter
-    inter = all_reduce + (0 if intra else all_gather + reduce_scatter)
-    seconds = intra / (device.intra_node_gbps * 1e9) + inter / (device.inter_node_gbps * 1e9)
+    # At the links the step-time model lays them on: what bounds the step is its verdict.
+    seconds = ((all_gather + reduce_scatter) / (shard_link_gbps(job, device) * 1e9)
+               + all_reduce / (replica_link_gbps(job, device) * 1e9))
     seconds += step_bytes(job) / (link_gbps(job, device) * 1e9)
     # A tensor-parallel group shares its micro-batches' FLOPs.
     model_flops = float(model * job.batch.tokens * micro) / tp_degree(job)
@@ -133,6 +127,26 @@ def step_compute(job: Job, parameters: int, device: Accelerator, compute_dtype: 
                    all_reduce, flops / (peak * 1e12) if peak else None, seconds,
                    offload_seconds(saved_activation_bytes(job), job),
                    ring, ring / (ring_link * 1e9), tensor_parallel_bytes=step_bytes(job))
+
+
+def shard_link_gbps(job: Job, device: Accelerator) -> float:
+    """A shard group inside a node rings over the node's links. One spanning nodes runs
+    NCCL's rings through each of its devices in a node and across their NICs in
+    parallel, so the data entering a node is split over those NICs and spread inside
+    over NVLink: the slower of the node's link and its NICs together (under tensor
+    parallelism a node holds gpus_per_node ÷ tp of a group's ranks)."""
+    lay = job.layout
+    if not lay.shard_group_spans_nodes:
+        return device.intra_node_gbps
+    return min(device.intra_node_gbps, lay.shard_ranks_per_node * device.inter_node_gbps)
+
+
+def replica_link_gbps(job: Job, device: Accelerator) -> float:
+    """Replicas (hybrid strategies, NO_SHARD) all-reduce between the ranks holding the
+    same shard: inside a node over its links, else one rank per node, over its own NIC."""
+    lay = job.layout
+    return device.intra_node_gbps if lay.world_size <= lay.gpus_per_node \
+        else device.inter_node_gbps
 
 
 def ring_micro_batch_bytes(job: Job) -> int:

@@ -45,7 +45,13 @@ from dataclasses import dataclass
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
 from fsdpspec.plan import tensor_parallel as tp
-from fsdpspec.plan.compute import Compute, UnitTraffic, unit_traffic
+from fsdpspec.plan.compute import (
+    Compute,
+    UnitTraffic,
+    replica_link_gbps,
+    shard_link_gbps,
+    unit_traffic,
+)
 from fsdpspec.plan.float8 import cast_traffic_bytes, matmul_rate
 from fsdpspec.plan.memory import layer_bytes
 from fsdpspec.plan.ring import ring_serial_bytes
@@ -224,7 +230,7 @@ def _micro_batch(job: Job, blocks: list[_Block], units: _Units, device: Accelera
                  *, synced: bool) -> _Streams:
     """Lay one micro-batch on the two streams."""
     s = _Streams(overlap=device.is_gpu)
-    link = _link_gbps(job, device) * 1e9 * LINK_EFFICIENCY[device.is_gpu]
+    link = shard_link_gbps(job, device) * 1e9 * LINK_EFFICIENCY[device.is_gpu]
     latency = device.collective_latency_us * 1e-6
     host = device.host_gbps * 1e9 if (job.spec.fsdp.cpu_offload and device.is_gpu) else 0.0
 
@@ -236,7 +242,7 @@ def _micro_batch(job: Job, blocks: list[_Block], units: _Units, device: Accelera
         if synced:
             d2h = MASTER_BYTES * b.traffic.shard_numel / host if host else 0.0
             network = (latency + b.traffic.reduce_scatter_bytes / link
-                       + b.traffic.all_reduce_bytes / (_replica_gbps(job, device) * 1e9
+                       + b.traffic.all_reduce_bytes / (replica_link_gbps(job, device) * 1e9
                                                        * LINK_EFFICIENCY[device.is_gpu]))
             if b.traffic.all_reduce_bytes:
                 network += latency
@@ -263,26 +269,6 @@ def _micro_batch(job: Job, blocks: list[_Block], units: _Units, device: Accelera
         reduce(blocks[i], s.compute)
     reduce(root, s.compute)
     return s
-
-
-def _link_gbps(job: Job, device: Accelerator) -> float:
-    """A shard group inside a node rings over the node's links. One spanning nodes runs
-    NCCL's rings through each of its devices in a node and across their NICs in
-    parallel, so the data entering a node is split over those NICs and spread inside
-    over NVLink: the slower of the node's link and its NICs together (under tensor
-    parallelism a node holds gpus_per_node ÷ tp of a group's ranks)."""
-    lay = job.layout
-    if not lay.shard_group_spans_nodes:
-        return device.intra_node_gbps
-    return min(device.intra_node_gbps, lay.shard_ranks_per_node * device.inter_node_gbps)
-
-
-def _replica_gbps(job: Job, device: Accelerator) -> float:
-    """Replicas (hybrid strategies, NO_SHARD) all-reduce between the ranks holding the
-    same shard: inside a node over its links, else one rank per node, over its own NIC."""
-    lay = job.layout
-    return device.intra_node_gbps if lay.world_size <= lay.gpus_per_node \
-        else device.inter_node_gbps
 
 
 def optimizer_bytes_per_element(states: int) -> int:

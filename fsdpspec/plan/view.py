@@ -80,7 +80,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "all_gather_bytes": compute.all_gather_bytes,
             "reduce_scatter_bytes": compute.reduce_scatter_bytes,
             "all_reduce_bytes": compute.all_reduce_bytes,
-            "communication_bound": compute.communication_bound,
+            # The step-time model's verdict: the one answer to what bounds the step.
+            "communication_bound": plan.step is not None and plan.step.bound == "communication",
             "offload_seconds": compute.offload_seconds,
             "ring_bytes_per_micro_batch": compute.ring_bytes,
             "ring_seconds_per_micro_batch": compute.ring_seconds,
@@ -201,10 +202,12 @@ def _compute_lines(plan: Plan) -> list[str]:
     if c.compute_seconds is None:
         return [f"{head}, {traffic:.1f} GiB of collectives per rank; compute time unknown "
                 "(set resources.accelerator.bf16_tflops)"]
-    bound = "communication-bound" if c.communication_bound else "compute-bound"
-    lines = [f"{head}, ideal {c.compute_seconds:.3f} s compute vs "
-             f"{c.communication_seconds:.3f} s collectives ({traffic:.1f} GiB per rank): "
-             f"likely {bound}"]
+    # The verdict is the predicted step's (below): FSDP overlaps the two, so their sum
+    # is not the step, and each alone is at most the step that contains it.
+    bound = f"likely {plan.step.bound}-bound" if plan.step else "bound unknown"
+    lines = [f"{head}, ideal {c.compute_seconds:.3f} s compute and "
+             f"{c.communication_seconds:.3f} s collectives ({traffic:.1f} GiB per rank) on "
+             f"overlapping streams: {bound}"]
     if c.offload_seconds:
         lines.append(f"activation offload: {c.offload_seconds:.3f} s of PCIe transfers per "
                      "step (out overlapped with forward, back on demand in backward)")

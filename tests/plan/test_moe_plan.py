@@ -33,18 +33,72 @@ def spec(preset: str, nodes: int = 1, **fsdp: Any) -> JobSpec:
     })
 
 
-def test_mixtral_experts_over_16_ranks_are_padded_to_one_expert_per_rank() -> None:
-    # FSDP2 shards each expert tensor on dim 0 (the 8 experts): over 16 ranks every
-    # rank holds one whole expert row, half of them padding. Traced: 21.4 GiB.
+def test_mixtral_experts_over_16_ranks_are_sharded_by_width_not_padded() -> None:
+    # Over 16 ranks the 8 experts are sharded on dim 1 (2I = 28,672 and H = 4,096 split
+    # evenly), as the engine's shard_placement_fn places them: the experts unpadded,
+    # where dim 0 gave every rank one whole expert row, half of them padding (21.4 GiB,
+    # traced); only the 8-row routers are padded now (256 KiB in all).
     sharded = sharding(resolve(spec("mixtral-8x7b", nodes=2), BASE, geometry=MIXTRAL))
     held = 4 * sharded.total_shard_numel()  # fp32 bytes on one rank
-    assert round(held / GIB, 1) == 21.4
-    assert round(4 * MIXTRAL.total_params / 16 / GIB, 1) == 10.9
+    assert held - 4 * MIXTRAL.total_params // 16 == 256 * 1024
+    assert round(held / GIB, 2) == 10.87
+
+
+def test_an_uneven_dim_1_keeps_the_experts_on_dim_0() -> None:
+    # FSDP2 refuses an uneven split of a dim other than 0: over 14 ranks Mixtral's
+    # down_proj (8, 4096, 14336) cannot split 4096 in 14, so it stays on dim 0 (one
+    # padded expert row a rank) while gate_up_proj (8, 28672, 4096) splits its width.
+    from fsdpspec.job.experts import expert_shard_dim
+
+    assert expert_shard_dim((8, 28672, 4096), 14) == 1
+    assert expert_shard_dim((8, 4096, 14336), 14) == 0
+    assert expert_shard_dim((8, 4096, 14336), 8) == 0  # not more ranks than experts
+    sh = sharding(resolve(spec("mixtral-8x7b"), BASE, geometry=MIXTRAL).at_world(14))
+    layer = sh.units[0]
+    assert sh.tensor_shards(layer)[-2:] == [(8 * 2048 * 4096, 1), (1 * 4096 * 14336, 1)]
+
+
+SCALE_SPEC = Path(__file__).with_name("specs") / "mixtral-8x7b-64-h100.yaml"
+
+
+def _plan_json(gpus: int) -> dict[str, Any]:
+    return json.loads(run_cli("plan", str(SCALE_SPEC), "--gpus", str(gpus),
+                              "--format", "json").stdout)
+
+
+def test_mixtral_on_64_h100_fits_and_keeps_scaling() -> None:
+    """Issue 44's named case: Mixtral 8x7B on 64 H100-80GB (FULL_SHARD, bf16, full AC,
+    seq 4096, micro-batch 1, global batch 64). With the experts on dim 0 it needed
+    181 GiB a GPU at 64 (798 at 512) and fit on no number of GPUs."""
+    at = {gpus: _plan_json(gpus) for gpus in (8, 16, 64, 512)}
+    plan = at[64]
+    assert plan["fits"] and plan["world_size"] == 64
+    sharded = plan["memory"]["device"]["terms"]["sharded_parameters"]
+    assert abs(sharded / (4 * 46.7e9 / 64) - 1) < 0.05
+    assert isinstance(plan["min_gpus"], int) and plan["min_gpus"] <= 64
+    totals = [at[g]["memory"]["device"]["total_bytes"] for g in (8, 16, 64, 512)]
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_one_verdict_bounds_the_mixtral_step() -> None:
+    """The "likely …-bound" words are the predicted step's verdict, and the collectives'
+    seconds printed beside the compute fit in the step that overlaps them (at 64 they
+    were 57.1 s beside a 7.9 s step, at one NIC's bandwidth, while the step used the
+    node's eight)."""
+    for gpus in (8, 64, 512):
+        plan = _plan_json(gpus)
+        step, compute = plan["step_time"], plan["compute"]
+        assert compute["communication_seconds"] <= step["seconds"], gpus
+        assert compute["communication_bound"] == (step["bound"] == "communication")
+        text = run_cli("plan", str(SCALE_SPEC), "--gpus", str(gpus)).stdout
+        assert f"likely {step['bound']}-bound" in text
+        assert text.count("-bound") == 2  # the collectives' line and the predicted step
 
 
 def test_experts_that_divide_the_group_are_not_padded() -> None:
-    # Over 8 ranks each rank holds one expert of each layer, and every other dim 0
-    # (4096, 1024, 8, 32000) divides too: no padding at all.
+    # Over 8 ranks each rank holds one expert of each layer (dim 0: the degree does not
+    # exceed the experts), and every other dim 0 (4096, 1024, 8, 32000) divides too: no
+    # padding at all.
     sharded = sharding(resolve(spec("mixtral-8x7b"), BASE, geometry=MIXTRAL))
     assert sharded.total_shard_numel() * 8 == MIXTRAL.total_params
 
