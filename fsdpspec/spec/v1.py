@@ -287,10 +287,11 @@ class Data(_Section):
     streaming: bool = False
     """dataset: read records lazily instead of tokenizing them all up front (data larger
     than host memory); every rank then tokenizes the stream itself."""
-    format: Literal["text", "chat", "prompt_completion"] = "text"
+    format: Literal["text", "chat", "prompt_completion", "preference"] = "text"
     """dataset: text = documents packed end to end; chat = `messages` rendered with the
     tokenizer's chat template, loss on assistant tokens only; prompt_completion = loss on
-    the completion only."""
+    the completion only; preference = a prompt with a chosen and a rejected completion
+    (text, or chat messages), for `train.objective: dpo` (docs/dpo.md)."""
     text_field: str = "text"
     """Field of each jsonl / dataset record that holds the text."""
     messages_field: str = "messages"
@@ -299,6 +300,10 @@ class Data(_Section):
     """prompt_completion: field holding the prompt."""
     completion_field: str = "completion"
     """prompt_completion: field holding the completion."""
+    chosen_field: str = "chosen"
+    """preference: field holding the preferred completion."""
+    rejected_field: str = "rejected"
+    """preference: field holding the dispreferred completion."""
     packing: bool = True
     """chat / prompt_completion: pack several examples per sequence (positions restart at
     each example); false = one example per sequence, padded."""
@@ -351,7 +356,34 @@ class Optimizer(_Section):
     """Learning-rate schedule."""
 
 
+class Dpo(_Section):
+    """Direct preference optimisation (TRL's `DPOTrainer`): the policy's log-probability
+    ratio to a frozen reference on the chosen completion is pushed above the one on the
+    rejected completion."""
+
+    beta: FiniteFloat = Field(default=0.1, gt=0)
+    """Strength of the pull towards the reference (TRL's `beta`); the rewards logged are
+    beta × the log-probability ratios."""
+    loss: Literal["sigmoid", "ipo"] = "sigmoid"
+    """sigmoid: -log σ(beta × margin) (the DPO paper's, TRL's default); ipo: the squared
+    distance of the per-token margin from 1 / (2 beta) (IPO, as TRL computes it)."""
+    label_smoothing: FiniteFloat = Field(default=0.0, ge=0, lt=0.5)
+    """sigmoid: the assumed share of preference pairs whose labels are flipped
+    (conservative DPO): -(1-ε) log σ(beta × margin) - ε log σ(-beta × margin)."""
+    reference: Literal["model", "adapter", "precomputed"] = "model"
+    """The frozen reference: model = a copy of the starting weights, sharded as the
+    policy is, with no gradients or optimizer state; adapter = with `peft`, the policy
+    with its adapters disabled (no second copy); precomputed = one pass over the train
+    and eval data before training writes the reference log-probs into the run directory
+    (training holds no reference)."""
+
+
 class Train(_Section):
+    objective: Literal["sft", "dpo"] = "sft"
+    """sft: next-token cross entropy on the labelled tokens; dpo: preference tuning on
+    `data.format: preference` records, as `train.dpo` says (docs/dpo.md)."""
+    dpo: Dpo = Dpo()
+    """train.objective dpo: beta, the loss and the reference."""
     max_steps: PositiveInt = 1000
     """Optimizer steps to run."""
     seed: NonNegInt = 0
