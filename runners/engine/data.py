@@ -47,6 +47,11 @@ class Tokenizer:
             raise EngineError("data.format chat needs data.tokenizer with a chat template")
         return self._hf
 
+    @property
+    def eos_text(self) -> str | None:
+        """The EOS token's text (None for the byte-level tokenizer: its EOS is no byte)."""
+        return getattr(self._hf, "eos_token", None) if self._hf else None
+
     def encode(self, text: str) -> list[int]:
         """Token ids of one document, EOS appended."""
         if self._hf is None:
@@ -158,6 +163,12 @@ class SequenceSource:
             documents = (text_example(doc, tokenizer) for doc in read_documents(data))
             self._packed = to_tensors(text_rows(documents, data.seq_len, tokenizer.pad_id),
                                       data.seq_len)
+
+    @property
+    def sequences(self) -> Sequences | None:
+        """The tokenized sequences (None for synthetic data); a column added here (the
+        precomputed reference log-probs) comes with every sequence."""
+        return self._packed
 
     def sequence(self, index: int) -> dict[str, torch.Tensor]:
         """The ``index``-th sequence of the stream (epochs repeat in a new order)."""

@@ -33,6 +33,7 @@ from fsdpspec_runners.engine.packing import (
     text_rows,
     to_tensors,
 )
+from fsdpspec_runners.engine.preference_data import PairFitting, preference_rows
 from fsdpspec_runners.engine.records import RecordSets, fingerprint, load_record_sets
 
 CACHE_DIR = "data-cache"
@@ -118,7 +119,15 @@ def _tokenizer_hash(directory: str | None) -> str:
     return digest.hexdigest()
 
 
-def _rows(records: Any, data: Data, tokenizer: Tokenizer, fitting: Fitting) -> Iterator[Row]:
+def _fitting(data: Data) -> Fitting:
+    return PairFitting() if data.format == "preference" else Fitting()
+
+
+def _rows(records: Any, data: Data, tokenizer: Tokenizer, fitting: Fitting,
+          part: str) -> Iterator[Row]:
+    if data.format == "preference":
+        assert isinstance(fitting, PairFitting)
+        return preference_rows(records, data, tokenizer, fitting, _where(data, part))
     build = example_builder(data, tokenizer)
     examples = (build(record) for record in records)
     if data.format == "text":
@@ -131,12 +140,19 @@ def _pack(records: Any, data: Data, tokenizer: Tokenizer,
           part: str) -> tuple[Sequences, str | None]:
     """``part`` (data.path or data.eval) packed into sequences, and the line that says
     how its examples were fitted to seq_len (None when all fitted); an error names it."""
-    fitting = Fitting()
+    fitting = _fitting(data)
     try:
-        return (to_tensors(_rows(records, data, tokenizer, fitting), data.seq_len),
+        return (to_tensors(_rows(records, data, tokenizer, fitting, part), data.seq_len),
                 fitting.note(part, data.seq_len))
     except EngineError as exc:
         raise EngineError(f"{part}: {exc}") from None
+
+
+def _where(data: Data, part: str) -> str:
+    """The file or directory (and split) a part of the data is read from."""
+    if part == "data.eval" and not data.eval.fraction:
+        return f"{data.eval.path or data.path} (split {data.eval.split or data.split})"
+    return f"{data.path} (split {data.split})"
 
 
 def as_data_error(exc: Exception) -> EngineError:
@@ -157,13 +173,14 @@ class StreamSource:
                  runtime: Runtime | None = None) -> None:
         self._records, self._data, self._tokenizer = records, data, tokenizer
         self._runtime = runtime
-        self._fitting = Fitting()
+        self._fitting = _fitting(data)
         self._rows: Iterator[Row] = iter(())
         self._next = 0  # index of the sequence self._rows yields next
         self._restart()
 
     def _restart(self) -> None:
-        self._rows = _rows(self._records, self._data, self._tokenizer, self._fitting)
+        self._rows = _rows(self._records, self._data, self._tokenizer, self._fitting,
+                           "data.path")
         self._read_this_epoch = 0
 
     def _tell_fitting(self) -> None:

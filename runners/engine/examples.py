@@ -73,7 +73,7 @@ def chat_example(messages: Any, tokenizer: Any) -> Example:
     hf = tokenizer.hf
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise EngineError("a chat record's messages are not a list of {role, content} objects")
-    text = _render(hf, messages)
+    text = render_chat(hf, messages)
     spans = list(_assistant_spans(hf, messages, text))
     encoded = hf(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = list(encoded["input_ids"])
@@ -110,7 +110,7 @@ def _time_bound(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _render(hf: Any, messages: list[dict[str, Any]], *, generation_prompt: bool = False) -> str:
+def render_chat(hf: Any, messages: list[dict[str, Any]], *, generation_prompt: bool = False) -> str:
     try:
         with _time_bound(RENDER_TIMEOUT_S):
             return hf.apply_chat_template(
@@ -126,8 +126,8 @@ def _assistant_spans(hf: Any, messages: list[dict[str, Any]], text: str):
     for index, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
-        before = _render(hf, messages[:index], generation_prompt=True) if index else ""
-        upto = _render(hf, messages[: index + 1])
+        before = render_chat(hf, messages[:index], generation_prompt=True) if index else ""
+        upto = render_chat(hf, messages[: index + 1])
         if not (text.startswith(before) and text.startswith(upto)):
             raise EngineError(
                 "the chat template does not render a conversation as the concatenation of "

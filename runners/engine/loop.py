@@ -6,7 +6,7 @@ import math
 import signal
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from fsdpspec_runners.engine.loss import causal_lm_loss
 from fsdpspec_runners.engine.metrics import MetricsSink, peak_memory_gib
 from fsdpspec_runners.engine.offload import activation_offload
 from fsdpspec_runners.engine.packing import Sequences
+from fsdpspec_runners.engine.preference import Preference, metrics_of
 from fsdpspec_runners.engine.signals import StopRequest
 from fsdpspec_runners.engine.tensor_parallel import loss_context
 
@@ -55,6 +56,8 @@ class Trainer:
     eval_sequences: Sequences | None = None
     # Context parallelism (GPUs): the mesh each sequence is split over.
     cp_mesh: DeviceMesh | None = None
+    # train.objective dpo: the preference objective (None: next-token cross entropy).
+    preference: Preference | None = None
 
     @property
     def spec(self) -> JobSpec:
@@ -70,6 +73,8 @@ class StepResult:
     lr: float
     skipped: bool
     stop_requested: bool
+    # The objective's own metrics (DPO's rewards and log-probs), agreed over all ranks.
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def forward_backward(
@@ -84,8 +89,11 @@ def forward_backward(
     # Ring attention patches SDPA for the backward too: both run inside the split.
     with split as local:
         with activation_offload(trainer.spec.fsdp.activation_offload, device):
-            loss = causal_lm_loss(trainer.state.model, local,
-                                  chunks=trainer.spec.train.loss_chunks)
+            if trainer.preference is not None:
+                loss = trainer.preference.loss(trainer.state.model, local)
+            else:
+                loss = causal_lm_loss(trainer.state.model, local,
+                                      chunks=trainer.spec.train.loss_chunks)
         scaled = loss / accumulation_steps
         (trainer.scaler.scale(scaled) if trainer.scaler else scaled).backward()
     return loss.detach()
@@ -106,9 +114,12 @@ def train_step(trainer: Trainer) -> StepResult:
     if trainer.scaler:
         trainer.scaler.unscale_(state.optimizer)
     max_norm = trainer.spec.optimizer.grad_clip_norm
-    # One collective agrees on the loss, the stop request and (FSDP2) the gradient norm.
-    total, stops, squares = all_reduce_sum(
-        [loss_sum, float(trainer.stop.requested), adapter.local_square_norm(state.model)],
+    objective_sums = trainer.preference.take_sums() if trainer.preference else []
+    # One collective agrees on the loss, the stop request, (FSDP2) the gradient norm and
+    # the objective's metric sums.
+    total, stops, squares, *objective_sums = all_reduce_sum(
+        [loss_sum, float(trainer.stop.requested), adapter.local_square_norm(state.model),
+         *objective_sums],
         runtime.device,
     )
     grad_norm = adapter.clip(state.model, squares, max_norm)
@@ -121,7 +132,8 @@ def train_step(trainer: Trainer) -> StepResult:
     skipped = _apply_update(trainer, loss, grad_norm)
     state.scheduler.step()
     state.step += 1
-    return StepResult(loss, grad_norm, lr, skipped, stops > 0)
+    metrics = metrics_of(objective_sums) if objective_sums else {}
+    return StepResult(loss, grad_norm, lr, skipped, stops > 0, metrics)
 
 
 def _apply_update(trainer: Trainer, loss: float, grad_norm: float) -> bool:
@@ -225,6 +237,12 @@ def _eval_due(trainer: Trainer) -> bool:
 def _evaluate(trainer: Trainer) -> None:
     """Evaluate and log ``eval_loss`` and ``eval_perplexity`` at the current step."""
     assert trainer.eval_sequences is not None
+    if trainer.preference is not None:
+        result = trainer.preference.evaluate(trainer.state.model, trainer.eval_sequences,
+                                             trainer.job.batch, trainer.job.layout.dims,
+                                             trainer.runtime)
+        trainer.sink.write({"step": trainer.state.step, **result})
+        return
     result = evaluate(trainer.state.model, trainer.eval_sequences, trainer.job.batch,
                       trainer.job.layout.dims, trainer.runtime,
                       loss_chunks=trainer.spec.train.loss_chunks)
@@ -262,7 +280,9 @@ def _record(trainer: Trainer, result: StepResult, clock: _Clock) -> dict[str, An
     """A metrics record: the step's numbers plus throughput since the last record."""
     runtime, batch = trainer.runtime, trainer.job.batch
     steps, seconds, cpu_seconds = clock.lap(trainer.state.step)
-    tokens_per_s = steps * batch.global_size * batch.seq / max(seconds, 1e-9)
+    # A preference pair is two sequences (chosen, rejected) through the policy.
+    per_item = 2 if trainer.preference is not None else 1
+    tokens_per_s = steps * batch.global_size * per_item * batch.seq / max(seconds, 1e-9)
     memory = peak_memory_gib(runtime.device)
     memory = dict(zip(memory, all_reduce_max(list(memory.values()), runtime.device), strict=True))
     return {
@@ -270,6 +290,7 @@ def _record(trainer: Trainer, result: StepResult, clock: _Clock) -> dict[str, An
         "loss": result.loss,
         "lr": result.lr,
         "grad_norm": result.grad_norm,
+        **result.metrics,
         "skipped": result.skipped,
         "tokens_per_s": tokens_per_s,
         "mfu": mfu(tokens_per_s / runtime.world_size, trainer.flops_per_token,

@@ -151,10 +151,13 @@ class MetricsSink:
 
 def _console_line(record: dict[str, Any], max_steps: int) -> str:
     if "eval_loss" in record:
-        return (f"step {record['step']}/{max_steps}  eval_loss {record['eval_loss']:.4f}  "
-                f"perplexity {record['eval_perplexity']:.2f}")
+        quality = (f"perplexity {record['eval_perplexity']:.2f}" if "eval_perplexity" in record
+                   else f"reward accuracy {record['eval_rewards/accuracies']:.2f}")  # DPO
+        return f"step {record['step']}/{max_steps}  eval_loss {record['eval_loss']:.4f}  {quality}"
+    accuracy = record.get("rewards/accuracies")  # DPO
     return (
         f"step {record['step']}/{max_steps}  loss {record['loss']:.4f}  "
-        f"lr {record['lr']:.3g}  grad_norm {record['grad_norm']:.3f}  "
+        + (f"reward accuracy {accuracy:.2f}  " if accuracy is not None else "")
+        + f"lr {record['lr']:.3g}  grad_norm {record['grad_norm']:.3f}  "
         f"tok/s {record['tokens_per_s']:.0f}  mfu {record['mfu']:.2%}"
     )

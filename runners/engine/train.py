@@ -52,15 +52,22 @@ from fsdpspec_runners.engine.metrics import (
 )
 from fsdpspec_runners.engine.model_build import build_model, load_weights, materialise
 from fsdpspec_runners.engine.optim import build_grad_scaler, build_optimizer, build_scheduler
+from fsdpspec_runners.engine.preference import (
+    Preference,
+    build_objective,
+    freeze,
+    precompute,
+    reference_note,
+)
 from fsdpspec_runners.engine.signals import StopRequest
 from fsdpspec_runners.engine.tensor_parallel import tensor_parallel_plan
 from fsdpspec_runners.engine.wrap import DDP_BUCKET_MB, fsdp1_syncs_states, parallelize
 
 
-def build_fsdp_model(job: Job, runtime: Runtime,
-                     world: DeviceMesh | None = None) -> torch.nn.Module:
+def build_fsdp_model(job: Job, runtime: Runtime, world: DeviceMesh | None = None, *,
+                     describe: bool = True) -> torch.nn.Module:
     """The model, checkpointed, sharded and initialised (or loaded) as the job says, on
-    the ``world`` mesh (built here when not given)."""
+    the ``world`` mesh (built here when not given); ``describe`` says how, on rank 0."""
     spec = job.spec
     dims = job.layout.dims
     if dims.tp_enabled:
@@ -70,7 +77,8 @@ def build_fsdp_model(job: Job, runtime: Runtime,
     if job.layout.fsdp_version == 2:
         model, units = parallelize(build_model(job, on_meta=True), job, mesh, runtime.device,
                                    tp_mesh=world["tp"] if dims.tp_enabled else None)
-        _describe(job, runtime, units, model, sum(map(is_quantised, model.parameters())))
+        if describe:
+            _describe(job, runtime, units, model, sum(map(is_quantised, model.parameters())))
         materialise(model, runtime.device, spec.train.seed)
         if spec.model.weights:
             load_weights(model, spec, runtime, sharded=True)
@@ -86,7 +94,8 @@ def build_fsdp_model(job: Job, runtime: Runtime,
     if spec.model.weights:
         load_weights(model, spec, runtime, sharded=False)
     model, units = parallelize(model, job, mesh, runtime.device)
-    _describe(job, runtime, units, model)
+    if describe:
+        _describe(job, runtime, units, model)
     return model
 
 
@@ -130,12 +139,17 @@ def build_trainer(job: Job, run_dir: Path, runtime: Runtime) -> Trainer:
     spec = job.spec
     world = build_mesh(job.layout.dims, runtime.device.type)
     model = build_fsdp_model(job, runtime, world)
+    preference = _preference(job, runtime, world)
     torch.manual_seed(spec.train.seed)
     # Frozen parameters (the base of a LoRA) have no gradient and take no optimizer state.
     optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad],
                                 spec.optimizer)
     vocab_size = job.config["vocab_size"] if job.config else None
     source, eval_sequences = _data_sources(spec, vocab_size, run_dir, runtime)
+    if spec.train.objective == "dpo" and spec.train.dpo.reference == "precomputed":
+        # Before a checkpoint is loaded: the model still holds the starting weights.
+        precompute(model, {"train": source.sequences, "eval": eval_sequences}, spec,
+                   job.batch, job.layout.dims, run_dir, runtime)
     batches = Batches(source, job.batch, job.layout.dims.dp_rank(runtime.rank))
     state = TrainState(model, optimizer, build_scheduler(optimizer, spec), batches,
                        trainable_only=spec.peft is not None)
@@ -157,7 +171,19 @@ def build_trainer(job: Job, run_dir: Path, runtime: Runtime) -> Trainer:
         peak_flops=peak_tflops(spec) * 1e12,
         eval_sequences=eval_sequences,
         cp_mesh=cp_mesh(world, job.layout.dims),
+        preference=preference,
     )
+
+
+def _preference(job: Job, runtime: Runtime, world: DeviceMesh) -> Preference | None:
+    """The DPO objective, with its frozen copy when the reference is the model."""
+    spec = job.spec
+    if spec.train.objective != "dpo":
+        return None
+    console(runtime, reference_note(spec))
+    frozen = (freeze(build_fsdp_model(job, runtime, world, describe=False))
+              if spec.train.dpo.reference == "model" else None)
+    return build_objective(spec, frozen)
 
 
 def _data_sources(spec: JobSpec, vocab_size: int | None, run_dir: Path,
