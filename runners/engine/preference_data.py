@@ -67,8 +67,9 @@ def _fields(record: dict[str, Any], data: Data, name: str) -> tuple[Any, Any, An
     values = []
     for field in wanted:
         value = record.get(field)
-        if value is None:
-            raise EngineError(f"{name} has no {field!r} (fields: {sorted(record)})")
+        if value is None:  # `datasets` gives a record its file's missing fields as None
+            known = "" if field in record else f" (fields: {sorted(record)})"
+            raise EngineError(f"{name} has no {field!r}{known}")
         values.append(value)
     kinds = {"text" if isinstance(v, str) else "chat" if _is_messages(v) else "?"
              for v in values}

@@ -44,8 +44,8 @@ def _job(inputs: Path) -> dict:
 def _engine_order(job: dict, count: int) -> list[int]:
     """The record each of the engine's first sequences is, by the engine's own order."""
     import torch
-
     from engine_jobs import BASE, merged
+
     from fsdpspec_runners.engine.data import SequenceSource
 
     data = JobSpec.model_validate(merged(BASE, job)).data
