@@ -2,11 +2,12 @@
 and `precomputed` references, a LoRA with the `adapter` reference, on a set where the
 chosen completion is learnable.
 
-One launch of five jobs (engine_jobs.torchrun_jobs): `model` straight and resumed (in a
+One launch of six jobs (engine_jobs.torchrun_jobs): `model` straight and resumed (in a
 new directory) from its step-MIDDLE checkpoint, `precomputed` straight, `adapter`
-straight and resumed. `precomputed` also runs through `fsdpspec run` as a user runs it:
-stopped at step MIDDLE (`--set train.max_steps=MIDDLE`), then resumed in place, where
-it reads the reference log-probs its first start wrote.
+straight and resumed, and `model` under FSDP1 with full activation checkpointing.
+`precomputed` also runs through `fsdpspec run` as a user runs it: stopped at step MIDDLE
+(`--set train.max_steps=MIDDLE`), then resumed in place, where it reads the reference
+log-probs its first start wrote.
 """
 
 from __future__ import annotations
@@ -81,7 +82,10 @@ def runs(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
     jobs = {name: _job(inputs, name) for name in ("model", "precomputed", "adapter")}
     jobs["model-resumed"] = _resumed(jobs["model"], root / "model")
     jobs["adapter-resumed"] = _resumed(jobs["adapter"], root / "adapter")
-    order = ("model", "model-resumed", "precomputed", "adapter", "adapter-resumed")
+    jobs["fsdp1-checkpointed"] = merged(jobs["model"], {"fsdp": {
+        "version": 1, "use_orig_params": True, "activation_checkpointing": "full"}})
+    order = ("model", "model-resumed", "precomputed", "adapter", "adapter-resumed",
+             "fsdp1-checkpointed")
     results = torchrun_jobs([write_spec(root / name, jobs[name]) for name in order], env=env)
     for result in results:
         ok(result)
@@ -133,6 +137,13 @@ def test_precomputed_and_model_references_give_the_same_losses(runs: dict[str, P
         for name in METRICS:
             assert precomputed[step][name] == pytest.approx(model[step][name], abs=1e-5), (
                 step, name)
+
+
+def test_fsdp1_with_activation_checkpointing_trains_as_fsdp2(runs: dict[str, Path]) -> None:
+    fsdp1, fsdp2 = _steps(runs["fsdp1-checkpointed"]), _steps(runs["model"])
+    for step in range(1, STEPS + 1):
+        for name in METRICS:
+            assert fsdp1[step][name] == pytest.approx(fsdp2[step][name], abs=1e-5), (step, name)
 
 
 @pytest.mark.parametrize("reference", ["model", "precomputed"])
