@@ -28,8 +28,10 @@ INT8_MIN_NUMEL = 4096
 
 def loss_chunks_apply(spec: JobSpec) -> bool:
     """The chunked loss takes over a transformers model's output projection, under FSDP2,
-    when peft leaves it a plain Linear (lint rule FS231)."""
-    return not spec.model.factory and spec.fsdp.version == 2 and not peft_wraps_head(spec)
+    when peft leaves it a plain Linear (lint rule FS231), in the supervised loss (DPO's is
+    not chunked: FS563)."""
+    return (not spec.model.factory and spec.fsdp.version == 2 and not peft_wraps_head(spec)
+            and spec.train.objective == "sft")
 
 
 def peft_wraps_head(spec: JobSpec) -> bool:

@@ -272,6 +272,15 @@ def _adapter_lines(plan: Plan) -> list[str]:
     return lines
 
 
+def _preference_lines(plan: Plan) -> list[str]:
+    """What the memory plan of a DPO job leaves out (its terms are not built)."""
+    train = plan.spec.train
+    if train.objective != "dpo":
+        return []
+    return [f"note: DPO (reference {train.dpo.reference}): the plan counts the policy on one "
+            "sequence per example, not the second sequence nor the reference (FS565)"]
+
+
 def _float8_lines(plan: Plan) -> list[str]:
     """What float8 converts, how its weights are gathered, and the rate it runs at."""
     f8 = plan.job.float8
@@ -299,7 +308,7 @@ def plan_text(plan: Plan, budget: Budget | None = None, scaling: Scaling | None 
             f"{w.world_size} × {plan.accelerator.name}, {w.written_strategy} {layout}, "
             f"micro-batch {batch.micro} × {batch.seq}, "
             f"{batch.accumulation} accumulation step(s)",
-            *_adapter_lines(plan), *_float8_lines(plan),
+            *_adapter_lines(plan), *_float8_lines(plan), *_preference_lines(plan),
             f"per-rank device memory at its peak ({plan.device.peak.name}):"]
     unit, name = _unit(plan)
     host = ["host memory per node (GiB):"]

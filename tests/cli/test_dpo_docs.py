@@ -16,7 +16,6 @@ pytest.importorskip("datasets")
 
 from conftest import ROOT, run_cli  # noqa: E402
 
-pytestmark = pytest.mark.slow
 DOC = (ROOT / "docs" / "dpo.md").read_text()
 
 
@@ -24,9 +23,23 @@ def _blocks(kind: str) -> list[str]:
     return re.findall(rf"```{kind}\n(.*?)```", DOC, flags=re.S)
 
 
-def test_the_docs_dpo_run_as_typed(tmp_path: Path) -> None:
+def _spec(tmp_path: Path) -> None:
     (spec,) = _blocks("yaml")[1:]  # the first block shows the settings alone
     (tmp_path / "dpo.yaml").write_text(spec)
+
+
+def test_plan_says_what_it_leaves_out_and_offers_no_lever_dpo_refuses(tmp_path: Path) -> None:
+    _spec(tmp_path)
+    done = run_cli("plan", "dpo.yaml", "--set", "data.path=/dev/null", cwd=tmp_path)
+    assert ("note: DPO (reference precomputed): the plan counts the policy on one sequence "
+            "per example, not the second sequence nor the reference (FS565)") in done.stdout
+    assert "--set data.micro_batch_size=1" in done.stdout  # the suggestions are there
+    assert "train.loss_chunks" not in done.stdout  # FS563 refuses it under DPO
+
+
+@pytest.mark.slow
+def test_the_docs_dpo_run_as_typed(tmp_path: Path) -> None:
+    _spec(tmp_path)
     text_record = json.loads(_blocks("json")[0].splitlines()[0])
     (tmp_path / "pairs.jsonl").write_text(json.dumps(text_record) + "\n")
     outputs = []
