@@ -36,7 +36,7 @@ def _check_descriptor(code: str) -> dict[str, Any]:
         "id": code,
         "name": "spec-structure",
         "shortDescription": {"text": "the file is not a well-formed job spec"},
-        "help": {"text": "see the Diagnostic codes table in the fsdpspec README"},
+        "help": {"text": f"fsdpspec explain {code}; every code: docs/codes.md"},
         "defaultConfiguration": {"level": "error"},
     }
 

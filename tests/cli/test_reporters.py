@@ -44,6 +44,14 @@ def test_sarif_structure() -> None:
         assert descriptor["shortDescription"]["text"] == rule.summary
         assert descriptor["help"]["text"] == rule.hint
         assert "FAIL:" in descriptor["help"]["markdown"]
+    # load and schema checks (FS0xx) point at the command and the page that explain them
+    codes_page = (ROOT / "docs" / "codes.md").read_text()
+    assert rules[len(RULES):], "many-errors.yaml gives FS0xx checks"
+    for descriptor in rules[len(RULES):]:
+        code = descriptor["id"]
+        assert descriptor["help"]["text"].startswith(f"fsdpspec explain {code};")
+        assert f"| {code} |" in codes_page
+        assert run_cli("explain", code).returncode == 0
 
     expected = _diagnostics(*FILES)
     results = run["results"]
