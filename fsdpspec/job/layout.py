@@ -103,7 +103,8 @@ def layout(spec: JobSpec, world_size: int | None = None) -> Layout:
     dims = parallel_dims(world_size=world_size or spec.world_size,
                          strategy=fsdp.sharding_strategy, shard_group_size=fsdp.shard_group_size,
                          gpus_per_node=spec.resources.gpus_per_node, fsdp_version=fsdp.version,
-                         tp=spec.parallelism.tensor_parallel, cp=spec.parallelism.context_parallel)
+                         tp=spec.parallelism.tensor_parallel, cp=spec.parallelism.context_parallel,
+                         ep=spec.parallelism.expert_parallel)
     batch = batch_of(spec, dims.dp_size, dims.cp)
     return Layout(
         dims=dims,

@@ -2,7 +2,7 @@
 
 Every way the ranks split the work is one degree: ``dp_replicate`` (replicas of the
 model), ``dp_shard`` (ranks one parameter is sharded over), and ``cp``, ``tp``, ``pp``,
-``ep``, all 1 until the engine runs them. Context parallelism splits each sequence
+``ep``. Context parallelism splits each sequence
 over ``cp`` ranks that hold different tokens of the same micro-batches, so FSDP shards
 over ``dp_shard × cp`` ranks at once, the flattened ``dp_shard_cp`` sub-mesh (torchtitan's
 name), and the ring attention runs over ``cp``. The spec's ``fsdp.sharding_strategy`` and
@@ -10,6 +10,12 @@ name), and the ring attention runs over ``cp``. The spec's ``fsdp.sharding_strat
 lint rules and the engine's mesh (``fsdpspec_runners.engine.mesh``) call the one
 `ParallelDims.validate`. Data, evaluation, metrics and the batch count data-parallel
 ranks with `dp_size` and `dp_rank`, never the world size.
+
+Expert parallelism (torchtitan's layout, expert tensor parallelism 1) adds no dimension
+to the world: it regroups the ``dp_shard × cp × tp`` ranks, which all hold different
+tokens at the experts, into ``efsdp × ep``. A layer's experts are split by expert index
+over ``ep`` and FSDP-sharded over ``efsdp`` (the sparse mesh); every other parameter
+stays on the dense mesh above.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 _REPLICATING = (*HYBRID_STRATEGIES, "NO_SHARD")
 # Sub-meshes flattened from dimensions of the world mesh, by name.
 FLATTENED = {"dp_shard_cp": ("dp_shard", "cp")}
+# The dimensions of the experts' mesh under expert parallelism, outermost first
+# (torchtitan's sparse mesh): it unflattens dp_shard × cp × tp into efsdp × ep.
+SPARSE_MESH_ORDER = ("pp", "dp_replicate", "efsdp", "ep")
 
 
 class ParallelDimsError(ValueError):
@@ -118,6 +127,37 @@ class ParallelDims:
     def mesh_shape(self) -> tuple[int, ...]:
         return tuple(getattr(self, d) for d in self.mesh_names)
 
+    @property
+    def efsdp(self) -> int:
+        """Ranks one expert tensor is FSDP-sharded over under expert parallelism: the
+        ranks that hold different tokens, dp_shard × cp × tp, ÷ ep (torchtitan's
+        ``efsdp``; the dense fsdp_shard when ep is 1 and tp is 1)."""
+        return max(1, self.dp_shard * self.cp * self.tp // self.ep)
+
+    @property
+    def expert_fsdp_mesh_names(self) -> tuple[str, ...]:
+        """The sub-mesh of the sparse mesh the experts' FSDP runs over (empty without
+        expert parallelism: the experts share the dense mesh)."""
+        if not self.ep_enabled:
+            return ()
+        if self.written_strategy in _REPLICATING:
+            return ("dp_replicate", "efsdp")
+        return ("efsdp",)
+
+    @property
+    def sparse_mesh_names(self) -> tuple[str, ...]:
+        """The experts' mesh under expert parallelism, outermost first (empty without
+        it): their FSDP's dimensions, ``ep``, and ``pp`` when enabled. ``efsdp`` is
+        there at degree 1 too, as torchtitan keeps it (FSDP casts the experts' dtypes)."""
+        names = {*self.expert_fsdp_mesh_names, "ep"} if self.ep_enabled else set()
+        if names and self.pp_enabled:
+            names.add("pp")
+        return tuple(d for d in SPARSE_MESH_ORDER if d in names)
+
+    @property
+    def sparse_mesh_shape(self) -> tuple[int, ...]:
+        return tuple(getattr(self, d) for d in self.sparse_mesh_names)
+
     def validate(self) -> None:
         """The one check that the degrees lay out the ranks: the lint rules (FS103,
         FS104) and the engine's mesh call it. Raises ParallelDimsError."""
@@ -136,23 +176,39 @@ class ParallelDims:
             degrees = " × ".join(f"{d} {getattr(self, d)}" for d in MESH_ORDER)
             raise ParallelDimsError(f"{degrees} = {product} ranks, not the world size {world}",
                                     "/resources")
+        # torchtitan's rule (expert tensor parallelism 1): ep borrows all of cp × tp and
+        # part of dp_shard, the ranks that hold different tokens.
+        tokens = self.dp_shard * self.cp * self.tp
+        if self.ep_enabled and tokens % self.ep:
+            raise ParallelDimsError(
+                f"expert_parallel {self.ep} does not divide the {tokens} ranks that shard "
+                f"the experts (FSDP shard group {self.dp_shard} × context_parallel {self.cp} "
+                f"× tensor_parallel {self.tp})", "/parallelism/expert_parallel")
+        if self.ep_enabled and self.ep % (self.cp * self.tp):
+            raise ParallelDimsError(
+                f"expert_parallel {self.ep} is not a multiple of context_parallel {self.cp} "
+                f"× tensor_parallel {self.tp}, which it takes whole",
+                "/parallelism/expert_parallel")
 
     def as_json(self) -> dict[str, object]:
         """The named degrees, as resolved-spec.json records them."""
         return {"dp_replicate": self.dp_replicate, "dp_shard": self.dp_shard, "cp": self.cp,
-                "tp": self.tp, "pp": self.pp, "ep": self.ep,
-                "mesh_names": list(self.mesh_names), "written_strategy": self.written_strategy,
+                "tp": self.tp, "pp": self.pp, "ep": self.ep, "efsdp": self.efsdp,
+                "mesh_names": list(self.mesh_names),
+                "sparse_mesh_names": list(self.sparse_mesh_names),
+                "written_strategy": self.written_strategy,
                 "requested_shard": self.requested_shard}
 
 
 def parallel_dims(*, world_size: int, strategy: str, shard_group_size: int | None,
                   gpus_per_node: int, fsdp_version: int, tp: int = 1,
-                  cp: int = 1) -> ParallelDims:
+                  cp: int = 1, ep: int = 1) -> ParallelDims:
     """The degrees of `fsdp.sharding_strategy`, `fsdp.shard_group_size` and
     `parallelism` on ``world_size`` ranks. The data-parallel ranks are the world ÷
     (tp × cp): FULL_SHARD and SHARD_GRAD_OP shard over all of them; the hybrid ones
     within groups of the written size (else the data-parallel ranks of one node) and
-    replicate across them; NO_SHARD replicates over all of them."""
+    replicate across them; NO_SHARD replicates over all of them. ``ep`` regroups the
+    sharding ranks for the experts and changes none of these."""
     dp_world = max(1, world_size // (tp * cp))
     requested = shard_group_size or max(1, gpus_per_node // (tp * cp))
     if strategy == "NO_SHARD":
@@ -166,4 +222,4 @@ def parallel_dims(*, world_size: int, strategy: str, shard_group_size: int | Non
         runs = "NO_SHARD"
     return ParallelDims(world_size=world_size, dp_replicate=max(1, dp_world // shard),
                         dp_shard=shard, written_strategy=strategy, strategy=runs,
-                        requested_shard=requested, cp=cp, tp=tp)
+                        requested_shard=requested, cp=cp, tp=tp, ep=ep)

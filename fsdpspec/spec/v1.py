@@ -262,6 +262,13 @@ class Parallelism(_Section):
     """Context-parallel degree (GPUs only): ranks each sequence is split over, with ring
     attention (torchtitan's `context_parallel_degree`). FSDP shards over the
     data-parallel × context-parallel ranks."""
+    expert_parallel: PositiveInt = 1
+    """Expert-parallel degree of a Mixture of Experts (torchtitan's layout): each layer's
+    experts are split by expert index over this many ranks, which send each token to its
+    experts' ranks and back by all-to-all. The experts are FSDP-sharded over the rest of
+    the ranks that hold different tokens, FSDP's shard group × context_parallel ×
+    tensor_parallel ÷ expert_parallel (torchtitan's `efsdp`), which expert_parallel must
+    divide; every other parameter is sharded as without it."""
 
 
 class EvalData(_Section):

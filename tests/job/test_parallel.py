@@ -5,6 +5,7 @@ rank that data, evaluation and the batch use instead of the world size."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -118,3 +119,53 @@ def test_fsdp_shards_over_the_data_parallel_and_context_parallel_ranks(
     # Each rank holds half of every sequence; the two ranks of a cp group read the same.
     assert (lay.batch.local_seq, lay.batch.tokens) == (16, 32)
     assert [dims.dp_rank(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+@pytest.mark.parametrize(("fsdp", "parallelism", "efsdp", "sparse", "shape"), [
+    # 16 ranks of FULL_SHARD: the experts split over 8, each sharded over 2.
+    ({"sharding_strategy": "FULL_SHARD"}, {"expert_parallel": 8}, 2, ("efsdp", "ep"), (2, 8)),
+    # efsdp stays on the mesh at degree 1 (FSDP still casts the experts' dtypes).
+    ({"sharding_strategy": "FULL_SHARD"}, {"expert_parallel": 16}, 1, ("efsdp", "ep"),
+     (1, 16)),
+    # HSDP: groups of 8 replicated twice; EP regroups each shard group.
+    ({"sharding_strategy": "HYBRID_SHARD"}, {"expert_parallel": 4}, 2,
+     ("dp_replicate", "efsdp", "ep"), (2, 2, 4)),
+    # EP takes the tensor-parallel ranks whole: dp_shard 8 × tp 2 = 16 = efsdp 4 × ep 4.
+    ({"sharding_strategy": "FULL_SHARD"}, {"expert_parallel": 4, "tensor_parallel": 2}, 4,
+     ("efsdp", "ep"), (4, 4)),
+])
+def test_expert_parallelism_regroups_the_sharding_ranks_into_efsdp_and_ep(
+        fsdp: dict, parallelism: dict, efsdp: int, sparse: tuple[str, ...],
+        shape: tuple[int, ...]) -> None:
+    data = _spec(**fsdp).model_dump()
+    dims = layout(JobSpec.model_validate(data | {"parallelism": parallelism})).dims
+    dims.validate()
+    assert dims.ep == parallelism["expert_parallel"] and dims.ep_enabled
+    assert (dims.efsdp, dims.sparse_mesh_names, dims.sparse_mesh_shape) == (efsdp, sparse, shape)
+    assert dims.expert_fsdp_mesh_names == sparse[:-1]
+    # The world and the dense mesh are those of the same job without EP.
+    dense = layout(JobSpec.model_validate(
+        data | {"parallelism": parallelism | {"expert_parallel": 1}})).dims
+    assert (dims.mesh_names, dims.mesh_shape, dims.dp_size) == (
+        dense.mesh_names, dense.mesh_shape, dense.dp_size)
+    assert dense.sparse_mesh_names == dense.expert_fsdp_mesh_names == ()
+    recorded = dims.as_json()
+    assert (recorded["ep"], recorded["efsdp"], recorded["sparse_mesh_names"]) == (
+        dims.ep, efsdp, list(sparse))
+
+
+@pytest.mark.parametrize(("parallelism", "message"), [
+    ({"expert_parallel": 3}, "expert_parallel 3 does not divide the 16 ranks that shard the "
+                             "experts (FSDP shard group 16 × context_parallel 1 × "
+                             "tensor_parallel 1)"),
+    ({"expert_parallel": 32}, "expert_parallel 32 does not divide the 16 ranks"),
+    ({"expert_parallel": 2, "tensor_parallel": 4},
+     "expert_parallel 2 is not a multiple of context_parallel 1 × tensor_parallel 4"),
+])
+def test_validate_refuses_an_expert_parallel_degree_the_ranks_cannot_hold(
+        parallelism: dict, message: str) -> None:
+    data = _spec().model_dump() | {"parallelism": parallelism}
+    dims = layout(JobSpec.model_validate(data)).dims
+    with pytest.raises(ParallelDimsError, match=re.escape(message)) as caught:
+        dims.validate()
+    assert caught.value.field == "/parallelism/expert_parallel"
