@@ -60,14 +60,21 @@ def add_adapters(model: nn.Module, job: Job) -> nn.Module:
         inject_adapter_in_model(lora_config(job), model)
     except ValueError as exc:  # e.g. a target module the model does not have
         raise EngineError(f"peft: {first_line(exc)}") from None
-    dtype = getattr(torch, spec.fsdp.mixed_precision.param_dtype)
+    frozen_in_compute_dtype(model, job)
+    if spec.peft is not None and spec.peft.method == "qlora":
+        _quantise_base(model, job)
+    return model
+
+
+def frozen_in_compute_dtype(model: nn.Module, job: Job) -> None:
+    """Under FSDP2, store a meta model's frozen parameters in the compute dtype (a LoRA's
+    base, DPO's reference copy): without gradients or optimizer state an fp32 master
+    copy would only cost memory, and FSDP2 gathers them in the compute dtype anyway."""
+    dtype = getattr(torch, job.spec.fsdp.mixed_precision.param_dtype)
     if job.layout.fsdp_version == 2 and dtype != torch.float32:
         for param in model.parameters():  # each tied parameter once: ties survive
             if not param.requires_grad:
                 param.data = param.data.to(dtype)
-    if spec.peft is not None and spec.peft.method == "qlora":
-        _quantise_base(model, job)
-    return model
 
 
 def _quantise_base(model: nn.Module, job: Job) -> None:

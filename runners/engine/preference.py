@@ -5,8 +5,9 @@ policy as one batch of ``2B`` sequences, the chosen ones then the rejected ones 
 concatenates them); a sequence's log-probability is the sum over its completion tokens.
 The reference gives the same ``2B`` log-probabilities without gradients:
 
-- ``model``: a frozen copy of the starting weights, sharded as the policy is, with no
-  gradient and no optimizer state;
+- ``model``: a frozen copy of the starting weights, sharded as the policy is, stored in
+  the compute dtype (FSDP2), with no gradient and no optimizer state; its forward's
+  gathered parameters are freed once it is done (`resharded`);
 - ``adapter``: the policy itself with its LoRA adapters switched off (the frozen base);
 - ``precomputed``: looked up in the pairs' ``reference_logps`` column, written once
   before training (``precompute``) into ``run_dir/reference-logps/<key>.pt``.
@@ -34,12 +35,15 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from fsdpspec.job.batch import Batch
+from fsdpspec.job.job import Job
 from fsdpspec.job.parallel import ParallelDims
 from fsdpspec.spec.v1 import Dpo, JobSpec
 from fsdpspec_runners.engine.dist import Runtime, all_reduce_max, all_reduce_sum, console
 from fsdpspec_runners.engine.examples import IGNORE
+from fsdpspec_runners.engine.lora import frozen_in_compute_dtype
 from fsdpspec_runners.engine.loss import next_token_labels
 from fsdpspec_runners.engine.packing import Sequences
 
@@ -82,6 +86,16 @@ def adapters_disabled(model: nn.Module) -> Iterator[None]:
             layer._disable_adapters = False
 
 
+def resharded(frozen: nn.Module) -> None:
+    """Free the frozen copy's gathered parameters once its forward is done. Without
+    gradients FSDP2 never reaches the post-backward that reshards the units it keeps
+    after forward (the root, the last layer), so they would stay gathered through the
+    policy's forward and backward. (FSDP1 keeps its root: it has no public reshard.)"""
+    for module in frozen.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
 class Reference:
     """The reference log-probabilities ``[2B]`` of a micro-batch, without gradients."""
 
@@ -98,7 +112,9 @@ class Reference:
                 with adapters_disabled(policy):
                     return sequence_logps(policy, ids, labels)
             assert self.frozen is not None
-            return sequence_logps(self.frozen, ids, labels)
+            logps = sequence_logps(self.frozen, ids, labels)
+            resharded(self.frozen)
+            return logps
 
 
 def dpo_losses(settings: Dpo, policy: torch.Tensor, reference: torch.Tensor,
@@ -278,6 +294,15 @@ def build_objective(spec: JobSpec, frozen: nn.Module | None) -> Preference:
     """The DPO objective of the job, around its reference."""
     dpo = spec.train.dpo
     return Preference(dpo, Reference(dpo.reference, frozen))
+
+
+def as_reference(model: nn.Module, job: Job) -> nn.Module:
+    """The meta model made DPO's reference copy before it is sharded: no gradients, and
+    under FSDP2 stored in the compute dtype (as a LoRA's base). Its forward gathers the
+    same compute-dtype values an fp32 copy would be cast to, at half the memory."""
+    model.requires_grad_(False)
+    frozen_in_compute_dtype(model, job)
+    return model
 
 
 def freeze(model: nn.Module) -> nn.Module:

@@ -54,6 +54,7 @@ from fsdpspec_runners.engine.model_build import build_model, load_weights, mater
 from fsdpspec_runners.engine.optim import build_grad_scaler, build_optimizer, build_scheduler
 from fsdpspec_runners.engine.preference import (
     Preference,
+    as_reference,
     build_objective,
     freeze,
     precompute,
@@ -65,9 +66,10 @@ from fsdpspec_runners.engine.wrap import DDP_BUCKET_MB, fsdp1_syncs_states, para
 
 
 def build_fsdp_model(job: Job, runtime: Runtime, world: DeviceMesh | None = None, *,
-                     describe: bool = True) -> torch.nn.Module:
+                     describe: bool = True, reference: bool = False) -> torch.nn.Module:
     """The model, checkpointed, sharded and initialised (or loaded) as the job says, on
-    the ``world`` mesh (built here when not given); ``describe`` says how, on rank 0."""
+    the ``world`` mesh (built here when not given); ``describe`` says how, on rank 0;
+    ``reference``: DPO's frozen copy (`as_reference`)."""
     spec = job.spec
     dims = job.layout.dims
     if dims.tp_enabled:
@@ -75,7 +77,9 @@ def build_fsdp_model(job: Job, runtime: Runtime, world: DeviceMesh | None = None
     world = world or build_mesh(dims, runtime.device.type)
     mesh = fsdp_mesh(world, dims)
     if job.layout.fsdp_version == 2:
-        model, units = parallelize(build_model(job, on_meta=True), job, mesh, runtime.device,
+        meta = build_model(job, on_meta=True)
+        model, units = parallelize(as_reference(meta, job) if reference else meta, job, mesh,
+                                   runtime.device,
                                    tp_mesh=world["tp"] if dims.tp_enabled else None)
         if describe:
             _describe(job, runtime, units, model, sum(map(is_quantised, model.parameters())))
@@ -181,7 +185,7 @@ def _preference(job: Job, runtime: Runtime, world: DeviceMesh) -> Preference | N
     if spec.train.objective != "dpo":
         return None
     console(runtime, reference_note(spec))
-    frozen = (freeze(build_fsdp_model(job, runtime, world, describe=False))
+    frozen = (freeze(build_fsdp_model(job, runtime, world, describe=False, reference=True))
               if spec.train.dpo.reference == "model" else None)
     return build_objective(spec, frozen)
 
