@@ -24,6 +24,11 @@ Two sets of rows:
   data-parallel ranks left), without and with full checkpointing, two accumulation
   steps, at published widths ``SWEEP_LAYERS`` deep (a family whose published heads do
   not split 8 ways gets heads that do); the trace runs the engine's 2-D mesh.
+- ``--dpo``: preference tuning (``dpo_rows``): each reference (a frozen copy, the LoRA
+  base with its adapters off, precomputed log-probs), without and with full
+  checkpointing, Llama and Qwen2 at published widths ``SWEEP_LAYERS`` deep, 8 ranks,
+  sequence 2048, one pair per micro-batch, two accumulation steps; the trace runs the
+  engine's DPO step (both sequences, the reference's forward).
 
 Gemma 2 and gpt-oss run with eager attention (`auto`: transformers refuses SDPA for them).
 
@@ -34,6 +39,7 @@ Gemma 2 and gpt-oss run with eager attention (`auto`: transformers refuses SDPA 
     python benchmarks/plan_accuracy.py --match lora # the LoRA rows (one per family)
     python benchmarks/plan_accuracy.py --match float8 # the float8 rows
     python benchmarks/plan_accuracy.py --tp --traces benchmarks/plan_accuracy_tp.traces.jsonl
+    python benchmarks/plan_accuracy.py --dpo --traces benchmarks/plan_accuracy_dpo.traces.jsonl
 
 The sweep in two parallel parts, then every row against the plan (no trace re-run):
 
@@ -310,9 +316,29 @@ def tp_rows() -> list[tuple[Any, ...]]:
     return rows
 
 
+# Preference tuning (DPO): each reference, without and with full checkpointing, on two
+# dense families (DPO refuses a Mixture of Experts: FS563); the adapter's rows train LoRA.
+_DPO = {"source": "dataset", "path": "pairs.jsonl", "format": "preference"}
+
+
+def dpo_rows() -> list[tuple[Any, ...]]:
+    """The DPO rows: sweep rows with the spec sections they set (the last field)."""
+    rows = []
+    for model_type, ac, reference in itertools.product(
+            ("llama", "qwen2"), ("none", "full"), ("model", "adapter", "precomputed")):
+        sections: dict[str, Any] = {"train": {"objective": "dpo",
+                                              "dpo": {"reference": reference}}}
+        if reference == "adapter":
+            sections["peft"] = _LORA
+        rows.append((f"dpo-{model_type}-{reference}-ac:{ac}", model_type, "FULL_SHARD",
+                     "bf16", ac, "auto", 2048, SWEEP_LAYERS, {}, 16, 1, sections))
+    return rows
+
+
 def sweep_job(row: tuple[Any, ...]) -> Job:
     name, model_type, strategy, precision, ac, attention, seq, layers, keys, gbs = row[:10]
     tp = row[10] if len(row) > 10 else 1
+    sections = row[11] if len(row) > 11 else {}
     nodes = tp // 4 or 1  # degree 8 on two nodes: FSDP over 2 data-parallel ranks
     config = published_config(model_type) | keys
     if layers is None:  # the preset's full depth
@@ -326,7 +352,9 @@ def sweep_job(row: tuple[Any, ...]) -> Job:
         "fsdp": {"sharding_strategy": strategy, "mixed_precision": precision,
                  "activation_checkpointing": ac},
         "parallelism": {"tensor_parallel": tp},
-        "data": {"seq_len": seq, "micro_batch_size": 1, "global_batch_size": gbs},
+        "data": {"seq_len": seq, "micro_batch_size": 1, "global_batch_size": gbs,
+                 **(_DPO if "train" in sections else {})},
+        **sections,
     })
     return resolve(spec, Path.cwd(), config=config)
 
@@ -365,6 +393,8 @@ def main() -> int:
                         help="every registered family × checkpointing × strategy × dtype")
     parser.add_argument("--tp", action="store_true",
                         help="the tensor-parallel rows (degree 2 and 8, every dense family)")
+    parser.add_argument("--dpo", action="store_true",
+                        help="the DPO rows (each reference, AC none / full, two families)")
     parser.add_argument("--levers", action="store_true",
                         help="the memory levers' rows instead (chunked loss, op-level AC, "
                              "optimizer state precision)")
@@ -377,8 +407,9 @@ def main() -> int:
                         help="only the rows --traces holds (trace nothing; a sweep in progress)")
     args = parser.parse_args()
     known = recorded_traces(args.traces)
-    if args.sweep or args.tp:
-        rows, skipped = (tp_rows(), []) if args.tp else sweep_rows()
+    if args.sweep or args.tp or args.dpo:
+        rows, skipped = ((tp_rows(), []) if args.tp else (dpo_rows(), []) if args.dpo
+                         else sweep_rows())
         part, parts = (int(x) for x in args.part.split("/"))
         jobs = [(r[0], sweep_job(r)) for r in rows[: args.rows][part::parts]
                 if args.match in r[0]]

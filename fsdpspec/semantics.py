@@ -86,6 +86,14 @@ def model_flops_per_token(*, parameters: int, num_layers: int, q_width: int,
     return 6.0 * parameters + 12.0 * num_layers * q_width * seq_len
 
 
+def forward_flops_per_token(*, parameters: int, num_layers: int, q_width: int,
+                            seq_len: int) -> float:
+    """One forward alone (a third of `model_flops_per_token`): what a DPO reference
+    adds per token."""
+    return model_flops_per_token(parameters=parameters, num_layers=num_layers,
+                                 q_width=q_width, seq_len=seq_len) / 3
+
+
 # torchtitan's op-level selective checkpointing (`selective_ac_option: op`), which the
 # published runs of benchmarks/step_time.py use.
 OP_LEVEL = "op"

@@ -45,6 +45,7 @@ QUICKSTART = {"job.yaml": "examples/quickstart.yaml"}
 LLAMA_8B = {"job.yaml": "examples/llama3-8b-h100.yaml"}
 MULTINODE = {"job.yaml": "examples/llama3-70b-multinode.yaml"}
 CONFIGS = "tests/convert/configs"
+DPO_PAIRS = {"examples/dpo-pairs.jsonl": "examples/dpo-pairs.jsonl"}  # the example's data
 
 RUN_HERE: dict[str, Run] = {
     # README.md
@@ -70,6 +71,16 @@ RUN_HERE: dict[str, Run] = {
     "fsdpspec plan job.yaml --format json": Run(0, '"total": 8030261248', LLAMA_8B),
     "fsdpspec plan job.yaml --trace": Run(
         0, "trace (FakeTensorMode, fake process group of 2", QUICKSTART),
+    # docs/dpo.md: the three references side by side (tests/plan/test_dpo_plan.py checks
+    # the figures: the difference between model and precomputed is the frozen copy)
+    "fsdpspec plan examples/dpo-llama3-8b-h100.yaml": Run(
+        0, "(GiB): model (this job) 33.19 / 35.85, precomputed 31.32 / 33.88", DPO_PAIRS),
+    "fsdpspec plan examples/dpo-llama3-8b-h100.yaml --set train.dpo.reference=precomputed": Run(
+        0, "(GiB): model 33.19 / 35.85, precomputed (this job) 31.32 / 33.88", DPO_PAIRS),
+    "fsdpspec plan examples/dpo-llama3-8b-h100.yaml --set peft.method=lora --set "
+    "train.dpo.reference=adapter": Run(
+        0, "model 19.89 / 21.89, adapter (this job) 18.02 / 19.92, precomputed 18.02 / 19.92",
+        DPO_PAIRS),
     # docs/tune.md
     "fsdpspec plan examples/torchtitan-llama3-8b.yaml --tokens 1e12 --price-per-gpu-hour 2.5":
         Run(0, "budget: 1.00T tokens (--tokens) on 8 GPUs at 44,960 tokens/s: "),

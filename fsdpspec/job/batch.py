@@ -20,6 +20,9 @@ class Batch:
     dp_size: int
     # Ranks each sequence is split over (context parallelism): each holds seq ÷ cp tokens.
     cp: int = 1
+    # Sequences the model runs per example: a preference pair (DPO) is two, its chosen
+    # and its rejected answer, concatenated into one forward.
+    per_example: int = 1
 
     @property
     def per_pass(self) -> int:
@@ -38,6 +41,11 @@ class Batch:
         return self.global_size % self.per_pass == 0
 
     @property
+    def sequences(self) -> int:
+        """Sequences one forward of a micro-batch runs (what activations scale with)."""
+        return self.micro * self.per_example
+
+    @property
     def local_seq(self) -> int:
         """The tokens of each sequence one rank holds (all of them without context
         parallelism): what its activations scale with."""
@@ -45,15 +53,21 @@ class Batch:
 
     @property
     def tokens(self) -> int:
-        """Tokens in one micro-batch of one rank."""
-        return self.micro * self.local_seq
+        """Tokens one forward of a micro-batch of one rank runs."""
+        return self.sequences * self.local_seq
 
     def as_json(self) -> dict[str, int]:
         return {"micro": self.micro, "seq": self.seq, "global": self.global_size,
-                "accumulation": self.accumulation}
+                "accumulation": self.accumulation, "per_example": self.per_example}
+
+
+def sequences_per_example(spec: JobSpec) -> int:
+    """2 for a preference pair (DPO: chosen and rejected), else 1."""
+    return 2 if spec.train.objective == "dpo" else 1
 
 
 def batch_of(spec: JobSpec, dp_size: int, cp: int = 1) -> Batch:
     data = spec.data
     return Batch(micro=data.micro_batch_size, seq=data.seq_len,
-                 global_size=data.global_batch_size, dp_size=dp_size, cp=cp)
+                 global_size=data.global_batch_size, dp_size=dp_size, cp=cp,
+                 per_example=sequences_per_example(spec))

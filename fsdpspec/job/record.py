@@ -58,7 +58,7 @@ def _layout(data: dict[str, Any]) -> Layout:
                         cp=degrees["cp"], tp=degrees["tp"], pp=degrees["pp"], ep=degrees["ep"])
     layout = Layout(dims=dims, batch=Batch(micro=batch["micro"], seq=batch["seq"],
                                            global_size=batch["global"], dp_size=dims.dp_size,
-                                           cp=dims.cp),
+                                           cp=dims.cp, per_example=batch["per_example"]),
                     gpus_per_node=data["gpus_per_node"], fsdp_version=data["fsdp_version"],
                     synced_micro_batches=data["synced_micro_batches"], ddp=data["ddp"])
     if layout.as_json() != data:  # the derived facts recorded beside the degrees agree

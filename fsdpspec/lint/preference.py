@@ -162,30 +162,3 @@ def dpo_option_unused(ctx: LintContext) -> Iterator[Diagnostic]:
     elif spec.train.dpo.loss == "ipo" and spec.train.dpo.label_smoothing:
         yield diagnostic("FS564", "train.dpo.label_smoothing is ignored by the ipo loss",
                          "/train/dpo/label_smoothing")
-
-
-@rule("FS565", "dpo-plan-without-reference", Severity.INFO,
-      "the memory plan of a DPO job counts the policy alone",
-      "leave headroom for the reference (docs/dpo.md), or measure with a short run")
-def plan_without_reference(ctx: LintContext) -> Iterator[Diagnostic]:
-    """`plan` and the memory rules size a DPO job as a supervised one of the same batch:
-    the policy's parameters, gradients and optimizer state are counted, but not the
-    second sequence of each pair (the policy's activations and logits double), nor the
-    reference: a frozen sharded copy in the compute dtype with its gathered units in
-    forward (`model`), or one more forward's logits (`adapter`). `precomputed` holds no
-    reference while training.
-
-    FAIL:
-
-        data: {source: dataset, path: pairs.jsonl, format: preference}
-        train: {objective: dpo}
-
-    PASS:
-
-        data: {source: dataset, path: pairs.jsonl, format: prompt_completion}
-    """
-    if ctx.spec.train.objective == "dpo":
-        yield diagnostic("FS565", "the memory plan counts the policy on one sequence per "
-                         "example; DPO's second sequence and its reference "
-                         f"({ctx.spec.train.dpo.reference}) are not planned yet",
-                         ctx.first_set("/train/dpo/reference", "/train/objective"))

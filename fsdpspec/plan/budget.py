@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
+from fsdpspec.job.batch import sequences_per_example
 from fsdpspec.job.job import Job
 from fsdpspec.plan.compute import step_compute
 from fsdpspec.plan.steptime import STEP_TIME_BAND, StepTime, step_time
@@ -21,8 +22,10 @@ SCALING_SCAN_NODES = 4096
 
 
 def spec_tokens(spec: JobSpec) -> int:
-    """The tokens the spec trains: train.max_steps global batches of data.seq_len."""
-    return spec.train.max_steps * spec.data.global_batch_size * spec.data.seq_len
+    """The tokens the spec trains: train.max_steps global batches of data.seq_len (a
+    preference pair's two sequences each)."""
+    return (spec.train.max_steps * spec.data.global_batch_size * sequences_per_example(spec)
+            * spec.data.seq_len)
 
 
 def step_at(job: Job, device: Accelerator, world: int) -> StepTime | None:

@@ -2,7 +2,9 @@
 
 FLOPs follow the PaLM accounting (Chowdhery et al. 2022, appendix B): 6·N per token for
 the matrix multiplies plus 12·L·q·S for attention scores and values; full activation
-checkpointing re-runs the forward (a third more). Communication is what FSDP moves per
+checkpointing re-runs the forward (a third more), and a DPO reference (a frozen copy, or
+the policy with its adapters off) runs one more forward per micro-batch, on both
+sequences of each pair. Communication is what FSDP moves per
 rank: an all-gather of each unit in forward and again in backward for units freed after
 forward, a reduce-scatter of the gradients once per synchronised micro-batch (every one
 but under NO_SHARD, where the engine reduces the last only), and for
@@ -18,12 +20,18 @@ from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
-from fsdpspec.plan.memory import gathered_bytes, saved_activation_bytes
+from fsdpspec.plan.memory import (
+    gathered_bytes,
+    reference_copy,
+    reference_forward,
+    saved_activation_bytes,
+)
 from fsdpspec.plan.memory_levers import chunked_loss_flops, offload_seconds
 from fsdpspec.plan.ring import ring_traffic_bytes
 from fsdpspec.plan.tensor_parallel import link_gbps, step_bytes, tp_degree
 from fsdpspec.plan.unit_shards import sharding
 from fsdpspec.semantics import (
+    forward_flops_per_token,
     model_flops_per_token,
     recompute_flops_per_token,
 )
@@ -65,22 +73,30 @@ class Compute:
     ring_seconds: float = 0.0
     # Tensor parallelism's activation collectives (`fsdpspec.plan.tensor_parallel`).
     tensor_parallel_bytes: int = 0
+    # A DPO reference's forward (in `flops`, not in `model_flops`).
+    reference_flops: float = 0.0
 
 
-def _flops_per_token(job: Job, parameters: int) -> tuple[float, float]:
-    """(model FLOPs, recomputed FLOPs) per token."""
+def _flops_per_token(job: Job, parameters: int) -> tuple[float, float, float]:
+    """(model FLOPs, recomputed FLOPs, a DPO reference's forward FLOPs) per token."""
     assert job.geometry is not None  # the planner plans only jobs with a geometry
     shape = dict(parameters=parameters, num_layers=job.geometry.num_layers,
                  q_width=job.geometry.q_width, seq_len=job.batch.seq)
+    reference = forward_flops_per_token(**shape) if reference_forward(job) else 0.0
     return model_flops_per_token(**shape), recompute_flops_per_token(
-        **shape, mode=job.units.ac_mode, ac_every=job.units.ac_every)
+        **shape, mode=job.units.ac_mode, ac_every=job.units.ac_every), reference
+
+
+def _per_rank(job: Job, per_token: float) -> float:
+    """Per-token FLOPs over one rank's step (all its micro-batches): a tensor-parallel
+    group shares its micro-batches' FLOPs."""
+    return per_token * job.batch.tokens * job.batch.accumulation / tp_degree(job)
 
 
 def step_flops(job: Job, parameters: int) -> float:
-    """FLOPs of one rank's optimizer step (all its micro-batches): a tensor-parallel
-    group shares its micro-batches' FLOPs."""
-    return (float(sum(_flops_per_token(job, parameters)) * job.batch.tokens
-                  * job.batch.accumulation) + chunked_loss_flops(job)) / tp_degree(job)
+    """FLOPs of one rank's optimizer step (all its micro-batches)."""
+    return (_per_rank(job, sum(_flops_per_token(job, parameters)))
+            + chunked_loss_flops(job) / tp_degree(job))
 
 
 def unit_traffic(job: Job) -> tuple[UnitTraffic, ...]:
@@ -105,28 +121,33 @@ def step_compute(job: Job, parameters: int, device: Accelerator, compute_dtype: 
     micro = job.batch.accumulation
     synced = job.layout.synced_micro_batches
     *layers, root = traffic
-    # Units freed after forward are gathered again in backward; the root never is.
-    gathers = sum(t.all_gather_bytes * t.count for t in layers) * \
-        (2 if job.layout.reshards_after_forward else 1) + root.all_gather_bytes
+    # Units freed after forward are gathered again in backward; the root never is. A
+    # reference forward gathers every unit once more, and a frozen copy its own root
+    # (the adapter's reference leaves the policy's root gathered for its forward).
+    layer_gathers = sum(t.all_gather_bytes * t.count for t in layers)
+    gathers = layer_gathers * (2 if job.layout.reshards_after_forward else 1) + \
+        root.all_gather_bytes
+    if reference_forward(job):
+        gathers += layer_gathers + (root.all_gather_bytes if reference_copy(job) else 0)
     all_gather = int(gathers * micro)
     reduce_scatter = int(sum(t.reduce_scatter_bytes * t.count for t in traffic) * synced)
     all_reduce = int(sum(t.all_reduce_bytes * t.count for t in traffic) * synced)
-    model, _ = _flops_per_token(job, parameters)
+    model, _, reference = _flops_per_token(job, parameters)
     flops = step_flops(job, parameters)
     peak = device.peak_tflops(compute_dtype)
     # At the links the step-time model lays them on: what bounds the step is its verdict.
     seconds = ((all_gather + reduce_scatter) / (shard_link_gbps(job, device) * 1e9)
                + all_reduce / (replica_link_gbps(job, device) * 1e9))
     seconds += step_bytes(job) / (link_gbps(job, device) * 1e9)
-    # A tensor-parallel group shares its micro-batches' FLOPs.
-    model_flops = float(model * job.batch.tokens * micro) / tp_degree(job)
+    model_flops = _per_rank(job, model)
     ring = ring_micro_batch_bytes(job)
     ring_link = (device.intra_node_gbps if job.layout.dims.cp <= job.layout.gpus_per_node
                  else device.inter_node_gbps)
     return Compute(flops, model_flops, all_gather, reduce_scatter,
                    all_reduce, flops / (peak * 1e12) if peak else None, seconds,
                    offload_seconds(saved_activation_bytes(job), job),
-                   ring, ring / (ring_link * 1e9), tensor_parallel_bytes=step_bytes(job))
+                   ring, ring / (ring_link * 1e9), tensor_parallel_bytes=step_bytes(job),
+                   reference_flops=_per_rank(job, reference))
 
 
 def shard_link_gbps(job: Job, device: Accelerator) -> float:

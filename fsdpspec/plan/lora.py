@@ -86,6 +86,13 @@ def frozen_base_bytes(job: Job, sh: Sharding) -> int:
     return sum(_base_unit_bytes(job, sh, u, gathered=False) * u.count for u in sh.all_units)
 
 
+def reference_copy_bytes(job: Job, sh: Sharding) -> int:
+    """Bytes one rank stores of a LoRA's DPO reference copy under FSDP2: the frozen base as
+    stored, the adapters frozen too, in the compute dtype."""
+    adapters = adapter_sharding(job, sh).total_shard_numel()
+    return frozen_base_bytes(job, sh) + job.compute_bytes * adapters
+
+
 def trainable_numel(job: Job) -> int:
     """Elements of every trainable tensor (adapters and modules to save), unsharded."""
     a = job.adapters
@@ -174,7 +181,7 @@ def adapted_layer_activations(job: Job) -> tuple[int, int]:
     norm's normalised value nor its output."""
     a, g, b, t = job.adapters, job.geometry, job.compute_bytes, job.batch.tokens
     assert a is not None
-    full = act.layer_activation_bytes(g, b, job.batch.micro, job.batch.local_seq,
+    full = act.layer_activation_bytes(g, b, job.batch.sequences, job.batch.local_seq,
                                       job.attention)
     norm_value = 0 if g.norm_bias else (4 if g.fp32_norm else b)
     # A norm trained in full (modules_to_save) keeps its normalised value for its weight.

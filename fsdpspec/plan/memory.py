@@ -1,7 +1,8 @@
 """Device memory of one rank, term by term, at the moments a training step peaks.
 
 A step is walked as FSDP runs it and the live tensors are summed at each candidate
-peak: forward's all-gather copy-outs, the cross entropy at the end of forward, the start
+peak: a DPO reference's forward (`reference_parameters`, `_reference_point`), forward's
+all-gather copy-outs, the cross entropy at the end of forward, the start
 of backward (loss gradients), the backward of the last and first layers and their
 gradient reductions, the embedding's backward, the root's gradient reduction at the end
 of backward, and the optimizer step. The largest is the predicted
@@ -12,6 +13,7 @@ allocator, are reported beside them.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from fsdpspec.job.geometry import Geometry
@@ -20,7 +22,7 @@ from fsdpspec.job.units import Unit
 from fsdpspec.plan import activations as act
 from fsdpspec.plan import memory_levers
 from fsdpspec.plan.float8 import backward_cast_bytes, gathered_float8_saving
-from fsdpspec.plan.lora import adapted_parts
+from fsdpspec.plan.lora import adapted_parts, reference_copy_bytes
 from fsdpspec.plan.ring import ring_backward_bytes
 from fsdpspec.plan.tensor_parallel import local_geometry, tp_degree
 from fsdpspec.plan.unit_shards import Sharding, sharding
@@ -39,7 +41,8 @@ NCCL_BYTES = GIB // 2
 FRAGMENTATION = {1: 0.10, 2: 0.05}
 
 TERMS = (
-    "sharded_parameters", "optimizer_states", "sharded_gradients", "gradient_buckets",
+    "sharded_parameters", "reference_parameters", "optimizer_states", "sharded_gradients",
+    "gradient_buckets",
     "accumulated_gradients",
     "gathered_parameters", "prefetch_buffer", "unsharded_gradients", "reduce_scatter_buffers",
     "activations", "logits_and_loss", "backward_temporaries", "ring_buffers",
@@ -224,9 +227,42 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
         sharded_grads=on_device * shard_bytes,
         optimizer_temporaries=on_device * memory_levers.optimizer_step_temporaries(job, tensors),
     )
-    if job.adapters is None:
-        return parts
-    return adapted_parts(parts, job, sh, lambda index, full: _saved_through(job, index, full))
+    if job.adapters is not None:
+        parts = adapted_parts(parts, job, sh,
+                              lambda index, full: _saved_through(job, index, full))
+    return _with_reference(job, sh, parts)
+
+
+def reference_copy(job: Job) -> bool:
+    """Whether DPO's reference is a frozen copy of the model (`train.dpo.reference:
+    model`); `adapter` runs the policy with its adapters off and `precomputed` reads
+    log-probs from the data, so neither holds a second model."""
+    train = job.spec.train
+    return train.objective == "dpo" and train.dpo.reference == "model"
+
+
+def reference_forward(job: Job) -> bool:
+    """Whether each micro-batch runs a reference forward (`model` or `adapter`)."""
+    train = job.spec.train
+    return train.objective == "dpo" and train.dpo.reference != "precomputed"
+
+
+def _with_reference(job: Job, sh: Sharding, p: _Parts) -> _Parts:
+    """A frozen reference copy is sharded as the policy is, without gradients or
+    optimizer state: under FSDP2 stored in the compute dtype (the engine's
+    `as_reference`), under FSDP1 as the policy's flat parameters. Its forward gathers
+    each unit and frees it; the engine reshards what FSDP2 keeps after forward (the root,
+    the last unit), while FSDP1 keeps its root gathered (and, without resharding after
+    forward, its units) through the step."""
+    if not reference_copy(job):
+        return p
+    if job.layout.fsdp_version == 1:
+        reference = p.persistent["sharded_parameters"] + p.root + p.units_kept
+    else:
+        on_device = 0 if job.spec.fsdp.cpu_offload else 1
+        reference = on_device * (reference_copy_bytes(job, sh) if job.adapters is not None
+                                 else job.compute_bytes * sh.total_shard_numel())
+    return dataclasses.replace(p, persistent=p.persistent | {"reference_parameters": reference})
 
 
 def _layer_activations(job: Job) -> tuple[int, int]:
@@ -250,7 +286,7 @@ def saved_activation_bytes(job: Job) -> int:
 def layer_bytes(job: Job) -> int:
     """Activation bytes one layer saves for backward without checkpointing (the memory
     walk's, and the step-time model's elementwise traffic)."""
-    return act.layer_activation_bytes(job.geometry, job.compute_bytes, job.batch.micro,
+    return act.layer_activation_bytes(job.geometry, job.compute_bytes, job.batch.sequences,
                                       job.batch.local_seq, job.attention, tp=tp_degree(job))
 
 
@@ -259,7 +295,7 @@ def _saved_through(job: Job, index: int, full: int) -> int:
     op-level checkpointing also the outputs its policy saves)."""
     units, g, b = job.units, job.geometry, job.compute_bytes
     assert units is not None  # the planner plans only jobs with a geometry
-    micro, seq, tp = job.batch.micro, job.batch.local_seq, tp_degree(job)
+    micro, seq, tp = job.batch.sequences, job.batch.local_seq, tp_degree(job)
     if units.ac_mode == "op":
         kept = memory_levers.op_checkpointed_layer_bytes(g, b, micro, seq, job.attention, tp=tp)
     else:
@@ -276,6 +312,25 @@ def _deferred_gather(job: Job) -> bool:
     local that held it lives through that copy-out, so two outputs coexist with the new
     unit's unsharded parameters; the root's forward frees the last one after lm_head."""
     return job.layout.fsdp_version == 2 and job.layout.shard_size > 1
+
+
+def _reference_points(job: Job, p: _Parts) -> list[Point]:
+    """A DPO reference's forward, before the policy's (no gradients, so nothing saved):
+    at its loss, its root and the units it keeps gathered, the last unit's all-gather
+    output, and both sequences' logits, upcast and log-softmax."""
+    if not reference_forward(job):
+        return []
+    g, b = _local(job), job.compute_bytes
+    last_gather = p.unit if _deferred_gather(job) else 0
+    # (FSDP1's copy keeps them gathered: counted in its reference_parameters.)
+    held = reference_copy(job) and job.layout.fsdp_version == 1
+    return [Point("reference forward: loss", p.persistent | {
+        "accumulated_gradients": p.accumulated,
+        "gathered_parameters": 0 if held else p.root + p.units_kept,
+        "prefetch_buffer": last_gather,
+        "logits_and_loss": act.logits_forward_bytes(g, b, job.batch.sequences,
+                                                    job.batch.local_seq),
+    })]
 
 
 def _forward_points(job: Job, p: _Parts) -> list[Point]:
@@ -308,7 +363,7 @@ def _head_points(job: Job, p: _Parts) -> list[Point]:
     throughout. Under tensor parallelism the logits stay split by vocabulary (loss
     parallel): the local geometry's vocabulary."""
     g, b = _local(job), job.compute_bytes
-    batch, seq = job.batch.micro, job.batch.local_seq
+    batch, seq = job.batch.sequences, job.batch.local_seq
     logits = b * batch * seq * g.vocab_size
     acts = p.saved + act.root_activation_bytes(job.geometry, b, batch, seq, tp=tp_degree(job))
     base = p.persistent | {"accumulated_gradients": p.accumulated, "activations": acts,
@@ -355,7 +410,7 @@ def _layer_point(job: Job, p: _Parts, index: int) -> Point:
         activations += p.layer
     lay = job.layout
     gathered = p.root + (p.unit if lay.reshards_after_forward else (index + 1) * p.unit)
-    temporaries = act.backward_temporaries(g, b, job.batch.micro, job.batch.local_seq,
+    temporaries = act.backward_temporaries(g, b, job.batch.sequences, job.batch.local_seq,
                                            job.attention) + backward_cast_bytes(job)
     return Point(f"backward: layer {index}", {
         **p.persistent,
@@ -444,7 +499,8 @@ def _points(job: Job, p: _Parts) -> list[Point]:
     optimizer_step = p.persistent | {"sharded_gradients": p.sharded_grads,
                                      "optimizer_temporaries": p.optimizer_temporaries}
     layer_points = _layer_points(job, p) if p.unit or job.layout.ddp else []
-    return [*_forward_points(job, p), *_head_points(job, p), *layer_points,
+    return [*_reference_points(job, p), *_forward_points(job, p), *_head_points(job, p),
+            *layer_points,
             Point("backward: embedding", embedding),
             Point("backward: root gradient reduction", backward_end),
             Point("optimizer step", optimizer_step)]

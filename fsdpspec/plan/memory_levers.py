@@ -79,7 +79,7 @@ def chunked_head_terms(job: Job) -> dict[str, dict[str, int]]:
         backward += 2 * b * tokens * g.vocab_size
     return {
         "forward: lm_head": {"logits_and_loss": act.router_loss_bytes(
-            g, b, job.batch.micro, job.batch.local_seq)},
+            g, b, job.batch.sequences, job.batch.local_seq)},
         "forward: loss": {"logits_and_loss": forward},
         "backward: loss": {"logits_and_loss": backward + hidden_grads},
         "backward: lm_head": {"logits_and_loss": hidden_grads},

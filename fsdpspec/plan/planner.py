@@ -88,6 +88,22 @@ class Plan:
             return None
         return fewest_gpus_tp(self.job, self.accelerator, self.min_gpus)
 
+    @cached_property
+    def references(self) -> dict[str, DeviceMemory]:
+        """A DPO job's device memory under each reference it can take (`adapter` with a
+        peft section, `precomputed` without streaming: FS561, FS562), the spec's own
+        included; empty for any other objective."""
+        train = self.spec.train
+        if train.objective != "dpo":
+            return {}
+        choices = ["model", *(["adapter"] if self.spec.peft else []),
+                   *([] if self.spec.data.streaming else ["precomputed"])]
+        return {choice: self.device if choice == train.dpo.reference else device_memory(
+                    self.job.with_spec(apply_override(
+                        self.spec, f"train.dpo.reference={choice}")),
+                    is_gpu=self.accelerator.is_gpu)
+                for choice in choices}
+
     @property
     def _dtype(self) -> str:
         return self.spec.fsdp.mixed_precision.param_dtype

@@ -8,6 +8,8 @@ which layers are checkpointed (`fsdpspec.semantics`), accumulation and when grad
 synchronise (`job.layout`), and the device's rates (`catalog.accelerators`, with
 `resources.performance`). A micro-batch runs:
 
+- a DPO reference's forward first (a frozen copy, or the policy with its adapters off:
+  `_reference_forward`), gathering each unit once more;
 - forward: the root's all-gather, then each unit's; a unit's gather is issued when the
   unit before it starts computing (FSDP's one-ahead prefetch), so it hides behind that
   unit's compute and only what does not fit is exposed;
@@ -40,6 +42,7 @@ docs/tune.md has the sources and the measured error.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
@@ -53,7 +56,7 @@ from fsdpspec.plan.compute import (
     unit_traffic,
 )
 from fsdpspec.plan.float8 import cast_traffic_bytes, matmul_rate
-from fsdpspec.plan.memory import layer_bytes
+from fsdpspec.plan.memory import layer_bytes, reference_copy, reference_forward
 from fsdpspec.plan.ring import ring_serial_bytes
 from fsdpspec.semantics import (
     MASTER_BYTES,
@@ -169,9 +172,10 @@ def _units(job: Job, c: Compute, device: Accelerator, rate: float) -> _Units:
                  + cast_traffic_bytes(job)) / (device.hbm_gbps * 1e9) / 3)
     # The framework's fixed time (a third of it in forward, as the FLOPs), per copy.
     fixed = device.layer_overhead_us * 1e-6 * job.geometry.num_layers / max(copies, 1) / 3
-    # FLOPs beyond the model's: the recomputing copies', else (no checkpointing) the
-    # root's, so that every FLOP of the plan is timed.
-    extra = (c.flops - c.model_flops) / micro / rate
+    # FLOPs beyond the model's and a reference forward's (timed as one more forward of
+    # each unit, `_reference_forward`): the recomputing copies', else (no checkpointing)
+    # the root's, so that every FLOP of the plan is timed.
+    extra = (c.flops - c.model_flops - c.reference_flops) / micro / rate
     recomputing = _recomputing_copies(job, copies)
     f_root = forward * root.shard_numel / total
     root_backward = 2 * f_root + (0.0 if recomputing else extra)
@@ -250,7 +254,8 @@ def _micro_batch(job: Job, blocks: list[_Block], units: _Units, device: Accelera
 
     root = units.root
     ready = [0.0] * len(blocks)
-    root_ready = gather(root, 0.0)
+    root_ready = (_reference_forward(job, s, blocks, root, gather) if reference_forward(job)
+                  else gather(root, 0.0))
     if blocks:
         ready[0] = gather(blocks[0], 0.0)
     s.run(root_ready, 0.0)
@@ -269,6 +274,23 @@ def _micro_batch(job: Job, blocks: list[_Block], units: _Units, device: Accelera
         reduce(blocks[i], s.compute)
     reduce(root, s.compute)
     return s
+
+
+def _reference_forward(job: Job, s: _Streams, blocks: list[_Block], root: _Block,
+                       gather: Callable[[_Block, float], float]) -> float:
+    """DPO's reference forward, before the policy's: each unit gathered one ahead and run
+    forward (no backward); when the policy's root is ready. A frozen copy gathers its own
+    root and frees it, so the policy's is gathered after; the adapter's reference is the
+    policy, whose root stays gathered for its own forward."""
+    ready = gather(root, 0.0)
+    following = gather(blocks[0], 0.0) if blocks else 0.0
+    s.run(ready, 0.0)
+    for i, b in enumerate(blocks):
+        start = s.run(following, b.forward)
+        if i + 1 < len(blocks):
+            following = gather(blocks[i + 1], start)
+    s.run(ready, root.forward)
+    return gather(root, s.compute) if reference_copy(job) else ready
 
 
 def optimizer_bytes_per_element(states: int) -> int:
@@ -336,9 +358,11 @@ def step_time(job: Job, c: Compute, device: Accelerator, compute_dtype: str) -> 
     merges = micro * ring_serial_seconds(job, device)
     total = sum(r[0] * n for r, n in runs) + micro * c.ring_seconds / \
         LINK_EFFICIENCY[device.is_gpu] + merges
-    computing = micro * (sum(3 * f * t.count for t, f in units.layers)
+    # (A DPO reference runs one more forward of each unit and the root.)
+    forwards = 4 if reference_forward(job) else 3
+    computing = micro * (sum(forwards * f * t.count for t, f in units.layers)
                          + units.recompute * _recomputing_copies(job, units.copies)
-                         + units.root.forward + units.root.backward) + merges
+                         + units.root.forward * (forwards - 2) + units.root.backward) + merges
     exposed = max(0.0, total - computing)
     host_share = sum(r[2] * n for r, n in runs)
     busy = sum((r[1] + r[2]) * n for r, n in runs)

@@ -63,7 +63,22 @@ def _candidates(job: Job, device: Accelerator) -> list[tuple[str, str]]:
         out += [(f"parallelism.tensor_parallel={d}", f"split each layer's weights and "
                  f"activations over {d} GPUs of a node (tensor parallelism: per-layer "
                  "collectives over the node's links)") for d in lever_degrees(job)]
-    return out + _lever_candidates(spec, device)
+    return out + _reference_candidates(spec) + _lever_candidates(spec, device)
+
+
+def _reference_candidates(spec: JobSpec) -> list[tuple[str, str]]:
+    """A DPO job's cheaper references than a frozen copy (each validated as the others)."""
+    train = spec.train
+    if train.objective != "dpo" or train.dpo.reference != "model":
+        return []
+    out = []
+    if spec.peft is not None:
+        out.append(("train.dpo.reference=adapter", "the reference is the base with the "
+                    "adapters off: no frozen copy (one more forward of the policy)"))
+    if not spec.data.streaming:  # FS562
+        out.append(("train.dpo.reference=precomputed", "reference log-probs computed once "
+                    "before training: no frozen copy and no reference forward"))
+    return out
 
 
 def _lever_candidates(spec: JobSpec, device: Accelerator) -> list[tuple[str, str]]:

@@ -58,13 +58,14 @@ def refusal(g: Geometry | None) -> str | None:
 
 def runs_at(job: Job, tp: int) -> bool:
     """Whether the engine trains ``job`` at degree ``tp`` inside a node: every split
-    whole, the sequence too, and none of the refused combinations (FS170–FS182)."""
+    whole, the sequence too, and none of the refused combinations (FS170–FS182; DPO:
+    FS563)."""
     g, spec = job.geometry, job.spec
     if tp == 1:
         return True
     if (refusal(g) is not None or spec.peft is not None or spec.model.factory is not None
             or job.layout.fsdp_version != 2 or job.layout.written_strategy == "NO_SHARD"
-            or spec.train.loss_chunks > 1):
+            or spec.train.loss_chunks > 1 or spec.train.objective == "dpo"):
         return False
     whole = all(count % tp == 0 for _, count in splits(g).values())
     return whole and job.batch.seq % tp == 0 and job.layout.gpus_per_node % tp == 0

@@ -51,6 +51,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "accelerator": plan.accelerator.name,
         "peft": _peft_json(plan),
         "float8": _float8_json(plan),
+        "dpo": _preference_json(plan),
         "memory": {
             "device": {
                 "peak_allocated_bytes": device.peak_allocated,
@@ -272,13 +273,27 @@ def _adapter_lines(plan: Plan) -> list[str]:
     return lines
 
 
-def _preference_lines(plan: Plan) -> list[str]:
-    """What the memory plan of a DPO job leaves out (its terms are not built)."""
-    train = plan.spec.train
-    if train.objective != "dpo":
+def _preference_lines(plan: Plan, unit: int, name: str) -> list[str]:
+    """A DPO job: two sequences per pair, and its reference choices side by side."""
+    if not plan.references:
         return []
-    return [f"note: DPO (reference {train.dpo.reference}): the plan counts the policy on one "
-            "sequence per example, not the second sequence nor the reference (FS565)"]
+    own = plan.spec.train.dpo.reference
+    sides = [f"{choice}{' (this job)' if choice == own else ''} "
+             f"{m.peak_allocated / unit:.2f} / {m.total / unit:.2f}"
+             for choice, m in plan.references.items()]
+    return [f"DPO: each pair runs as 2 sequences (chosen, rejected); by reference, "
+            f"peak allocated / device total per rank ({name}): " + ", ".join(sides)]
+
+
+def _preference_json(plan: Plan) -> dict[str, Any] | None:
+    if not plan.references:
+        return None
+    return {"reference": plan.spec.train.dpo.reference, "sequences_per_pair": 2,
+            "by_reference": {choice: {"peak_allocated_bytes": m.peak_allocated,
+                                      "total_bytes": m.total,
+                                      "reference_bytes": m.peak.terms["reference_parameters"],
+                                      "fits": m.total <= plan.capacity}
+                             for choice, m in plan.references.items()}}
 
 
 def _float8_lines(plan: Plan) -> list[str]:
@@ -308,9 +323,10 @@ def plan_text(plan: Plan, budget: Budget | None = None, scaling: Scaling | None 
             f"{w.world_size} × {plan.accelerator.name}, {w.written_strategy} {layout}, "
             f"micro-batch {batch.micro} × {batch.seq}, "
             f"{batch.accumulation} accumulation step(s)",
-            *_adapter_lines(plan), *_float8_lines(plan), *_preference_lines(plan),
-            f"per-rank device memory at its peak ({plan.device.peak.name}):"]
+            *_adapter_lines(plan), *_float8_lines(plan)]
     unit, name = _unit(plan)
+    head += [*_preference_lines(plan, unit, name),
+             f"per-rank device memory at its peak ({plan.device.peak.name}):"]
     host = ["host memory per node (GiB):"]
     host += [f"  {k.replace('_', ' '):<28}{amount(v, GIB)}"
              for k, v in plan.host.terms.items() if v]

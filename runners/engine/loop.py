@@ -280,9 +280,8 @@ def _record(trainer: Trainer, result: StepResult, clock: _Clock) -> dict[str, An
     """A metrics record: the step's numbers plus throughput since the last record."""
     runtime, batch = trainer.runtime, trainer.job.batch
     steps, seconds, cpu_seconds = clock.lap(trainer.state.step)
-    # A preference pair is two sequences (chosen, rejected) through the policy.
-    per_item = 2 if trainer.preference is not None else 1
-    tokens_per_s = steps * batch.global_size * per_item * batch.seq / max(seconds, 1e-9)
+    tokens_per_s = (steps * batch.global_size * batch.per_example * batch.seq
+                    / max(seconds, 1e-9))
     memory = peak_memory_gib(runtime.device)
     memory = dict(zip(memory, all_reduce_max(list(memory.values()), runtime.device), strict=True))
     return {

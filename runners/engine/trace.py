@@ -94,16 +94,33 @@ def trace_job(job: Job) -> TraceResult:
         # The mesh must exist before FakeTensorMode (it is real process-group state), and
         # so must the meta model: some modules create meta buffers FakeTensorMode rejects.
         mesh = shard_group_mesh("cpu", shard, tp=tp)
-        from fsdpspec_runners.engine.model_build import build_model
-
         # So must the wrapping: FSDP2 over a tensor-parallel split builds a mesh of both.
-        model = build_model(_fused_attention_dropout(job), on_meta=True)
-        wrap_job(job, model, mesh, torch.device("cpu"))
+        model = _wrapped(job, mesh, torch)
+        reference = _wrapped(job, mesh, torch, reference=True) if _frozen_copy(job) else None
         with (FakeTensorMode(allow_non_fake_inputs=True), _unpacked_sequences(),
               _sharding_propagation_apart()):
-            return _run(job, model, shard, torch)
+            return _run(job, model, shard, torch, reference)
     finally:
         dist.destroy_process_group()
+
+
+def _frozen_copy(job: Job) -> bool:
+    """Whether the job holds a second model: DPO's reference as a frozen copy."""
+    train = job.spec.train
+    return train.objective == "dpo" and train.dpo.reference == "model"
+
+
+def _wrapped(job: Job, mesh: Any, torch: Any, *, reference: bool = False) -> Any:
+    """The meta model the engine builds (or its DPO reference copy), checkpointed and
+    sharded as it wraps it."""
+    from fsdpspec_runners.engine.model_build import build_model
+    from fsdpspec_runners.engine.preference import as_reference
+
+    model = build_model(_fused_attention_dropout(job), on_meta=True)
+    if reference:
+        as_reference(model, job)
+    wrap_job(job, model, mesh, torch.device("cpu"))
+    return model
 
 
 def _fused_attention_dropout(job: Job) -> Job:
@@ -202,24 +219,34 @@ def materialised_optimizer(job: Job, model: Any, device: Any) -> Any:
 
 
 def train_step(job: Job, model: Any, optimizer: Any, device: Any,
-               between_micro_batches: Any = None) -> int:
+               between_micro_batches: Any = None, reference: Any = None) -> int:
     """One optimizer step as the engine takes it (at most two micro-batches, gradients
-    synchronised as the engine does); returns the micro-batches run."""
-    import torch
-
+    synchronised as the engine does; under DPO the engine's objective, around the frozen
+    ``reference`` copy when it has one); returns the micro-batches run."""
     from fsdpspec_runners.engine.fsdp_version import Fsdp2
     from fsdpspec_runners.engine.loss import causal_lm_loss
+    from fsdpspec_runners.engine.preference import build_objective
     from fsdpspec_runners.engine.tensor_parallel import loss_context
 
+    spec = job.spec
+    objective = build_objective(spec, reference) if spec.train.objective == "dpo" else None
+    if objective is not None and between_micro_batches is not None:
+        # The adapter reference runs the policy's forward once more: reset between.
+        logps = objective.reference.logps
+        def reference_then_reset(*args: Any) -> Any:
+            out = logps(*args)
+            between_micro_batches()
+            return out
+        objective.reference.logps = reference_then_reset  # type: ignore[method-assign]
     micro = min(2, job.batch.accumulation)
-    shape = (job.batch.micro, job.batch.local_seq)
     for index in range(micro):
         if index and between_micro_batches is not None:
             between_micro_batches()
-        batch = torch.randint(0, model.config.vocab_size, shape, device=device)
+        batch = _micro_batch(job, model.config.vocab_size, device)
         with (Fsdp2().gradient_sync(model, job.layout.strategy, index == micro - 1),
               loss_context(job)):
-            loss = causal_lm_loss(model, {"input_ids": batch}, chunks=job.spec.train.loss_chunks)
+            loss = (objective.loss(model, batch) if objective is not None
+                    else causal_lm_loss(model, batch, chunks=spec.train.loss_chunks))
             (loss / micro).backward()
         del loss
     optimizer.step()
@@ -227,19 +254,49 @@ def train_step(job: Job, model: Any, optimizer: Any, device: Any,
     return micro
 
 
-def _run(job: Job, model: Any, shard: int, torch: Any) -> TraceResult:
+def _micro_batch(job: Job, vocab_size: int, device: Any) -> dict[str, Any]:
+    """A micro-batch of the job's shape: sequences, or DPO's pairs (``[B, 2, seq]``, with
+    the precomputed reference column the engine reads beside them)."""
+    import torch
+
+    from fsdpspec_runners.engine.preference import REFERENCE_COLUMN
+
+    batch = job.batch
+    if job.spec.train.objective != "dpo":
+        shape = (batch.micro, batch.local_seq)
+        return {"input_ids": torch.randint(0, vocab_size, shape, device=device)}
+    ids = torch.randint(0, vocab_size, (batch.micro, batch.per_example, batch.local_seq),
+                        device=device)
+    return {"input_ids": ids, "labels": ids.clone(),
+            REFERENCE_COLUMN: torch.zeros(batch.micro, batch.per_example, device=device)}
+
+
+def _run(job: Job, model: Any, shard: int, torch: Any, reference: Any = None) -> TraceResult:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed.fsdp import FSDPModule
+
+    from fsdpspec_runners.engine.preference import freeze
 
     cpu = torch.device("cpu")
     optimizer = materialised_optimizer(job, model, cpu)
+    if reference is not None:
+        reference.to_empty(device=cpu)
+        freeze(reference)
     for _ in range(TRACED_STEPS):
         # A fresh tracker per step: the last step is the steady state (optimizer state
         # exists). The first step's lazy state initialisation on DTensors is over-counted
         # by the tracker, and on a device it allocates no more than a later step does.
         tracker = FSDPMemTracker(model, optimizer)
+        # The tracker follows one root: count the frozen copy's shards as it counts the
+        # policy's (its gathers and activations it sees as they are allocated).
+        for module in reference.modules() if reference is not None else ():
+            if isinstance(module, FSDPModule) and module._get_fsdp_state()._fsdp_param_group:
+                tracker._instrument_fsdp_sharded_params_grads(
+                    module._get_fsdp_state()._fsdp_param_group)
         with tracker:
             # Per-module statistics allow one forward per module: reset between.
-            micro = train_step(job, model, optimizer, cpu, tracker.reset_mod_stats)
+            micro = train_step(job, model, optimizer, cpu, tracker.reset_mod_stats,
+                               reference)
     snapshot = tracker.get_tracker_snapshot("peak")[cpu]
     categories = {_category_name(k): int(v) for k, v in snapshot.items() if k != "Total"}
     return TraceResult(int(snapshot["Total"]), categories, shard, micro,

@@ -28,11 +28,12 @@ def _spec(tmp_path: Path) -> None:
     (tmp_path / "dpo.yaml").write_text(spec)
 
 
-def test_plan_says_what_it_leaves_out_and_offers_no_lever_dpo_refuses(tmp_path: Path) -> None:
+def test_plan_shows_the_references_and_offers_no_lever_dpo_refuses(tmp_path: Path) -> None:
     _spec(tmp_path)
     done = run_cli("plan", "dpo.yaml", "--set", "data.path=/dev/null", cwd=tmp_path)
-    assert ("note: DPO (reference precomputed): the plan counts the policy on one sequence "
-            "per example, not the second sequence nor the reference (FS565)") in done.stdout
+    assert ("DPO: each pair runs as 2 sequences (chosen, rejected); by reference, peak "
+            "allocated / device total per rank (MiB): model ") in done.stdout
+    assert "precomputed (this job) " in done.stdout
     assert "--set data.micro_batch_size=1" in done.stdout  # the suggestions are there
     assert "train.loss_chunks" not in done.stdout  # FS563 refuses it under DPO
 

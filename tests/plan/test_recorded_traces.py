@@ -29,6 +29,8 @@ def _recheck(*args: str) -> tuple[int, float, float, int]:
     ("--levers", "plan_accuracy_levers.traces.jsonl", 30),
     # Tensor parallelism: every dense family with a plan, degree 2 and 8, AC none / full.
     ("--tp", "plan_accuracy_tp.traces.jsonl", 36),
+    # DPO: each reference (model, adapter, precomputed), AC none / full, Llama and Qwen2.
+    ("--dpo", "plan_accuracy_dpo.traces.jsonl", 12),
 ])
 def test_every_recorded_row_meets_the_targets(mode: str, traces: str, rows: int) -> None:
     code, median, largest, printed = _recheck(mode, "--traces", f"benchmarks/{traces}")
