@@ -116,6 +116,10 @@ RUN_ELSEWHERE: dict[str, str] = {
     "--set fsdp.min_num_params=20000 --set data.seq_len=64 --set data.global_batch_size=4 "
     "--set train.max_steps=4 --set checkpoint.interval_steps=2":
         "tests/engine/test_validated_specs_train.py::test_the_shown_seed_recipe_command_trains",
+    # docs/dpo.md's run: stopped at step 2 (the reference log-probs computed), resumed.
+    **dict.fromkeys(("fsdpspec validate dpo.yaml",
+                     "fsdpspec run dpo.yaml --set train.max_steps=2", "fsdpspec run dpo.yaml"),
+                    "tests/cli/test_dpo_docs.py::test_the_docs_dpo_run_as_typed"),
     "fsdpspec tune job.yaml --measure 2 --steps 2 --rounds 1 --vary data.micro_batch_size":
         "tests/tune/test_tune_cli.py::test_measure_calibrates_and_trains_the_top_two",
     # docs/tune.md's commands, with its table's columns.

@@ -17,6 +17,9 @@ pytest.importorskip("datasets")
 from conftest import ROOT, run_cli  # noqa: E402
 
 DOC = (ROOT / "docs" / "dpo.md").read_text()
+# Its run's console block, as shown (tests/test_doc_commands.py: run by this test).
+RUN = ("fsdpspec validate dpo.yaml", "fsdpspec run dpo.yaml --set train.max_steps=2",
+       "fsdpspec run dpo.yaml")
 
 
 def _blocks(kind: str) -> list[str]:
@@ -43,8 +46,9 @@ def test_the_docs_dpo_run_as_typed(tmp_path: Path) -> None:
     _spec(tmp_path)
     text_record = json.loads(_blocks("json")[0].splitlines()[0])
     (tmp_path / "pairs.jsonl").write_text(json.dumps(text_record) + "\n")
+    assert tuple(_blocks("console")[0].splitlines()) == RUN
     outputs = []
-    for line in _blocks("console")[0].splitlines():
+    for line in RUN:
         argv = shlex.split(line)
         assert argv[0] == "fsdpspec"
         done = run_cli(*argv[1:], cwd=tmp_path, timeout=300,
