@@ -8,11 +8,11 @@ transformers with the logits of the checkpoint it was written from. HSDP × TP (
 2 × TP 2) trains alike too, and a chat fine-tune with evaluation trains with a full state
 dict and resumes from one exactly.
 
-One `fsdpspec run` per family and shape, as users type it, checkpointed at step 3; the
-rest is two launches a shape (engine_jobs.torchrun_jobs, train_then_probe), several
-engine jobs to a launch (the per-process imports, not the training, are a tiny job's
-cost): on one process the TP 1 references and the resumes onto TP 1, on the shape the
-resumes and the logits probe."""
+Three launches a shape (engine_jobs.torchrun_jobs, train_then_probe), several engine
+jobs to a launch (the per-process imports, not the training, are a tiny job's cost): on
+one process the TP 1 references; on the shape each family's run (checkpointed at step 3),
+the resumes and the logits probe; on one process the resumes onto TP 1. `fsdpspec run`
+as users type it trains TP 2 below (the docs' command, and the chat fine-tune)."""
 
 from __future__ import annotations
 
@@ -129,26 +129,31 @@ class Shape:
 def shape(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Shape:
     nproc, mesh = SHAPES[request.param]
     root = tmp_path_factory.mktemp(request.param)
-    runs = {f: root / f / "run" for f in FAMILIES}
-    for f in FAMILIES:
-        assert mesh in fsdpspec_run(family_job(f, nproc), runs[f]).stdout
-    # On one process: the TP 1 references, and the shape's step 3 resumed onto TP 1.
-    tp1 = {f: root / f / "tp1" for f in FAMILIES}
-    onto = {f: root / f / "onto-tp1" for f in FAMILIES}
-    one = {f"{f}/tp1": write_spec(tp1[f], merged(family_job(f), TP1)) for f in FAMILIES} | {
-        f"{f}/onto": write_spec(onto[f], merged(resumed(family_job(f), runs[f]), merged(TP1, {
-            "checkpoint": {"final": {"enabled": False}}}))) for f in FAMILIES}
-    outputs = trained(torchrun_jobs(list(one.values()), nproc=1), list(one))
+    tp1, runs, onto = ({f: root / f / kind for f in FAMILIES}
+                       for kind in ("tp1", "run", "onto-tp1"))
+    # On one process: the TP 1 references.
+    outputs = trained(torchrun_jobs([write_spec(tp1[f], merged(family_job(f), TP1))
+                                     for f in FAMILIES], nproc=1), list(FAMILIES))
     assert all("mesh dp_shard 1," in out for out in outputs.values())
-    # On the shape: its step 3 and TP 1's resumed, then the logits of its runs.
-    again = {f"{f}/{kind}": (root / f / kind, job) for f in FAMILIES for kind, job in (
-        ("resumed", resumed(family_job(f, nproc), runs[f])),
-        ("from-tp1", resumed(family_job(f, nproc), tp1[f])))}
-    results, logits = train_then_probe([write_spec(d, j) for d, j in again.values()],
+    # On the shape: each family's run, then its step 3 and TP 1's resumed, then the
+    # logits of its runs.
+    jobs = {f"{f}/run": (runs[f], family_job(f, nproc)) for f in FAMILIES} | {
+        f"{f}/{kind}": (root / f / kind, job) for f in FAMILIES for kind, job in (
+            ("resumed", resumed(family_job(f, nproc), runs[f])),
+            ("from-tp1", resumed(family_job(f, nproc), tp1[f])))}
+    results, logits = train_then_probe([write_spec(d, j) for d, j in jobs.values()],
                                        [(runs[f], family_job(f, nproc)) for f in FAMILIES],
                                        nproc)
-    outputs = trained(results, list(again))
-    assert all(f"(step {MIDDLE})" in out for out in outputs.values())
+    outputs = trained(results, list(jobs))
+    assert all(mesh in out for name, out in outputs.items() if name.endswith("/run"))
+    assert all(f"(step {MIDDLE})" in out for name, out in outputs.items()
+               if not name.endswith("/run"))
+    # On one process: the shape's step 3 resumed onto TP 1.
+    no_final = merged(TP1, {"checkpoint": {"final": {"enabled": False}}})
+    outputs = trained(torchrun_jobs([write_spec(onto[f], merged(resumed(family_job(f), runs[f]),
+                                                                no_final))
+                                     for f in FAMILIES], nproc=1), list(FAMILIES))
+    assert all("mesh dp_shard 1," in out for out in outputs.values())
     return Shape(tp1, runs, {f: root / f / "resumed" for f in FAMILIES},
                  {f: root / f / "from-tp1" for f in FAMILIES}, onto,
                  dict(zip(FAMILIES, logits, strict=True)))
