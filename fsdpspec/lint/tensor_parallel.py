@@ -371,12 +371,15 @@ def tp_lora(ctx: LintContext) -> Iterator[Diagnostic]:
 
 @rule("FS181", "tp-moe", Severity.ERROR,
       "tensor parallelism of a Mixture of Experts",
-      "set parallelism.tensor_parallel: 1 (FSDP shards the experts)")
+      "set parallelism.tensor_parallel: 1 (FSDP shards the experts; "
+      "parallelism.expert_parallel spreads them over ranks)")
 def tp_moe(ctx: LintContext) -> Iterator[Diagnostic]:
     """A Mixture of Experts keeps its experts as stacked 3-D tensors run by a grouped
-    matmul, which the column- and row-wise plans (made for ``nn.Linear``) do not split;
-    spreading experts over ranks is expert parallelism, which this release does not
-    have.
+    matmul, which the column- and row-wise plans (made for ``nn.Linear``) do not split
+    (expert tensor parallelism); spreading experts over ranks is expert parallelism
+    (`parallelism.expert_parallel`, FS16x). torchtitan also runs tensor parallelism of
+    the dense parts beside expert parallelism; the engine does not in this release, so
+    tensor parallelism of a Mixture of Experts is refused with or without it.
 
     FAIL:
 

@@ -130,8 +130,8 @@ def hybrid_degree(ctx: LintContext) -> Iterator[Diagnostic]:
     try:
         dims.validate()
     except ParallelDimsError as exc:
-        if exc.field == "/parallelism":
-            return  # the tensor- and context-parallel degrees' (FS176)
+        if exc.field.startswith("/parallelism"):
+            return  # the tensor-, context- (FS176) and expert-parallel degrees' (FS162)
         world = dims.world_size
         divisors = [d for d in range(1, world + 1) if world % d == 0]
         # The default group (one node) always divides: only a written size can fail.
