@@ -44,7 +44,10 @@ def _fixes(plan: Plan) -> str:
 
 def _fewest(plan: Plan) -> str:
     if plan.min_gpus is None:
-        return f"no number of {plan.accelerator.name} fits this configuration"
+        ep = plan.min_gpus_ep
+        with_ep = (f" ({ep[0]} do with --set parallelism.expert_parallel={ep[1]})"
+                   if ep else "")
+        return f"no number of {plan.accelerator.name} fits this configuration{with_ep}"
     per_node = plan.spec.resources.gpus_per_node
     nodes = plan.min_gpus // per_node
     return (f"it fits on at least {plan.min_gpus} {plan.accelerator.name} "

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
+from fsdpspec.plan import expert_parallel as ep
 from fsdpspec.plan.memory import (
     gathered_bytes,
     reference_copy,
@@ -75,6 +76,8 @@ class Compute:
     tensor_parallel_bytes: int = 0
     # A DPO reference's forward (in `flops`, not in `model_flops`).
     reference_flops: float = 0.0
+    # Expert parallelism's all-to-alls (`fsdpspec.plan.expert_parallel`), per step.
+    expert_parallel_bytes: int = 0
 
 
 def _flops_per_token(job: Job, parameters: int) -> tuple[float, float, float]:
@@ -107,11 +110,14 @@ def unit_traffic(job: Job) -> tuple[UnitTraffic, ...]:
     ring, replicas = (s - 1) / s, job.layout.replicas
     out = []
     for unit in sh.all_units:
-        gathered = sh.gathered_numel(unit)
-        all_reduce = (int(2 * r * gathered / s * (replicas - 1) / replicas)
-                      if replicas > 1 else 0)
-        out.append(UnitTraffic(unit.name, unit.count, int(ring * gathered_bytes(sh, job, unit)),
-                               int(r * ring * gathered), all_reduce, sh.shard_numel(unit)))
+        gathered, shard = sh.gathered_numel(unit), sh.shard_numel(unit)
+        # Under expert parallelism the experts' rings are efsdp long (`Sharding.sent_numel`).
+        sent = sh.sent_numel(unit)
+        saving = job.compute_bytes * gathered - gathered_bytes(sh, job, unit)  # float8
+        all_reduce = (int(2 * r * shard * (replicas - 1) / replicas) if replicas > 1 else 0)
+        out.append(UnitTraffic(unit.name, unit.count,
+                               int(job.compute_bytes * sent - ring * saving),
+                               int(r * sent), all_reduce, shard))
     return tuple(out)
 
 
@@ -139,6 +145,7 @@ def step_compute(job: Job, parameters: int, device: Accelerator, compute_dtype: 
     seconds = ((all_gather + reduce_scatter) / (shard_link_gbps(job, device) * 1e9)
                + all_reduce / (replica_link_gbps(job, device) * 1e9))
     seconds += step_bytes(job) / (link_gbps(job, device) * 1e9)
+    seconds += ep.micro_batch_seconds(job, device) * micro
     model_flops = _per_rank(job, model)
     ring = ring_micro_batch_bytes(job)
     ring_link = (device.intra_node_gbps if job.layout.dims.cp <= job.layout.gpus_per_node
@@ -147,7 +154,8 @@ def step_compute(job: Job, parameters: int, device: Accelerator, compute_dtype: 
                    all_reduce, flops / (peak * 1e12) if peak else None, seconds,
                    offload_seconds(saved_activation_bytes(job), job),
                    ring, ring / (ring_link * 1e9), tensor_parallel_bytes=step_bytes(job),
-                   reference_flops=_per_rank(job, reference))
+                   reference_flops=_per_rank(job, reference),
+                   expert_parallel_bytes=ep.step_bytes(job))
 
 
 def shard_link_gbps(job: Job, device: Accelerator) -> float:

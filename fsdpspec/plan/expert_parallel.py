@@ -151,3 +151,24 @@ def across_nodes_cost(job: Job, device: Accelerator) -> str:
             f"share at {device.inter_node_gbps:g} GB/s instead of "
             f"{device.intra_node_gbps:g} GB/s inside a node, all on the critical path: "
             f"{1e3 * slow:,.1f} ms a step instead of {1e3 * fast:,.1f} ms")
+
+
+def runs_at(job: Job, degree: int) -> bool:
+    """Whether the engine trains ``job`` at expert-parallel degree ``degree`` as the
+    rules let it (FS160–FS165, FS181): experts split whole, FSDP2 over a sharded
+    strategy, without context or tensor parallelism or float8. The ranks it needs are
+    the fewest-GPUs search's to find."""
+    experts, lay = expert_count(job.units), job.layout
+    if degree == 1:
+        return True
+    return (experts % degree == 0 and experts > 0 and lay.fsdp_version == 2
+            and lay.dims.written_strategy != "NO_SHARD" and lay.dims.cp == 1
+            and lay.dims.tp == 1 and job.spec.float8 is None)
+
+
+def lever_degrees(job: Job) -> tuple[int, ...]:
+    """The degrees above the job's own that `plan` offers: powers of two that split the
+    experts whole (torchtitan's usual degrees)."""
+    experts = expert_count(job.units)
+    degrees = (2 ** i for i in range(1, experts.bit_length()))
+    return tuple(d for d in degrees if d > ep_degree(job) and runs_at(job, d))

@@ -21,6 +21,7 @@ from fsdpspec.job.job import Job
 from fsdpspec.job.units import Unit
 from fsdpspec.plan import activations as act
 from fsdpspec.plan import memory_levers
+from fsdpspec.plan.expert_parallel import dispatch_bytes
 from fsdpspec.plan.float8 import backward_cast_bytes, gathered_float8_saving
 from fsdpspec.plan.lora import adapted_parts, reference_copy_bytes
 from fsdpspec.plan.ring import ring_backward_bytes
@@ -46,7 +47,7 @@ TERMS = (
     "accumulated_gradients",
     "gathered_parameters", "prefetch_buffer", "unsharded_gradients", "reduce_scatter_buffers",
     "activations", "logits_and_loss", "backward_temporaries", "ring_buffers",
-    "optimizer_temporaries",
+    "dispatch_buffers", "optimizer_temporaries",
 )
 
 
@@ -218,7 +219,7 @@ def _parts(job: Job, sh: Sharding) -> _Parts:
         head_grads=grads * b * g.embedding_params,
         head_held=grads * b * g.embedding_params,
         unit_reduce=r * unit_padded,
-        sharded_unit_grads=reduced * m * (unit_padded // sh.shard_size),
+        sharded_unit_grads=reduced * m * (sh.shard_numel(unit) if unit else 0),
         sharded_layer_grads=reduced * m * sum(sh.shard_numel(u) * u.count for u in sh.units),
         root_grads=grads * b * sh.root.numel,
         root_reduce=r * sh.gathered_numel(sh.root),
@@ -424,6 +425,8 @@ def _layer_point(job: Job, p: _Parts, index: int) -> Point:
         "backward_temporaries": temporaries,
         # Context parallelism: the ring attention's k/v exchange (fsdpspec/plan/ring.py).
         "ring_buffers": ring_backward_bytes(job),
+        # Expert parallelism: an all-to-all's send and receive buffers (balanced routing).
+        "dispatch_buffers": dispatch_bytes(job),
     })
 
 
@@ -439,8 +442,10 @@ def _experts_point(job: Job, p: _Parts, index: int) -> Point:
     point = _layer_point(job, p, index)
     freed = act.mlp_activation_bytes(g, b, t) - b * rows * g.hidden_size
     # A LoRA's experts are frozen (adapters never go on the stacked expert tensors).
+    # Under expert parallelism the rank's own experts only; the routed rows it receives
+    # are, balanced, as many as it sent.
     trained = p.unit_grads and job.adapters is None
-    grads = (1 if trained else 0) * b * g.experts_numel
+    grads = (1 if trained else 0) * b * g.experts_numel // job.layout.dims.ep
     return Point(f"backward: layer {index} experts", point.terms | {
         "activations": point.terms["activations"] - freed,
         "unsharded_gradients": p.head_held + grads,

@@ -3,6 +3,7 @@ suggestions. Pure: a Job in, a Plan out; no torch."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -10,6 +11,8 @@ from typing import TYPE_CHECKING
 from fsdpspec.catalog.accelerators import CATALOG, Accelerator
 from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job
+from fsdpspec.job.parallel import ParallelDimsError
+from fsdpspec.plan import expert_parallel
 from fsdpspec.plan.host import HostMemory, host_memory
 from fsdpspec.plan.memory import GIB, DeviceMemory, device_memory
 from fsdpspec.plan.suggest import Suggestion, apply_override, suggestions
@@ -89,6 +92,14 @@ class Plan:
         return fewest_gpus_tp(self.job, self.accelerator, self.min_gpus)
 
     @cached_property
+    def min_gpus_ep(self) -> tuple[int, int] | None:
+        """(GPUs, degree): the fewest GPUs with a higher expert-parallel degree, where
+        that is fewer than at the spec's own (or the spec's never fits)."""
+        if not self.accelerator.is_gpu:
+            return None
+        return fewest_gpus_ep(self.job, self.accelerator, self.min_gpus)
+
+    @cached_property
     def references(self) -> dict[str, DeviceMemory]:
         """A DPO job's device memory under each reference it can take (`adapter` with a
         peft section, `precomputed` without streaming: FS561, FS562), the spec's own
@@ -150,6 +161,10 @@ def device_capacity(accelerator: Accelerator, spec: JobSpec, host: HostMemory) -
 
 def _fits_at(job: Job, accelerator: Accelerator, world: int, usable: float) -> bool:
     at = job.at_world(world)
+    try:
+        at.layout.dims.validate()
+    except ParallelDimsError:
+        return False  # an expert-parallel degree these ranks cannot hold
     device = device_memory(at, is_gpu=accelerator.is_gpu)
     capacity = device_capacity(accelerator, job.spec, host_memory(at, job.geometry.total_params))
     return device.total <= capacity * usable
@@ -160,23 +175,26 @@ def fewest_gpus(job: Job, accelerator: Accelerator, per_node: int | None = None)
     gpus_per_node) at which the job fits with the spec's headroom. Memory per rank falls
     as ranks are added until, over very many shards, the padding of small tensors turns
     it back up; so the search doubles the node count until the job fits, then bisects
-    below that point."""
+    below that point. Under expert parallelism it counts in blocks of nodes whose ranks
+    the degree divides."""
     spec = job.spec
     per_node = per_node or spec.resources.gpus_per_node
     usable = 1.0 - spec.resources.memory_headroom
-    nodes = 1
-    while not _fits_at(job, accelerator, nodes * per_node, usable):
-        if nodes == MAX_NODES:
+    block = math.lcm(per_node, job.layout.dims.ep) // per_node  # nodes
+    limit = max(1, MAX_NODES // block)
+    blocks = 1
+    while not _fits_at(job, accelerator, blocks * block * per_node, usable):
+        if blocks == limit:
             return None
-        nodes = min(2 * nodes, MAX_NODES)
-    low, high = nodes // 2 + 1, nodes
+        blocks = min(2 * blocks, limit)
+    low, high = blocks // 2 + 1, blocks
     while low < high:
         mid = (low + high) // 2
-        if _fits_at(job, accelerator, mid * per_node, usable):
+        if _fits_at(job, accelerator, mid * block * per_node, usable):
             high = mid
         else:
             low = mid + 1
-    return low * per_node
+    return low * block * per_node
 
 
 def fewest_gpus_tp(job: Job, accelerator: Accelerator,
@@ -186,6 +204,21 @@ def fewest_gpus_tp(job: Job, accelerator: Accelerator,
     best: tuple[int, int] | None = None
     for degree in lever_degrees(job):
         at = job.with_spec(apply_override(job.spec, f"parallelism.tensor_parallel={degree}"))
+        found = fewest_gpus(at, accelerator)
+        if found is not None and (fewest is None or found < fewest) and (
+                best is None or found < best[0]):
+            best = (found, degree)
+    return best
+
+
+def fewest_gpus_ep(job: Job, accelerator: Accelerator,
+                   fewest: int | None) -> tuple[int, int] | None:
+    """(GPUs, degree) of the expert-parallel degree above the spec's that fits on the
+    fewest GPUs (the smaller degree of two that tie: fewer all-to-alls cross nodes),
+    when fewer than ``fewest`` (the spec's own answer)."""
+    best: tuple[int, int] | None = None
+    for degree in expert_parallel.lever_degrees(job):
+        at = job.with_spec(apply_override(job.spec, f"parallelism.expert_parallel={degree}"))
         found = fewest_gpus(at, accelerator)
         if found is not None and (fewest is None or found < fewest) and (
                 best is None or found < best[0]):

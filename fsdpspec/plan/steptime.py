@@ -19,6 +19,10 @@ synchronise (`job.layout`), and the device's rates (`catalog.accelerators`, with
 - tensor parallelism (`fsdpspec.plan.tensor_parallel`) all-gathers and reduce-scatters
   each layer's activations inside its forward and backward (and a recomputation), on
   the compute stream's critical path at the group's link: all exposed;
+- expert parallelism (`fsdpspec.plan.expert_parallel`) dispatches each MoE layer's
+  tokens and combines them by all-to-all in forward and backward (and a recomputation
+  but under op-level checkpointing), on the critical path: all exposed, assuming a
+  perfectly balanced router;
 - CPU offload copies each unit's sharded parameters to the device before its gather
   and its sharded gradients back after the reduction (on the same stream), and runs
   the optimizer step on the host.
@@ -47,6 +51,7 @@ from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
+from fsdpspec.plan import expert_parallel as ep
 from fsdpspec.plan import tensor_parallel as tp
 from fsdpspec.plan.compute import (
     Compute,
@@ -151,6 +156,9 @@ class _Units:
     # recomputation, each as many), and the root's each way.
     tp_copy: float = 0.0
     tp_root: float = 0.0
+    # Expert parallelism's all-to-alls in a copy's forward pass (as many in its backward,
+    # and in a recomputation but under op-level checkpointing).
+    ep_copy: float = 0.0
 
     @property
     def shard_numel(self) -> int:
@@ -182,10 +190,13 @@ def _units(job: Job, c: Compute, device: Accelerator, rate: float) -> _Units:
     one = tp.micro_batch_seconds(job, device) / tp.collectives_per_micro_batch(job) \
         if tp.tp_degree(job) > 1 else 0.0
     layer_pass = one * tp.FORWARD_COLLECTIVES * job.geometry.num_layers / max(copies, 1)
+    a2a = ep.micro_batch_seconds(job, device)
+    ep_pass = (a2a / ep.all_to_alls_per_micro_batch(job) * ep.FORWARD_ALL_TO_ALLS
+               * ep.moe_layers(job) / max(copies, 1)) if a2a else 0.0
     return _Units(tuple((t, forward * t.shard_numel / total + fixed) for t in layers),
                   extra / recomputing + fixed if recomputing else 0.0,
                   _Block(root, f_root, root_backward, False), copies,
-                  tp_copy=layer_pass, tp_root=one * tp.ROOT_COLLECTIVES)
+                  tp_copy=layer_pass, tp_root=one * tp.ROOT_COLLECTIVES, ep_copy=ep_pass)
 
 
 def _blocks(job: Job, units: _Units, counts: list[int]) -> list[_Block]:
@@ -195,10 +206,11 @@ def _blocks(job: Job, units: _Units, counts: list[int]) -> list[_Block]:
         for _ in range(count):
             regather = job.layout.reshards_after_forward and not (
                 job.layout.fsdp_version == 2 and index == last)
-            again = (units.recompute + units.tp_copy
+            recomputed_a2a = units.ep_copy if job.units.ac_mode != "op" else 0.0
+            again = (units.recompute + units.tp_copy + recomputed_a2a
                      if _checkpointed(job, index, units.copies) else 0.0)
-            blocks.append(_Block(t, f + units.tp_copy, 2 * f + units.tp_copy + again,
-                                 regather))
+            blocking = units.tp_copy + units.ep_copy
+            blocks.append(_Block(t, f + blocking, 2 * f + blocking + again, regather))
             index += 1
     return blocks
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
-from fsdpspec.plan import memory_levers
+from fsdpspec.job.parallel import ParallelDimsError
+from fsdpspec.plan import expert_parallel, memory_levers
 from fsdpspec.plan.memory import DeviceMemory, device_memory
 from fsdpspec.plan.tensor_parallel import lever_degrees, runs_at, tp_degree
 from fsdpspec.semantics import reshards_after_forward, syncs_gradients
@@ -63,6 +64,9 @@ def _candidates(job: Job, device: Accelerator) -> list[tuple[str, str]]:
         out += [(f"parallelism.tensor_parallel={d}", f"split each layer's weights and "
                  f"activations over {d} GPUs of a node (tensor parallelism: per-layer "
                  "collectives over the node's links)") for d in lever_degrees(job)]
+        out += [(f"parallelism.expert_parallel={d}", f"split each layer's experts over {d} "
+                 "GPUs, tokens sent to them by all-to-all (expert parallelism: smaller "
+                 "expert gathers)") for d in expert_parallel.lever_degrees(job)]
     return out + _reference_candidates(spec) + _lever_candidates(spec, device)
 
 
@@ -124,6 +128,10 @@ def suggestions(job: Job, memory: DeviceMemory, capacity: int,
         changed = job.with_spec(apply_override(job.spec, override))
         if not runs_at(changed, tp_degree(changed)):
             continue  # e.g. the chunked loss under tensor parallelism (FS183)
+        try:
+            changed.layout.dims.validate()
+        except ParallelDimsError:
+            continue  # an expert-parallel degree these ranks cannot hold (FS162)
         after = device_memory(changed, is_gpu=device.is_gpu)
         saved = memory.total - after.total
         if saved > 0:

@@ -87,6 +87,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "ring_bytes_per_micro_batch": compute.ring_bytes,
             "ring_seconds_per_micro_batch": compute.ring_seconds,
             "tensor_parallel_bytes": compute.tensor_parallel_bytes,
+            "expert_parallel_bytes": compute.expert_parallel_bytes,
         },
         "step_time": _step_json(plan),
         "fits": plan.fits,
@@ -96,6 +97,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "min_single_gpus": plan.min_single_gpus,
         "min_gpus_tensor_parallel": None if plan.min_gpus_tp is None else {
             "gpus": plan.min_gpus_tp[0], "tensor_parallel": plan.min_gpus_tp[1]},
+        "min_gpus_expert_parallel": None if plan.min_gpus_ep is None else {
+            "gpus": plan.min_gpus_ep[0], "expert_parallel": plan.min_gpus_ep[1]},
         "suggestions": [{"override": s.override, "description": s.description,
                          "saves_bytes": s.saves_bytes, "fits": s.fits}
                         for s in plan.suggestions],
@@ -178,14 +181,14 @@ def _fewest_answer(plan: Plan) -> str:
     counts whole nodes, and keeps the wanted headroom."""
     fewest, single = plan.min_gpus, plan.min_single_gpus
     if fewest is None:
-        return f"none up to {MAX_NODES} nodes" + _fewest_tp(plan)
+        return f"none up to {MAX_NODES} nodes" + _fewest_tp(plan) + _fewest_ep(plan)
     per_node = plan.spec.resources.gpus_per_node
     nodes = fewest // per_node
     answer = (f"{fewest} ({nodes} whole node{'s' * (nodes != 1)} of {per_node}, keeping "
               f"{100 * plan.headroom_target:.0f}% headroom")
     if single is not None and single < fewest:
         answer += f"; {single} GPU{'s' * (single != 1)} alone would hold it"
-    return answer + ")" + _fewest_tp(plan)
+    return answer + ")" + _fewest_tp(plan) + _fewest_ep(plan)
 
 
 def _fewest_tp(plan: Plan) -> str:
@@ -194,6 +197,14 @@ def _fewest_tp(plan: Plan) -> str:
         return ""
     gpus, degree = plan.min_gpus_tp
     return f"; {gpus} with --set parallelism.tensor_parallel={degree}"
+
+
+def _fewest_ep(plan: Plan) -> str:
+    """The fewest GPUs with expert parallelism, where it needs fewer."""
+    if plan.min_gpus_ep is None:
+        return ""
+    gpus, degree = plan.min_gpus_ep
+    return f"; {gpus} with --set parallelism.expert_parallel={degree}"
 
 
 def _compute_lines(plan: Plan) -> list[str]:
@@ -217,6 +228,13 @@ def _compute_lines(plan: Plan) -> list[str]:
                      f"{c.ring_bytes / GIB:.1f} GiB of keys, values and their gradients per "
                      f"rank and micro-batch, {c.ring_seconds:.3f} s, waited for inside "
                      "attention (fsdpspec/plan/ring.py)")
+    if c.expert_parallel_bytes:
+        dims = plan.job.layout.dims
+        lines.append(f"expert parallelism (expert_parallel {dims.ep}, experts sharded over "
+                     f"efsdp {dims.efsdp}): {c.expert_parallel_bytes / GIB:.1f} GiB of routed "
+                     "tokens per rank per step in all-to-alls, on the critical path; every "
+                     "figure assumes a perfectly balanced router (each rank receives "
+                     "tokens × top-k rows; fsdpspec/plan/expert_parallel.py)")
     return lines
 
 

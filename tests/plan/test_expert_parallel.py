@@ -1,0 +1,103 @@
+"""Expert parallelism in the plan: each rank's E ÷ ep experts sharded over efsdp, the
+dispatch buffers and all-to-alls under balanced routing, their exposed time in the step,
+and the fewest-GPUs answer that offers EP where FSDP alone fits nowhere (issue 44)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from conftest import run_cli
+from fsdpspec.job.job import resolve
+from fsdpspec.plan import expert_parallel as ep
+from fsdpspec.plan.memory import GIB, device_memory
+from fsdpspec.plan.planner import plan_job
+from fsdpspec.plan.suggest import apply_override
+from fsdpspec.plan.unit_shards import sharding
+from fsdpspec.validate import check_file
+
+SPECS = Path(__file__).with_name("specs")
+MIXTRAL = SPECS / "mixtral-8x7b-64-h100.yaml"
+DEEPSEEK = SPECS / "deepseek-v3-256-h100.yaml"
+# Mixtral 8x7B: 8 experts of (2 × 14336, 4096) and (4096, 14336) per layer, top-2.
+EXPERT = 3 * 14336 * 4096
+
+
+def _mixtral(degree: int):
+    job = resolve(check_file(MIXTRAL).spec, MIXTRAL.parent)
+    return job.with_spec(apply_override(job.spec, f"parallelism.expert_parallel={degree}"))
+
+
+def test_each_rank_holds_its_own_experts_sharded_over_efsdp() -> None:
+    dense, split = _mixtral(1), _mixtral(8)
+    assert (split.layout.dims.ep, split.layout.dims.efsdp) == (8, 8)
+    a, b = sharding(dense), sharding(split)
+    layer = b.units[0]
+    # The same state per rank (8 experts ÷ 8 ranks, each over 8 more = ÷ 64 either way) ...
+    assert b.total_shard_numel() == a.total_shard_numel()
+    # ... but a layer gathers its one local expert, not all eight.
+    experts_gathered = b.gathered_numel(layer) - b.shard_size * sum(
+        k * n for k, n in b.dense_shards(layer))
+    assert experts_gathered == EXPERT
+    assert a.gathered_numel(layer) - b.gathered_numel(layer) == 7 * EXPERT
+    # One expert over 8 ranks: sharded by width (dim 1), as torchtitan's efsdp × ep > E.
+    assert b.resharded_expert_numel(layer) == EXPERT
+
+
+def test_dispatch_buffers_and_all_to_alls_assume_a_balanced_router() -> None:
+    job = _mixtral(8)
+    tokens, k, hidden, bf16 = 4096, 2, 4096, 2
+    # Send and receive buffers of one all-to-all: every routed row of the micro-batch.
+    assert ep.dispatch_bytes(job) == 2 * bf16 * tokens * k * hidden
+    memory = device_memory(job)
+    assert memory.peak.terms["dispatch_buffers"] == ep.dispatch_bytes(job)
+    assert device_memory(_mixtral(1)).peak.terms["dispatch_buffers"] == 0
+    # 32 MoE layers, full AC: 2 all-to-alls in forward, 2 in backward, 2 recomputed.
+    assert ep.all_to_alls_per_micro_batch(job) == 2 * (2 * 32 + 32)
+    assert ep.step_bytes(job) == int(192 * bf16 * tokens * k * hidden * 7 / 8)
+
+
+def test_all_to_alls_are_exposed_in_the_step_and_the_verdict_is_one() -> None:
+    plan, base = plan_job(_mixtral(8)), plan_job(_mixtral(1))
+    a2a = ep.micro_batch_seconds(plan.job, plan.accelerator)
+    assert a2a > 0 and plan.step.exposed_communication_seconds >= a2a
+    assert plan.compute.expert_parallel_bytes == ep.step_bytes(plan.job)
+    assert plan.compute.communication_seconds <= plan.step.seconds
+    assert base.compute.expert_parallel_bytes == 0
+    text = run_cli("plan", str(MIXTRAL), "--set", "parallelism.expert_parallel=8").stdout
+    assert f"likely {plan.step.bound}-bound" in text and text.count("-bound") == 2
+    assert "assumes a perfectly balanced router" in text
+
+
+def test_groups_across_nodes_send_the_off_node_share_over_the_network() -> None:
+    inside, across = _mixtral(8), _mixtral(16)
+    device = plan_job(inside).accelerator
+    assert not ep.spans_nodes(inside) and ep.spans_nodes(across)
+    # Inside a node: 7 peers' rows over NVLink. Across two nodes: 8 peers' over the NIC.
+    rows = 2 * 4096 * 2 * 4096
+    latency = device.collective_latency_us * 1e-6
+    per = rows / 8 * 7 / (device.intra_node_gbps * 1e9 * 0.9) + latency
+    assert math.isclose(ep.micro_batch_seconds(inside, device), 192 * per)
+    per = rows / 16 * 8 / (device.inter_node_gbps * 1e9 * 0.9) + latency
+    assert math.isclose(ep.micro_batch_seconds(across, device), 192 * per)
+
+
+def test_deepseek_v3_fits_nowhere_under_fsdp_and_fits_with_the_offered_ep() -> None:
+    """Issue 44's named case: DeepSeek-V3 (public config.json) on H100-80GB. FSDP alone:
+    one layer's 256 experts gather 22 GiB, with the prefetch and the reduce-scatter over
+    130 GiB a GPU at any count; EP 8 gathers 32 of them."""
+    fsdp_only = run_cli("plan", str(DEEPSEEK))
+    assert "device: DOES NOT FIT: 139.6 of 79.1 GiB" in fsdp_only.stdout
+    offer = "fewest H100-80GB that fit: none up to 4096 nodes; 256 with --set " \
+            "parallelism.expert_parallel=8"
+    assert offer in fsdp_only.stdout
+    refused = run_cli("validate", str(DEEPSEEK))
+    assert refused.returncode == 1 and "FS201" in refused.stdout
+    assert "(256 do with --set parallelism.expert_parallel=8)" in refused.stdout
+    with_ep = json.loads(run_cli("plan", str(DEEPSEEK), "--set", "parallelism.expert_parallel=8",
+                                 "--format", "json").stdout)
+    assert with_ep["fits"] and with_ep["world_size"] == 256
+    assert with_ep["memory"]["device"]["total_bytes"] / GIB < 79.1 * 0.9
+    assert run_cli("validate", str(DEEPSEEK), "--set",
+                   "parallelism.expert_parallel=8").returncode == 0
