@@ -397,6 +397,11 @@ def export_config(spec: JobSpec, layers: list[str]) -> tuple[dict[str, Any], lis
         notes += more
     parallelism, more = _parallelism_config(spec)
     notes += more
+    if spec.parallelism.expert_parallel > 1:
+        # accelerate's ParallelismConfig has dp_replicate, dp_shard, tp and cp sizes only.
+        notes.append(f"parallelism.expert_parallel {spec.parallelism.expert_parallel}: "
+                     "accelerate's parallelism_config has no expert-parallel size; not "
+                     "written (accelerate would run every expert on every rank)")
     if spec.float8 is not None:
         precision = "fp8"
         fp8, more = _fp8_config(spec, fsdp_config)

@@ -156,3 +156,20 @@ def test_a_family_without_a_preset_asks_for_the_model(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "no preset of the qwen3 family wraps Qwen3DecoderLayer" in result.stderr
     assert not (tmp_path / "job.yaml").exists()
+
+
+def test_expert_parallelism_is_said_not_written(tmp_path: Path) -> None:
+    """accelerate's ParallelismConfig has no expert-parallel size: the export names the
+    field it leaves out, and the config runs the job as plain FSDP."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text("apiVersion: fsdpspec/v1\nkind: TrainingJob\nmetadata: {name: moe}\n"
+                    "model: {preset: tiny-mixtral}\nresources: {accelerator: cpu, "
+                    "gpus_per_node: 2}\nfsdp: {mixed_precision: bf16}\n"
+                    "data: {seq_len: 64, global_batch_size: 8}\n"
+                    "parallelism: {expert_parallel: 2}\n")
+    out = tmp_path / "accelerate.yaml"
+    result = run_cli("export", "accelerate", str(spec), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert (f"{spec}: note: parallelism.expert_parallel 2: accelerate's parallelism_config "
+            "has no expert-parallel size; not written") in result.stderr
+    assert "expert" not in out.read_text()
