@@ -4,6 +4,8 @@ picked by name, never by position."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from fsdpspec.job.parallel import FLATTENED, ParallelDims, ParallelDimsError
@@ -28,6 +30,35 @@ def fsdp_mesh(world: DeviceMesh, dims: ParallelDims) -> DeviceMesh:
         if name in FLATTENED:
             world[FLATTENED[name]]._flatten(name)
     return world[dims.fsdp_mesh_names]
+
+
+@dataclass(frozen=True)
+class ExpertMeshes:
+    """The sub-meshes of expert parallelism: the experts' FSDP (``efsdp``, after
+    ``dp_replicate`` for a replicating strategy), the ``ep`` ranks their tokens are
+    exchanged over, and the ranks that hold the same tokens (this one alone: the
+    tensor-parallel group, where it is built, would hold the same batch)."""
+
+    fsdp: DeviceMesh
+    ep: DeviceMesh
+    tokens: DeviceMesh
+
+
+def expert_meshes(world: DeviceMesh, dims: ParallelDims) -> ExpertMeshes | None:
+    """torchtitan's sparse mesh, under expert parallelism (else None): the ``dp_shard``
+    dimension of ``world`` unflattened into ``efsdp × ep`` (``ep`` innermost: an expert
+    group is neighbouring ranks, within a node where it fits), the same ranks as the
+    dense mesh regrouped. A trailing dimension of one rank is each rank's own group."""
+    if not dims.ep_enabled:
+        return None
+    if dims.cp_enabled or dims.tp_enabled or dims.pp_enabled:
+        raise EngineError("parallelism.expert_parallel: the engine runs expert parallelism "
+                          "over the FSDP ranks alone; set parallelism.context_parallel and "
+                          "parallelism.tensor_parallel to 1")
+    sparse = world._unflatten("dp_shard", (dims.dp_shard // dims.ep, dims.ep, 1),
+                              ("efsdp", "ep", "ep_tokens"))
+    names = ("dp_replicate", "efsdp") if "dp_replicate" in dims.mesh_names else ("efsdp",)
+    return ExpertMeshes(sparse[names], sparse["ep"], sparse["ep_tokens"])
 
 
 def cp_mesh(world: DeviceMesh, dims: ParallelDims) -> DeviceMesh | None:

@@ -44,7 +44,7 @@ from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.float8 import float8_summary
 from fsdpspec_runners.engine.loop import Trainer, export_final, train
 from fsdpspec_runners.engine.lora import is_quantised
-from fsdpspec_runners.engine.mesh import build_mesh, cp_mesh, fsdp_mesh
+from fsdpspec_runners.engine.mesh import build_mesh, cp_mesh, expert_meshes, fsdp_mesh
 from fsdpspec_runners.engine.metrics import (
     MetricsSink,
     flops_per_token,
@@ -80,7 +80,8 @@ def build_fsdp_model(job: Job, runtime: Runtime, world: DeviceMesh | None = None
         meta = build_model(job, on_meta=True)
         model, units = parallelize(as_reference(meta, job) if reference else meta, job, mesh,
                                    runtime.device,
-                                   tp_mesh=world["tp"] if dims.tp_enabled else None)
+                                   tp_mesh=world["tp"] if dims.tp_enabled else None,
+                                   expert_meshes=expert_meshes(world, dims))
         if describe:
             _describe(job, runtime, units, model, sum(map(is_quantised, model.parameters())))
         materialise(model, runtime.device, spec.train.seed)

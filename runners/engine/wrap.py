@@ -28,20 +28,24 @@ from fsdpspec.job.units import Units, choose_units
 from fsdpspec.semantics import DTYPE_BYTES, fsdp1_option
 from fsdpspec.spec.v1 import MixedPrecision
 from fsdpspec_runners.engine.errors import EngineError
+from fsdpspec_runners.engine.expert_parallel import apply_expert_parallel, expert_parallel_plan
 from fsdpspec_runners.engine.float8 import convert_float8
+from fsdpspec_runners.engine.mesh import ExpertMeshes
 from fsdpspec_runners.engine.tensor_parallel import apply_tensor_parallel, tensor_parallel_plan
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_BYTES}
 
 
 def parallelize(model: nn.Module, job: Job, mesh: DeviceMesh, device: torch.device, *,
-                tp_mesh: DeviceMesh | None = None) -> tuple[nn.Module, Units]:
+                tp_mesh: DeviceMesh | None = None,
+                expert_meshes: ExpertMeshes | None = None) -> tuple[nn.Module, Units]:
     """torchtitan's order: float8 conversion, tensor parallelism over ``tp_mesh`` (the
-    ``tp`` sub-mesh, where the job has that degree), activation checkpointing, then
-    compile, then FSDP2 (each unit, then the root) or FSDP1. The units and the
-    checkpointed layers are the job's, by module name; ``mesh`` is the sub-mesh FSDP runs
-    over (`mesh.fsdp_mesh`). Returns the wrapped model and its units besides the root
-    (none under DDP)."""
+    ``tp`` sub-mesh, where the job has that degree), expert parallelism over
+    ``expert_meshes`` (where it has that one), activation checkpointing, then compile,
+    then FSDP2 (each unit, then the root) or FSDP1. The units and the checkpointed
+    layers are the job's, by module name; ``mesh`` is the sub-mesh FSDP runs over
+    (`mesh.fsdp_mesh`). Returns the wrapped model and its units besides the root (none
+    under DDP)."""
     spec = job.spec
     if job.float8 is not None:
         convert_float8(model, job)
@@ -49,8 +53,13 @@ def parallelize(model: nn.Module, job: Job, mesh: DeviceMesh, device: torch.devi
         assert tp_mesh is not None, "a tensor-parallel job needs its tp sub-mesh"
         apply_tensor_parallel(model, tensor_parallel_plan(job), tp_mesh)
     units_of = model_units(model, job)
+    if job.layout.dims.ep_enabled:
+        assert expert_meshes is not None, "an expert-parallel job needs its sparse mesh"
+        apply_expert_parallel(model, expert_parallel_plan(model, list(units_of.expert_names())),
+                              expert_meshes.ep, expert_meshes.tokens)
     # Taken before checkpointing renames the modules (the parameters stay the same).
     experts = expert_parameters(model, units_of)
+    expert_modules = [model.get_submodule(name) for name in units_of.expert_names()]
     layers = [model.get_submodule(name) for name in units_of.layer_names()]
     units = [model.get_submodule(name) for name in units_of.names()]
     checkpointed = {id(model.get_submodule(name)) for name in units_of.checkpointed()}
@@ -62,6 +71,8 @@ def parallelize(model: nn.Module, job: Job, mesh: DeviceMesh, device: torch.devi
     if job.layout.ddp:
         return replicate_ddp(model, mesh, device), units_of
     if job.layout.fsdp_version == 2:
+        if expert_meshes is not None:
+            shard_experts(expert_modules, job, expert_meshes.fsdp, device, experts)
         return shard_fsdp2(model, units, job, mesh, device, experts), units_of
     return wrap_fsdp1(model, units, job, mesh, device), units_of
 
@@ -96,14 +107,16 @@ def expert_parameters(model: nn.Module, units: Units) -> set[nn.Parameter]:
 
 def expert_placement(experts: set[nn.Parameter], shard_degree: int) -> Any:
     """FSDP2's ``shard_placement_fn``: a stacked expert tensor on the dim
-    `expert_shard_dim` picks (torchtitan's Shard(1) once the degree exceeds the experts),
+    `expert_shard_dim` picks for the experts this rank holds (all of them, or under
+    expert parallelism its own: torchtitan's Shard(1) once the degree exceeds them),
     every other parameter on FSDP's default, dim 0."""
-    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor import DTensor, Shard
 
     def placement(param: nn.Parameter) -> Shard | None:
         if param not in experts:
             return None
-        return Shard(expert_shard_dim(tuple(param.shape), shard_degree))
+        local = param.to_local() if isinstance(param, DTensor) else param
+        return Shard(expert_shard_dim(tuple(local.shape), shard_degree))
 
     return placement
 
@@ -183,16 +196,10 @@ def shard_fsdp2(
 ) -> nn.Module:
     """``fully_shard`` each unit, then the root; the stacked ``experts`` where
     `expert_placement` puts them."""
-    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+    from torch.distributed.fsdp import fully_shard
 
-    fsdp = job.spec.fsdp
-    offload = (
-        CPUOffloadPolicy(pin_memory=device.type == "cuda") if fsdp.cpu_offload else OffloadPolicy()
-    )
-    options = dict(
-        mesh=mesh, mp_policy=_fsdp2_precision(fsdp.mixed_precision), offload_policy=offload,
-        shard_placement_fn=expert_placement(experts, job.layout.shard_size) if experts else None,
-    )
+    placement = expert_placement(experts, job.layout.shard_size) if experts else None
+    options = dict(mesh=mesh, **_fsdp2_options(job, device, placement))
     reshard = job.layout.reshards_after_forward
     for index, unit in enumerate(units):
         # The last unit's parameters are needed again at once by backward: keep them.
@@ -202,6 +209,44 @@ def shard_fsdp2(
     # torchtitan does, instead of all-gathering it again after the loss.
     fully_shard(model, reshard_after_forward=False, **options)
     return model
+
+
+def shard_experts(modules: list[nn.Module], job: Job, mesh: DeviceMesh, device: torch.device,
+                  experts: set[nn.Parameter]) -> None:
+    """Under expert parallelism, ``fully_shard`` each experts module over the experts'
+    own data-parallel sub-mesh (``efsdp``, `mesh.expert_meshes`), before its layer takes
+    the rest over the dense one.
+
+    An expert's gradient sums the tokens of every rank that routed to it: the ``ep``
+    ranks' batches through the all-to-all's backward, and the ``efsdp`` (and replica)
+    copies' through FSDP's reduction. That is all the data-parallel batches, so it is
+    divided by their number, as the dense gradients are, not by the sub-mesh's size.
+    FSDP2 would divide by another factor in the reduce-scatter (PREMUL_SUM, which gloo
+    rejects and NCCL zeroes in bf16 up to torch 2.13): it sums there and divides
+    locally, as transformers' ``distributed/fsdp.py`` does. Without a reduce-scatter
+    (``efsdp`` 1) FSDP2 divides locally by itself, and a forced sum would divide twice."""
+    from torch.distributed.fsdp import fully_shard
+
+    options = _fsdp2_options(job, device, expert_placement(experts, job.layout.dims.dp_shard
+                                                           // job.layout.dims.ep))
+    dims = job.layout.dims
+    for module in modules:
+        fully_shard(module, mesh=mesh, reshard_after_forward=job.layout.reshards_after_forward,
+                    **options)
+        module.set_gradient_divide_factor(float(dims.dp_replicate * dims.fsdp_shard))
+        module.set_force_sum_reduction_for_comms(dims.dp_shard // dims.ep > 1)
+
+
+def _fsdp2_options(job: Job, device: torch.device, placement: Any) -> dict[str, Any]:
+    """``fully_shard``'s precision, offload and ``shard_placement_fn`` of the job."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy
+
+    fsdp = job.spec.fsdp
+    offload = (
+        CPUOffloadPolicy(pin_memory=device.type == "cuda") if fsdp.cpu_offload else OffloadPolicy()
+    )
+    return dict(mp_policy=_fsdp2_precision(fsdp.mixed_precision), offload_policy=offload,
+                shard_placement_fn=placement)
 
 
 def _fsdp2_precision(precision: MixedPrecision) -> Any:
