@@ -17,10 +17,27 @@ from __future__ import annotations
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
+from fsdpspec.job.job import Job
 from fsdpspec_runners.engine.errors import EngineError
 
 # The dispatch transformers registers under this name (`EPImplementationInterface`).
 DISPATCH = "all_to_all"
+
+
+def check_expert_parallel(job: Job) -> None:
+    """An EngineError (one line, before any collective) for what the engine's expert
+    parallelism does not run with: its sparse mesh regroups the FSDP2 shard ranks alone."""
+    dims = job.layout.dims
+    if not dims.ep_enabled:
+        return
+    problem = None
+    if job.layout.fsdp_version == 1:
+        problem = "FSDP1 does not shard DTensors; use fsdp.version: 2"
+    elif dims.cp_enabled or dims.tp_enabled or dims.pp_enabled:
+        problem = ("the engine splits the experts over FSDP's shard ranks alone; set "
+                   "parallelism.tensor_parallel and parallelism.context_parallel to 1")
+    if problem:
+        raise EngineError(f"parallelism.expert_parallel {dims.ep}: {problem}")
 
 
 def expert_parallel_plan(model: nn.Module, experts: list[str]) -> dict[str, str]:

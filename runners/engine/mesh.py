@@ -45,20 +45,16 @@ class ExpertMeshes:
 
 
 def expert_meshes(world: DeviceMesh, dims: ParallelDims) -> ExpertMeshes | None:
-    """torchtitan's sparse mesh, under expert parallelism (else None): the ``dp_shard``
-    dimension of ``world`` unflattened into ``efsdp × ep`` (``ep`` innermost: an expert
-    group is neighbouring ranks, within a node where it fits), the same ranks as the
-    dense mesh regrouped. A trailing dimension of one rank is each rank's own group."""
+    """torchtitan's sparse mesh (`ParallelDims.sparse_mesh_names`) under expert
+    parallelism, else None: the ``dp_shard`` dimension of ``world`` unflattened into
+    ``efsdp × ep`` (``ep`` innermost: an expert group is neighbouring ranks, within a
+    node where it fits), the dense mesh's ranks regrouped; a trailing dimension of one
+    rank gives each rank its own group. `expert_parallel.check_expert_parallel` has
+    refused what it does not lay out."""
     if not dims.ep_enabled:
         return None
-    if dims.cp_enabled or dims.tp_enabled or dims.pp_enabled:
-        raise EngineError("parallelism.expert_parallel: the engine runs expert parallelism "
-                          "over the FSDP ranks alone; set parallelism.context_parallel and "
-                          "parallelism.tensor_parallel to 1")
-    sparse = world._unflatten("dp_shard", (dims.dp_shard // dims.ep, dims.ep, 1),
-                              ("efsdp", "ep", "ep_tokens"))
-    names = ("dp_replicate", "efsdp") if "dp_replicate" in dims.mesh_names else ("efsdp",)
-    return ExpertMeshes(sparse[names], sparse["ep"], sparse["ep_tokens"])
+    sparse = world._unflatten("dp_shard", (dims.efsdp, dims.ep, 1), ("efsdp", "ep", "ep_tokens"))
+    return ExpertMeshes(sparse[dims.expert_fsdp_mesh_names], sparse["ep"], sparse["ep_tokens"])
 
 
 def cp_mesh(world: DeviceMesh, dims: ParallelDims) -> DeviceMesh | None:

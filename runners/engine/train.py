@@ -41,6 +41,7 @@ from fsdpspec_runners.engine.dist import (
     teardown,
 )
 from fsdpspec_runners.engine.errors import EngineError, first_line
+from fsdpspec_runners.engine.expert_parallel import check_expert_parallel
 from fsdpspec_runners.engine.float8 import float8_summary
 from fsdpspec_runners.engine.loop import Trainer, export_final, train
 from fsdpspec_runners.engine.lora import is_quantised
@@ -74,6 +75,7 @@ def build_fsdp_model(job: Job, runtime: Runtime, world: DeviceMesh | None = None
     dims = job.layout.dims
     if dims.tp_enabled:
         tensor_parallel_plan(job)  # what it cannot split fails here, before any collective
+    check_expert_parallel(job)
     world = world or build_mesh(dims, runtime.device.type)
     mesh = fsdp_mesh(world, dims)
     if job.layout.fsdp_version == 2:
@@ -117,6 +119,9 @@ def _describe(job: Job, runtime: Runtime, units: Units, model: torch.nn.Module,
                if dims.written_strategy != dims.strategy else "")
     mesh = " × ".join(f"{name} {size}" for name, size in
                       zip(dims.mesh_names, dims.mesh_shape, strict=True))
+    if dims.ep_enabled:  # the experts' sparse mesh
+        mesh += ", experts " + " × ".join(f"{name} {size}" for name, size in zip(
+            dims.sparse_mesh_names, dims.sparse_mesh_shape, strict=True))
     console(
         runtime,
         f"fsdp{lay.fsdp_version} {dims.strategy}{written}: {wrapped}, mesh {mesh}, "

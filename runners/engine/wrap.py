@@ -227,14 +227,13 @@ def shard_experts(modules: list[nn.Module], job: Job, mesh: DeviceMesh, device: 
     (``efsdp`` 1) FSDP2 divides locally by itself, and a forced sum would divide twice."""
     from torch.distributed.fsdp import fully_shard
 
-    options = _fsdp2_options(job, device, expert_placement(experts, job.layout.dims.dp_shard
-                                                           // job.layout.dims.ep))
     dims = job.layout.dims
+    options = _fsdp2_options(job, device, expert_placement(experts, dims.efsdp))
     for module in modules:
         fully_shard(module, mesh=mesh, reshard_after_forward=job.layout.reshards_after_forward,
                     **options)
         module.set_gradient_divide_factor(float(dims.dp_replicate * dims.fsdp_shard))
-        module.set_force_sum_reduction_for_comms(dims.dp_shard // dims.ep > 1)
+        module.set_force_sum_reduction_for_comms(dims.efsdp > 1)
 
 
 def _fsdp2_options(job: Job, device: torch.device, placement: Any) -> dict[str, Any]:

@@ -36,7 +36,8 @@ from fsdpspec_runners.local.runlock import is_lock_file
 # Fields a resumed run may change that lay it out anew (the global batch stays): the
 # parallel degrees too, since DCP reshards a checkpoint onto any mesh.
 LAYOUT_CHANGES = ("resources.nodes", "resources.gpus_per_node", "data.micro_batch_size",
-                  "parallelism.tensor_parallel", "parallelism.context_parallel")
+                  "parallelism.tensor_parallel", "parallelism.context_parallel",
+                  "parallelism.expert_parallel")
 # Fields that may differ between a run and its resumption (dotted prefixes).
 RESUMABLE_CHANGES = (
     *LAYOUT_CHANGES, "resources.cpus_per_node", "resources.host_memory_gib",

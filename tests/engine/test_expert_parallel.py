@@ -1,0 +1,191 @@
+"""Expert parallelism on CPU processes (gloo), issue 44: tiny Mixtral, Qwen3-MoE, gpt-oss
+(expert biases) and OLMoE (q/k norms), each on two shapes: EP 2 on 2 processes (the
+experts' FSDP degree 1) and data-parallel 2 × EP 2 on 4 (dp_shard 4, the experts
+FSDP-sharded over efsdp 2, their gradients summed there and divided locally). Against
+EP 1 on the same processes (the same global batch and seed), every family on every shape
+trains alike (losses, which carry the load-balancing loss, and gradient norms to 1e-5),
+resumes bit-identically, resumes onto EP 1 and from EP 1 (DCP reshards), and its
+`final/` loads in transformers with the logits of the checkpoint it was written from.
+Through `fsdpspec run`, one run directory goes EP 2 → EP 1 → EP 2 as layout changes.
+
+One launch a shape (engine_jobs.train_then_probe): each family's five jobs one after
+another (a resume reads the checkpoint an earlier job of the launch wrote), then the
+logits probe; the imports, not the training, are a tiny job's cost."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from engine_jobs import (  # noqa: E402
+    BASE,
+    final_weights,
+    merged,
+    metrics,
+    ok,
+    train_then_probe,
+    write_spec,
+)
+
+from conftest import run_cli  # noqa: E402
+from fsdpspec.runfiles.fault_settings import SIGNAL_AT_STEP_ENV  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+STEPS = 5
+MIDDLE = 3
+FAMILIES = ("tiny-mixtral", "tiny-qwen3-moe", "tiny-gpt-oss", "tiny-olmoe")
+# Each shape: its processes and the experts' mesh the engine reports for it.
+SHAPES = {"ep2": (2, "mesh dp_shard 2, experts efsdp 1 × ep 2"),
+          "dp2-ep2": (4, "mesh dp_shard 4, experts efsdp 2 × ep 2")}
+DEGREE = "parallelism.expert_parallel"
+
+
+def family_job(family: str, nproc: int, ep: int = 2) -> dict[str, Any]:
+    return merged(BASE, {
+        "resources": {"accelerator": "cpu", "gpus_per_node": nproc},
+        "model": {"preset": family}, "parallelism": {"expert_parallel": ep},
+        "train": {"max_steps": STEPS}, "checkpoint": {"interval_steps": MIDDLE, "keep_last": 0}})
+
+
+def resumed(job: dict[str, Any], run_dir: Path, final: bool = True) -> dict[str, Any]:
+    return merged(job, {"checkpoint": {"resume": str(run_dir / "checkpoints" /
+                                                     f"step-{MIDDLE:08d}"),
+                                       "final": {"enabled": final}}})
+
+
+def by_step(run_dir: Path) -> dict[int, dict[str, Any]]:
+    return {m["step"]: m for m in metrics(run_dir) if "loss" in m}
+
+
+def assert_trains_alike(ours: Path, reference: Path, steps: range) -> None:
+    a, b = by_step(ours), by_step(reference)
+    for step in steps:
+        for key in ("loss", "grad_norm"):
+            assert abs(a[step][key] - b[step][key]) <= 1e-5, (step, key, a[step], b[step])
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A shape's run directories per family and job (``ep1``, ``ep``, ``resumed``,
+    ``from-ep1``, ``onto-ep1``), rank 0's output of each, and the ``ep`` runs' logits
+    (the probe's: the checkpoint's, the weights', transformers')."""
+
+    name: str
+    root: Path
+    outputs: dict[str, str]
+    logits: dict[str, dict[str, Any]]
+
+    def run(self, family: str, kind: str) -> Path:
+        return self.root / family / kind
+
+
+@pytest.fixture(scope="session", params=list(SHAPES))
+def shape(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Shape:
+    nproc, _ = SHAPES[request.param]
+    root = tmp_path_factory.mktemp(request.param)
+    jobs: dict[str, dict[str, Any]] = {}
+    for f in FAMILIES:
+        ep1, ep = family_job(f, nproc, ep=1), family_job(f, nproc)
+        jobs |= {f"{f}/ep1": ep1, f"{f}/ep": ep,
+                 f"{f}/resumed": resumed(ep, root / f / "ep"),
+                 f"{f}/from-ep1": resumed(ep, root / f / "ep1"),
+                 f"{f}/onto-ep1": resumed(ep1, root / f / "ep", final=False)}
+    specs = [write_spec(root / name, job) for name, job in jobs.items()]
+    results, logits = train_then_probe(
+        specs, [(root / f / "ep", jobs[f"{f}/ep"]) for f in FAMILIES], nproc)
+    for name, result in zip(jobs, results, strict=True):
+        assert result.returncode == 0, (name, (result.stdout + result.stderr)[-3000:])
+    outputs = {name: r.stdout for name, r in zip(jobs, results, strict=True)}
+    return Shape(request.param, root, outputs, dict(zip(FAMILIES, logits, strict=True)))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_trains_as_ep1(shape: Shape, family: str) -> None:
+    _, mesh = SHAPES[shape.name]
+    assert mesh in shape.outputs[f"{family}/ep"]
+    assert "experts" not in shape.outputs[f"{family}/ep1"]
+    assert_trains_alike(shape.run(family, "ep"), shape.run(family, "ep1"), range(1, STEPS + 1))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_resumes_exactly(shape: Shape, family: str) -> None:
+    straight, again = by_step(shape.run(family, "ep")), by_step(shape.run(family, "resumed"))
+    assert sorted(again) == [4, 5]
+    assert [again[s]["loss"] for s in again] == [straight[s]["loss"] for s in again]
+    a, b = final_weights(shape.run(family, "ep")), final_weights(shape.run(family, "resumed"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_resumes_onto_and_from_ep1(shape: Shape, family: str) -> None:
+    """DCP reshards the experts' step-3 checkpoint between EP 2 and EP 1, both ways:
+    steps 4–5 as the run the checkpoint came from."""
+    after = range(MIDDLE + 1, STEPS + 1)
+    assert_trains_alike(shape.run(family, "onto-ep1"), shape.run(family, "ep"), after)
+    assert_trains_alike(shape.run(family, "from-ep1"), shape.run(family, "ep1"), after)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_final_gives_the_checkpoints_logits(shape: Shape, family: str) -> None:
+    """The EP run's final/ loads in transformers (and back into the engine under EP as
+    model.weights) with the logits of the expert-parallel model resumed from its newest
+    checkpoint."""
+    logits = shape.logits[family]
+    assert torch.allclose(logits["transformers"], logits["checkpoint"], atol=1e-5, rtol=0)
+    assert torch.allclose(logits["weights"], logits["checkpoint"], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("shape", ["ep2"], indirect=True)
+def test_export_hf_of_an_ep_run_gives_the_checkpoints_logits(shape: Shape,
+                                                             tmp_path: Path) -> None:
+    """`fsdpspec export hf RUN` of the EP run's newest checkpoint (in this process:
+    torch is loaded here already)."""
+    from click.testing import CliRunner
+    from transformers import AutoModelForCausalLM
+
+    from fsdpspec.cli.main import cli
+
+    run, exported = shape.run("tiny-mixtral", "ep"), tmp_path / "hf"
+    result = CliRunner().invoke(cli, ["export", "hf", str(run), "-o", str(exported)])
+    assert result.exit_code == 0, result.output
+    logits = shape.logits["tiny-mixtral"]
+    model = AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32)
+    with torch.no_grad():
+        assert torch.allclose(model(logits["input_ids"]).logits, logits["checkpoint"],
+                              atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("shape", ["ep2"], indirect=True)
+def test_a_changed_expert_parallel_degree_continues_in_the_same_run_directory(
+        shape: Shape, tmp_path: Path) -> None:
+    """`fsdpspec run` of Mixtral on EP 2, stopped at step 2, comes back on EP 1, stopped
+    at step 4, and back on EP 2 to step 5: two layout changes in one run directory, each
+    one line, the checkpoint resharded by DCP; every step as EP 1's uninterrupted run."""
+    spec, run = tmp_path / "mixtral.yaml", tmp_path / "run"
+    spec.write_text(json.dumps(merged(family_job("tiny-mixtral", 2), {
+        "checkpoint": {"dir": str(run), "final": {"enabled": False}}})))
+    said = []
+    for degree, stop in ((2, 2), (1, 4), (2, None)):
+        env = {"OMP_NUM_THREADS": "1", **({SIGNAL_AT_STEP_ENV: str(stop)} if stop else {})}
+        result = run_cli("run", str(spec), "--set", f"{DEGREE}={degree}", cwd=tmp_path,
+                         env=env, timeout=600)
+        if stop:
+            assert (f"stopped by SIGTERM at step {stop}; checkpoint saved"
+                    in result.stdout + result.stderr)
+        else:
+            ok(result)
+        said.append(result.stderr.splitlines())
+    for lines, (before, after) in zip(said[1:], ((2, 1), (1, 2)), strict=True):
+        assert (f"new layout: the same 2 processes ({DEGREE} {before} → {after}); the "
+                "checkpoint is resharded and the run continues at its step and data "
+                "position (global batch 4)") in lines
+    steps = by_step(run)
+    assert sorted(steps) == list(range(1, STEPS + 1))
+    assert_trains_alike(run, shape.run("tiny-mixtral", "ep1"), range(1, STEPS + 1))
