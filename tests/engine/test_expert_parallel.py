@@ -34,6 +34,7 @@ from engine_jobs import (  # noqa: E402
 )
 
 from conftest import run_cli  # noqa: E402
+from fsdpspec.catalog.presets import preset_config  # noqa: E402
 from fsdpspec.runfiles.fault_settings import SIGNAL_AT_STEP_ENV  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -47,10 +48,17 @@ SHAPES = {"ep2": (2, "mesh dp_shard 2, experts efsdp 1 × ep 2"),
 DEGREE = "parallelism.expert_parallel"
 
 
+# Mixtral with 2 experts (one a rank under EP 2): on 4 processes the experts' FSDP
+# degree 2 exceeds the rank's one expert, so its tensors are sharded on dim 1.
+TWO_EXPERTS = "two-experts"
+
+
 def family_job(family: str, nproc: int, ep: int = 2) -> dict[str, Any]:
     return merged(BASE, {
         "resources": {"accelerator": "cpu", "gpus_per_node": nproc},
-        "model": {"preset": family}, "parallelism": {"expert_parallel": ep},
+        "model": {"preset": family} if family in FAMILIES else {"preset": None,
+                                                                 "hf_config": family},
+        "parallelism": {"expert_parallel": ep},
         "train": {"max_steps": STEPS}, "checkpoint": {"interval_steps": MIDDLE, "keep_last": 0}})
 
 
@@ -97,6 +105,13 @@ def shape(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
                  f"{f}/resumed": resumed(ep, root / f / "ep"),
                  f"{f}/from-ep1": resumed(ep, root / f / "ep1"),
                  f"{f}/onto-ep1": resumed(ep1, root / f / "ep", final=False)}
+    if nproc == 4:
+        config = root / TWO_EXPERTS
+        config.mkdir()
+        (config / "config.json").write_text(json.dumps(
+            preset_config("tiny-mixtral") | {"num_local_experts": 2}))
+        jobs |= {f"{TWO_EXPERTS}/ep1": family_job(str(config), nproc, ep=1),
+                 f"{TWO_EXPERTS}/ep": family_job(str(config), nproc)}
     specs = [write_spec(root / name, job) for name, job in jobs.items()]
     results, logits = train_then_probe(
         specs, [(root / f / "ep", jobs[f"{f}/ep"]) for f in FAMILIES], nproc)
@@ -140,6 +155,23 @@ def test_final_gives_the_checkpoints_logits(shape: Shape, family: str) -> None:
     logits = shape.logits[family]
     assert torch.allclose(logits["transformers"], logits["checkpoint"], atol=1e-5, rtol=0)
     assert torch.allclose(logits["weights"], logits["checkpoint"], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("shape", ["dp2-ep2"], indirect=True)
+def test_fewer_experts_a_rank_than_their_fsdp_degree_shard_on_dim_1(shape: Shape) -> None:
+    """Mixtral with 2 experts on dp_shard 4 × EP 2: each rank's one expert is sharded on
+    dim 1 over efsdp 2 (each rank saves a quarter of the stacked tensor, half an expert),
+    and it trains as EP 1 (where the degree 4 exceeds the 2 experts: dim 1 too)."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    run = shape.run(TWO_EXPERTS, "ep")
+    assert_trains_alike(run, shape.run(TWO_EXPERTS, "ep1"), range(1, STEPS + 1))
+    saved = FileSystemReader(str(run / "checkpoints" / f"step-{MIDDLE:08d}")).read_metadata()
+    for key in ("gate_up_proj", "down_proj"):
+        held = saved.state_dict_metadata[f"model.model.layers.0.mlp.experts.{key}"]
+        experts, rows, columns = held.size
+        assert experts == 2
+        assert sorted(tuple(c.sizes) for c in held.chunks) == [(1, rows // 2, columns)] * 4
 
 
 @pytest.mark.parametrize("shape", ["ep2"], indirect=True)
