@@ -64,6 +64,10 @@ def check_traceable(job: Job) -> None:
                          "are; drop fsdp.activation_offload to trace")
     if spec.model.factory is not None:
         raise TraceError("--trace builds transformers models only (preset or hf_config)")
+    if job.layout.dims.ep_enabled:
+        raise TraceError("--trace does not run expert parallelism: its all-to-all's split sizes "
+                         "are the counts of routed tokens, which fake tensors do not hold; "
+                         "trace with parallelism.expert_parallel: 1")
     if spec.peft is not None and spec.peft.method == "qlora":
         raise TraceError("--trace cannot quantise QLoRA's 4-bit base on fake tensors (NF4 "
                          "reads the weights' values); trace peft.method: lora")

@@ -221,3 +221,13 @@ def test_a_changed_expert_parallel_degree_continues_in_the_same_run_directory(
     steps = by_step(run)
     assert sorted(steps) == list(range(1, STEPS + 1))
     assert_trains_alike(run, shape.run("tiny-mixtral", "ep1"), range(1, STEPS + 1))
+
+
+def test_trace_refuses_expert_parallelism_in_one_line(tmp_path: Path) -> None:
+    spec = tmp_path / "mixtral.yaml"
+    spec.write_text(json.dumps(merged(family_job("tiny-mixtral", 2), {
+        "fsdp": {"mixed_precision": "bf16"}})))
+    result = run_cli("plan", str(spec), "--trace", cwd=tmp_path, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "trace with parallelism.expert_parallel: 1")
