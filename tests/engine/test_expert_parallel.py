@@ -53,6 +53,12 @@ DEGREE = "parallelism.expert_parallel"
 TWO_EXPERTS = "two-experts"
 
 
+# What runs beside expert parallelism (the lint rules accept it), on Mixtral on EP 2.
+BESIDE = {"full-ac": {"fsdp": {"activation_checkpointing": "full"}},
+          "op-ac": {"fsdp": {"activation_checkpointing": "op"}},
+          "lora": {"peft": {"method": "lora"}}}
+
+
 def family_job(family: str, nproc: int, ep: int = 2) -> dict[str, Any]:
     return merged(BASE, {
         "resources": {"accelerator": "cpu", "gpus_per_node": nproc},
@@ -112,6 +118,9 @@ def shape(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             preset_config("tiny-mixtral") | {"num_local_experts": 2}))
         jobs |= {f"{TWO_EXPERTS}/ep1": family_job(str(config), nproc, ep=1),
                  f"{TWO_EXPERTS}/ep": family_job(str(config), nproc)}
+    for name, beside in BESIDE.items() if nproc == 2 else ():
+        jobs |= {f"{name}/ep1": merged(family_job("tiny-mixtral", nproc, ep=1), beside),
+                 f"{name}/ep": merged(family_job("tiny-mixtral", nproc), beside)}
     specs = [write_spec(root / name, job) for name, job in jobs.items()]
     results, logits = train_then_probe(
         specs, [(root / f / "ep", jobs[f"{f}/ep"]) for f in FAMILIES], nproc)
@@ -155,6 +164,15 @@ def test_final_gives_the_checkpoints_logits(shape: Shape, family: str) -> None:
     logits = shape.logits[family]
     assert torch.allclose(logits["transformers"], logits["checkpoint"], atol=1e-5, rtol=0)
     assert torch.allclose(logits["weights"], logits["checkpoint"], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("shape", ["ep2"], indirect=True)
+@pytest.mark.parametrize("beside", list(BESIDE))
+def test_trains_as_ep1_beside(shape: Shape, beside: str) -> None:
+    """Full and op-level activation checkpointing recompute the layer, its two
+    all-to-alls included, in backward; LoRA trains adapters beside the frozen experts."""
+    assert "experts efsdp 1 × ep 2" in shape.outputs[f"{beside}/ep"]
+    assert_trains_alike(shape.run(beside, "ep"), shape.run(beside, "ep1"), range(1, STEPS + 1))
 
 
 @pytest.mark.parametrize("shape", ["dp2-ep2"], indirect=True)
