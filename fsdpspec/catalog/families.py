@@ -272,7 +272,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     Family("qwen3", "Qwen3", {
         "intermediate_size": 22016, "num_key_value_heads": 32, "vocab_size": 151936,
         "tie_word_embeddings": False, "attention_bias": False, "head_dim": 128},
-        qk_norm="head", window="flag", **_LLAMA_BIAS),
+        qk_norm="head", window="flag", presets=("qwen3-0.6b", "qwen3-32b"), **_LLAMA_BIAS),
     Family("gemma", "Gemma", {
         "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
         "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
@@ -338,7 +338,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         window="always",
         moe=Moe("num_local_experts", peft_expert_names=("w1", "w2", "w3", "gate")),
         aliases={"num_experts": "num_local_experts"},
-        presets=("mixtral-8x7b", "tiny-mixtral")),
+        presets=("mixtral-8x7b", "tiny-mixtral", "mixtral-8x22b")),
     Family("qwen3_moe", "Qwen3Moe", {
         "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
         "num_key_value_heads": 4, "vocab_size": 151936, "tie_word_embeddings": False,
@@ -348,7 +348,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         qk_norm="head", window="flag",
         moe=Moe("num_experts", "moe_intermediate_size", peft_expert_names=_QWEN2_MOE_PEFT),
         modules_first=("experts",), aliases={"num_experts": "num_local_experts"},
-        presets=("qwen3-30b-a3b", "tiny-qwen3-moe"), **_LLAMA_BIAS),
+        presets=("qwen3-30b-a3b", "tiny-qwen3-moe", "qwen3-235b-a22b",
+                 "torchtitan-qwen3-moe-debug"), **_LLAMA_BIAS),
     Family("olmoe", "Olmoe", {
         "hidden_size": 2048, "intermediate_size": 2048, "num_hidden_layers": 16,
         "num_attention_heads": 16, "num_key_value_heads": None, "vocab_size": 50304,
@@ -377,7 +378,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         moe=Moe("num_local_experts", router_bias=True, expert_bias=True, router="router",
                 width_saves=7, input_major=True),
         aliases={"num_experts": "num_local_experts"},
-        presets=("gpt-oss-20b", "tiny-gpt-oss"), **_LLAMA_BIAS),
+        presets=("gpt-oss-20b", "tiny-gpt-oss", "gpt-oss-120b", "torchtitan-gpt-oss-debug"),
+        **_LLAMA_BIAS),
     Family("phi3", "Phi3", {
         "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": None, "vocab_size": 32064,

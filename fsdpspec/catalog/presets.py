@@ -249,6 +249,50 @@ PRESETS.update({
         num_hidden_layers=24, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
         num_local_experts=32, num_experts_per_tok=4, vocab_size=201088,
         sliding_window=128, max_position_embeddings=131072),
+    # The Mixtures of Experts users bring, as their published config.json files say
+    # (geometry keys only), each from the Hub repository its comment names.
+    "gpt-oss-120b": _family(  # openai/gpt-oss-120b
+        "gpt_oss", "GptOssForCausalLM", hidden_size=2880, intermediate_size=2880,
+        num_hidden_layers=36, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+        num_local_experts=128, num_experts_per_tok=4, vocab_size=201088,
+        sliding_window=128, max_position_embeddings=131072, rope_theta=150000.0),
+    "qwen3-235b-a22b": _family(  # Qwen/Qwen3-235B-A22B
+        "qwen3_moe", "Qwen3MoeForCausalLM", hidden_size=4096, intermediate_size=12288,
+        moe_intermediate_size=1536, num_hidden_layers=94, num_attention_heads=64,
+        num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+        norm_topk_prob=True, vocab_size=151936, max_position_embeddings=40960,
+        rope_theta=1000000.0),
+    "mixtral-8x22b": _family(  # mistralai/Mixtral-8x22B-v0.1
+        "mixtral", "MixtralForCausalLM", hidden_size=6144, intermediate_size=16384,
+        num_hidden_layers=56, num_attention_heads=48, num_key_value_heads=8,
+        vocab_size=32768, num_local_experts=8, num_experts_per_tok=2,
+        max_position_embeddings=65536, rope_theta=1000000.0, router_aux_loss_coef=0.001),
+    # Dense Qwen3 (Qwen/Qwen3-0.6B, Qwen/Qwen3-32B): torchtitan's qwen3 0.6B and 32B flavors.
+    "qwen3-0.6b": _family(
+        "qwen3", "Qwen3ForCausalLM", hidden_size=1024, intermediate_size=3072,
+        num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+        vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+        rms_norm_eps=1e-6, tie_word_embeddings=True),
+    "qwen3-32b": _family(
+        "qwen3", "Qwen3ForCausalLM", hidden_size=5120, intermediate_size=25600,
+        num_hidden_layers=64, num_attention_heads=64, num_key_value_heads=8, head_dim=128,
+        vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+        rms_norm_eps=1e-6, tie_word_embeddings=False),
+    # torchtitan's debug flavors of its MoE models (pytorch/torchtitan 238fa9953e4a,
+    # torchtitan/models/qwen3/__init__.py "debugmodel_moe" and
+    # torchtitan/models/gpt_oss/__init__.py "debugmodel", with GptOssModelArgs' defaults):
+    # small enough to train on CPUs.
+    "torchtitan-qwen3-moe-debug": _family(
+        "qwen3_moe", "Qwen3MoeForCausalLM", hidden_size=256, intermediate_size=3072,
+        moe_intermediate_size=768, num_hidden_layers=8, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, num_experts=64, num_experts_per_tok=8,
+        norm_topk_prob=True, vocab_size=2048, max_position_embeddings=4096,
+        rope_theta=1000000.0, rms_norm_eps=1e-6),
+    "torchtitan-gpt-oss-debug": _family(
+        "gpt_oss", "GptOssForCausalLM", hidden_size=256, intermediate_size=2880,
+        num_hidden_layers=4, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+        num_local_experts=8, num_experts_per_tok=4, vocab_size=201088,
+        sliding_window=128, max_position_embeddings=131072, rope_theta=150000.0),
 })
 
 
@@ -286,6 +330,11 @@ HUB_PRESETS: dict[str, str] = {
     "openai/gpt-oss-20b": "gpt-oss-20b",
     "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
     "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b",
+    "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "openai/gpt-oss-120b": "gpt-oss-120b",
+    "mistralai/Mixtral-8x22B-v0.1": "mixtral-8x22b",
+    "Qwen/Qwen3-0.6B": "qwen3-0.6b",
+    "Qwen/Qwen3-32B": "qwen3-32b",
     "EleutherAI/pythia-1.4b": "pythia-1.4b",
     "bigcode/starcoder2-3b": "starcoder2-3b",
 }

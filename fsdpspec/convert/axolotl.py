@@ -253,6 +253,20 @@ def _rest(entries: dict[str, Entry], draft: Draft) -> None:
         draft.note(entry, f"{key}: no v1 field; not imported")
 
 
+def _offloaded_checkpointing(args: dict[str, Entry], draft: Draft) -> None:
+    """axolotl's `gradient_checkpointing: offload` recomputes every layer and keeps each
+    layer's saved input in host memory (its CPU-offloaded checkpoint wrapper): full
+    checkpointing with fsdp.activation_offload, which under it moves those inputs."""
+    entry = args.get("gradient_checkpointing")
+    if entry is None or not (isinstance(entry.value, str) and entry.value.lower() == "offload"):
+        return
+    del args["gradient_checkpointing"]
+    draft.carry("fsdp.activation_checkpointing", "full", entry,
+                ": every layer recomputed in backward")
+    draft.carry("fsdp.activation_offload", True, entry,
+                ": each layer's saved input held in host memory")
+
+
 def import_config(path: Path, *, name: str, assumed: Assumptions,
                   base_dir: Path) -> Imported:
     """A commented v1 spec of the axolotl config at ``path``."""
@@ -269,6 +283,7 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     apply_fsdp(reading, draft)
     _layout(entries, reading, draft, assumed)
     world = draft.value("resources.gpus_per_node")
+    _offloaded_checkpointing(args, draft)
     hftrain.apply_training(draft, args, world)
     _float8(entries, draft)  # over the precision keys: accelerate's fp8 runs FSDP in bf16
     targets = axolotl_lora.apply_adapter(entries, draft)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fsdpspec.catalog.config_source import ModelConfigError, read_hf_config
 from fsdpspec.convert import hftrain
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
 from fsdpspec.convert.float8 import (
@@ -30,11 +31,17 @@ from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import Document, read_toml
 from fsdpspec.spec.load import join
 
-# (model name, flavor) → the preset of the same geometry.
+# (model name, flavor) → the preset of the same geometry: the flavor tables of each
+# model's `__init__.py` (pytorch/torchtitan 238fa9953e4a), debug flavors included.
 _PRESETS = {
     ("llama2", "7B"): "llama2-7b", ("llama2", "13B"): "llama2-13b",
     ("llama2", "70B"): "llama2-70b", ("llama3", "8B"): "llama3-8b",
     ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3.1-405b",
+    ("qwen3", "0.6B"): "qwen3-0.6b", ("qwen3", "32B"): "qwen3-32b",
+    ("qwen3", "30B-A3B"): "qwen3-30b-a3b", ("qwen3", "235B-A22B"): "qwen3-235b-a22b",
+    ("qwen3", "debugmodel_moe"): "torchtitan-qwen3-moe-debug",
+    ("gpt_oss", "20b"): "gpt-oss-20b", ("gpt_oss", "120b"): "gpt-oss-120b",
+    ("gpt_oss", "debugmodel"): "torchtitan-gpt-oss-debug",
 }
 # Degrees the spec says, and the field of each.
 _DEGREES = {"tensor_parallel_degree": "parallelism.tensor_parallel",
@@ -391,18 +398,24 @@ def _checkpoint(toml: _Toml, draft: Draft) -> None:
     toml.get("checkpoint", "interval_type")
 
 
-def _model(toml: _Toml) -> Entry | None:
+def _model(toml: _Toml, base_dir: Path) -> Entry | None:
+    """The model: the preset of ``[model] name`` and ``flavor`` (torchtitan's tables of
+    shapes), else the config in ``hf_assets_path`` where that folder holds one, else
+    the name and flavor for the importer core to resolve by family or stop on."""
     name, flavor = toml.get("model", "name"), toml.get("model", "flavor")
+    assets = toml.get("model", "hf_assets_path")
     if name is None:
         return None
+    label = f"{name.value} {flavor.value}" if flavor else str(name.value)
     preset = _PRESETS.get((str(name.value), str(flavor.value) if flavor else ""))
     if preset is not None:
-        return Entry(preset, flavor.line if flavor else name.line,
-                     f"[model] {name.value} {flavor.value if flavor else ''}".strip())
-    assets = toml.get("model", "hf_assets_path")
-    if assets is not None:
-        return assets
-    label = f"{name.value} {flavor.value}" if flavor else str(name.value)
+        return Entry(preset, flavor.line if flavor else name.line, f"[model] {label}")
+    if assets is not None and isinstance(assets.value, str):
+        try:
+            read_hf_config(assets.value, base_dir)
+            return assets
+        except (ModelConfigError, OSError, ValueError):
+            pass  # a tokenizer folder: the name and flavor say the model
     return Entry(label, name.line, "[model] name and flavor")
 
 
@@ -421,7 +434,7 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     _float8(toml, draft)
     _checkpointing(toml, draft)
     _layout(toml, draft, assumed)
-    model = _model(toml)
+    model = _model(toml, base_dir)
     if draft.refusals:
         return finish(draft, tool="torchtitan", kind="torchtitan", source=str(path),
                       name=name, model=model, layers=None, assumed=assumed,

@@ -157,6 +157,17 @@ LOAD_CODES = _codes(
      "\"500\", an integer past 2^31, a rendezvous host with shell characters or a port "
      "outside 1-65535, more layer classes than a spec holds. One line per source value "
      "names its key, its line, the field and why; nothing is written."),
+    ("FS055", "import-model-unresolved", "an imported config names a Mixture of Experts "
+     "fsdpspec cannot stand in for",
+     "A model the source names (`base_model`, `model_name_or_path`, torchtitan's `[model] "
+     "name` and flavor, or only a decoder layer class) whose config is not on this machine "
+     "(no preset of its geometry, no local config, not in the Hugging Face cache) is "
+     "planned with a marked stand-in of its own family, said in the spec's comment and a "
+     "note; a dense Llama stands in only for a dense model. A Mixture of Experts with no "
+     "preset of its family (DeepSeek-V3, Llama 4, Mistral Small 4, Qwen3.5-MoE …, by the "
+     "name's family in fsdpspec/catalog/model_names.py) is not swapped for a dense model: "
+     "the import stops with one line naming the model and its family; pass `--hf-config "
+     "DIR` (its config.json) or `--preset NAME`."),
     ("FS030", "model-config", "the model's config cannot be used",
      "`model.hf_config` is unreadable, or its config.json lacks or mistypes a field the "
      "planner needs."),

@@ -94,8 +94,8 @@ EXPECTED: dict[str, dict] = {
     # Its model is a stand-in (a local path) that fits no number of GPUs at the script's
     # lengths: the import stops and names the flags (issue 42).
     "trainer/scicom-fsdp1-peft/fsdp1-peft.sh": refused(
-        "FS201 resources.gpus_per_node 8: needs 221.1 GiB",
-        "the model llama3.2-1b does not fit 8 × H100-80GB as configured (peak 221.1 of 79.1 "
+        "FS201 resources.gpus_per_node 8: needs 255.9 GiB",
+        "the model qwen3-0.6b does not fit 8 × H100-80GB as configured (peak 255.9 of 79.1 "
         "GiB), which the file does not name: name your model with --preset or --hf-config"),
     # gpt-oss runs eager attention only (FS410): its probabilities fit at 1024 tokens, which
     # the import assumes (the script says no length). fsdp.json: use_orig_params false
@@ -160,15 +160,16 @@ EXPECTED: dict[str, dict] = {
         "with tensor_parallel 2 is not in this release",
         "FS192 attn_implementation (model.attention 'flash_attention_2'): context "
         "parallelism runs ring attention around SDPA"),
-    # Issue 42's real configs: CP beside flash attention and QLoRA (FS192, FS196), an
-    # 8-bit optimizer beside FULL_STATE_DICT (FS551), warmup past the last step (FS502).
+    # Issue 42's real configs: CP beside flash attention and QLoRA (FS192, FS196), warmup
+    # past the last step (FS502).
     "axolotl/nemotron-h-nano-30b-a3b-qlora-cp.yaml": refused(
         "FS196 adapter (peft.method 'qlora'): qlora with context parallelism is not in this "
         "release",
         "FS192 flash_attention (model.attention 'flash_attention_2')"),
+    # GLM-4.7-Flash is a Mixture of Experts no preset stands in for (issue 45).
     "axolotl/glm47-flash-qlora-fsdp.yaml": refused(
-        "FS551 optimizer (optimizer.state_dtype 'int8'): optimizer.state_dtype int8 "
-        "checkpoints as SHARDED_STATE_DICT only"),
+        "FS055 base_model zai-org/GLM-4.7-Flash: a GLM-4.7-Flash model (a Mixture of Experts, "
+        "transformers' glm4_moe_lite) that no preset stands in for"),
     "torchtitan/lambda-llama3_405b-16xgb300-8k.toml": refused(
         "FS502 [lr_scheduler] warmup_steps (optimizer.scheduler.warmup_steps 200): "
         "warmup_steps 200 ≥ max_steps 10",
@@ -193,7 +194,10 @@ EXPECTED: dict[str, dict] = {
     # torchtitan: FSDP2, data_parallel_shard_degree -1 over the assumed 8 GPUs.
     "torchtitan/2024-debug_model.toml": job(2, FULL, False, "selective", BF16, SSD, 8,
                                             ac_every=2),
-    "torchtitan/2026-qwen3_32b.toml": job(2, FULL, False, "full", BF16, SSD, 8),
+    # qwen3 32B, torchtitan's flavor, does not fit the 8 GPUs the import assumes.
+    "torchtitan/2026-qwen3_32b.toml": job(2, FULL, False, "full", BF16, SSD, 8,
+                                          preset="qwen3-32b", errors=("FS201",),
+                                          assumed="a GPU count"),
     # selective_ac_option "op": the engine's op-level policy (torchtitan's).
     "torchtitan/2024-llama3_8b.toml": job(2, FULL, False, "op", BF16, SSD, 8,
                                           preset="llama3-8b"),
@@ -218,9 +222,40 @@ EXPECTED: dict[str, dict] = {
         "FS324", "the model llama3.1-405b does not fit 8 × H100-80GB as configured (peak "
         "993.3 of 79.1 GiB), a GPU count the file does not say: it fits on 120")
        for year in (2025, 2026)},
-    "torchtitan/2026-qwen3_0.6b.toml": job(2, FULL, False, "op", BF16, SSD, 8),
+    "torchtitan/2026-qwen3_0.6b.toml": job(2, FULL, False, "op", BF16, SSD, 8,
+                                           preset="qwen3-0.6b"),
     "torchtitan/2026-deepseek_v3_16b.toml": refused("expert_parallel_degree 8"),
     "torchtitan/2026-llama4_17bx16e.toml": refused("expert_tensor_parallel_degree 8"),
+    # Issue 45: a Mixture of Experts a config names is its family and shape (torchtitan's
+    # flavor tables, debug flavors included), or the import stops naming the model and
+    # its family (FS055): no preset stands in for DeepSeek-V3, Llama 4 or Mistral Small 4.
+    "torchtitan/2026-qwen3_moe_debug.toml": job(2, FULL, False, "op", BF16, SSD, 8,
+                                                preset="torchtitan-qwen3-moe-debug"),
+    "torchtitan/2026-gpt_oss-debug_model.toml": job(2, FULL, False, "none", BF16, SSD, 8,
+                                                    preset="torchtitan-gpt-oss-debug"),
+    "torchtitan/2026-deepseek_v3-debug_model.toml": refused(
+        "FS055 [model] name and flavor deepseek_v3 debugmodel: a DeepSeek-V3 model (a Mixture "
+        "of Experts, transformers' deepseek_v3) that no preset stands in for; pass "
+        "--hf-config DIR"),
+    "torchtitan/2026-llama4-debug_model.toml": refused(
+        "FS055 [model] name and flavor llama4 debugmodel: a Llama 4 model (a Mixture of "
+        "Experts, transformers' llama4_text) that no preset stands in for; pass --hf-config"),
+    "axolotl/mistral4-fft-text.yml": refused(
+        "FS055 base_model axolotl-ai-co/Mistral-Small-4-119B-2603-BF16: a Mistral Small 4 "
+        "model (a Mixture of Experts, transformers' mistral4) that no preset stands in for; "
+        "fetch its config"),
+    **{f"axolotl/llama-4-{size}-qlora-fsdp1.yaml": refused(
+        f"FS055 base_model axolotl-quants/Llama-4-{size.title()}-17B-{experts}E-Linearized-bnb-"
+        "nf4-bf16: a Llama 4 model (a Mixture of Experts, transformers' llama4_text) that no "
+        "preset stands in for") for size, experts in (("scout", 16), ("maverick", 128))},
+    # gradient_checkpointing: offload is axolotl's CPU-offloaded checkpointing: full
+    # checkpointing with fsdp.activation_offload.
+    "axolotl/qwen3-32b-qlora.yaml": job(2, FULL, False, "full", BF16, FSD, 8,
+                                        preset="qwen3-32b", activation_offload=True,
+                                        global_batch=16, use_orig_params=None,
+                                        peft=("qlora", 16, 32, 0.0, [
+                                            "q_proj", "k_proj", "v_proj", "o_proj",
+                                            "down_proj", "up_proj"])),
 }
 
 
@@ -278,6 +313,7 @@ def test_corpus_imports_as_its_tool_runs_it(name: str, tmp_path: Path) -> None:
                        ("seq", spec.data.seq_len),
                        ("use_orig_params", fsdp.use_orig_params),
                        ("shard_group_size", fsdp.shard_group_size),
+                       ("activation_offload", fsdp.activation_offload),
                        ("global_batch", spec.data.global_batch_size)):
         if key in expected:
             assert field == expected[key], key
