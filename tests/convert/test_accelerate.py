@@ -148,13 +148,13 @@ def test_docs_table_matches_the_vocabulary() -> None:
 
 
 def test_a_family_without_a_preset_asks_for_the_model(tmp_path: Path) -> None:
-    """Guessing a Llama preset for a Qwen 3 layer would write a spec FS111 rejects."""
-    config = tmp_path / "qwen3.yaml"
+    """Guessing a Llama preset for a Gemma layer would write a spec FS111 rejects."""
+    config = tmp_path / "gemma.yaml"
     config.write_text("distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n"
-                      "  fsdp_transformer_layer_cls_to_wrap: Qwen3DecoderLayer\n")
+                      "  fsdp_transformer_layer_cls_to_wrap: GemmaDecoderLayer\n")
     result = run_cli("import", "accelerate", str(config), "-o", str(tmp_path / "job.yaml"))
     assert result.returncode == 2
-    assert "no preset of the qwen3 family wraps Qwen3DecoderLayer" in result.stderr
+    assert "no preset of the gemma family wraps GemmaDecoderLayer" in result.stderr
     assert not (tmp_path / "job.yaml").exists()
 
 

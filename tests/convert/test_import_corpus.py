@@ -11,6 +11,7 @@ through click's runner on the real CLI, except one subprocess per kind."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import ROOT, run_cli
+from fsdpspec.catalog.families import FAMILIES
+from fsdpspec.catalog.presets import PRESETS
 from fsdpspec.cli.main import cli
 from fsdpspec.convert.source_kinds import KINDS
 from fsdpspec.lint.environment import missing_packages
@@ -427,3 +430,35 @@ def test_no_import_writes_what_validate_refuses(name: str, tmp_path: Path) -> No
         note = next(x for x in result.output.splitlines() if "does not fit" in x)
         assert "which the file does not name: name your model with --preset or --hf-config" \
             in note or "a GPU count the file does not say: it fits on " in note, note
+
+
+_PRESET_LINE = re.compile(r"^  preset: (\S+) +# (.*)$", re.M)
+_SAID = re.compile(r"a .+ model (of its family )?\((dense|a Mixture of Experts)\)"
+                   r"|a model of a family fsdpspec cannot tell")
+
+
+@pytest.mark.parametrize("name", _every_config())
+def test_no_stand_in_of_another_family_goes_unsaid(name: str, tmp_path: Path) -> None:
+    """Issue 45: a preset the import planned in place of the model its file names (a
+    guess: its comment says "assumed" or "not in the source") says, on its own line of
+    the written spec, what it stands in for: a model of the same family, or of which
+    family, or that the family cannot be told; it is never a dense model for a Mixture
+    of Experts. A file that names no model gets its layer class's family."""
+    kind = name.split("/")[0] if "/" in name else "accelerate"
+    out = tmp_path / "job.yaml"
+    if CliRunner().invoke(cli, ["import", kind, str(CONFIGS / name), "-o", str(out)]
+                          ).exit_code != 0:
+        return
+    found = _PRESET_LINE.search(out.read_text())
+    if found is None or not found[2].startswith(("assumed", "not in the source")):
+        return  # the source's own model: a preset of its geometry, or its config
+    preset, comment = found.groups()
+    stand_in = FAMILIES[PRESETS[preset]["model_type"]]
+    if "stands in for" not in comment:
+        assert comment.startswith("not in the source: your model"), comment
+        layers = check_file(out).spec.fsdp.transformer_layer_cls
+        assert all(layer in stand_in.module_classes() for layer in layers), comment
+        return
+    said = comment.split(f"{preset} ", 1)[1]
+    assert _SAID.search(said), comment
+    assert stand_in.moe or "a Mixture of Experts" not in said, comment

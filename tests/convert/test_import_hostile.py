@@ -44,8 +44,8 @@ def test_a_planted_base_model_sets_no_slurm_setup_and_runs_nothing(tmp_path: Pat
     assert printable_lines(imported.output)
     keys = _keys(load_file(job).data)
     assert not {k for k in keys if k.startswith(("launch", "lint"))}, keys
-    assert ("# assumed: llama3.2-1b (Llama, dense) stands in for a model of a family fsdpspec "
-            "cannot tell: my-org/model\\nlaunch: {slurm:") in job.read_text()
+    assert ("# assumed: llama3-8b stands in for a Llama model of its family (dense): "
+            "my-org/model\\nlaunch: {slurm:") in job.read_text()
     exported = _run("export", "slurm", str(job), "-o", str(script))
     assert exported.exit_code == 0, exported.output
     assert "PLANTED" not in script.read_text()

@@ -148,11 +148,11 @@ def test_assumptions_that_do_not_fit_are_changed_said_or_refused(tmp_path: Path)
     stand_in = _import("trainer", source, out)
     assert (stand_in.exit_code, out.exists()) == (1, False)
     assert stand_in.output.splitlines() == [
-        f"{source}: FS201 resources.gpus_per_node 8: needs 221.1 GiB per GPU at its peak "
+        f"{source}: FS201 resources.gpus_per_node 8: needs 255.9 GiB per GPU at its peak "
         "(backward: loss) but H100-80GB has 79.1 GiB; no number of H100-80GB fits this "
         "configuration; nothing imported",
-        f"{source}: the model llama3.2-1b does not fit 8 × H100-80GB as configured (peak "
-        "221.1 of 79.1 GiB), which the file does not name: name your model with --preset or "
+        f"{source}: the model qwen3-0.6b does not fit 8 × H100-80GB as configured (peak "
+        "255.9 of 79.1 GiB), which the file does not name: name your model with --preset or "
         "--hf-config; see `fsdpspec plan`; nothing imported"]
 
 
