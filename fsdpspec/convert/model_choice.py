@@ -96,8 +96,8 @@ def _named(draft: Draft, model: Entry, layers: Entry | None, base_dir: Path) -> 
                   origin(model))
         return config
     if parse_hub_id(name) is not None:
-        fix = (f"fetch its config (`huggingface-cli download {name} config.json`) and pass "
-               f"--hf-config {name}, or pass --preset NAME")
+        fix = (f"pass --preset NAME, or --hf-config {name} once its config is cached "
+               f"(`huggingface-cli download {name} config.json`)")
     else:
         fix = "pass --hf-config DIR (the model's config.json) or --preset NAME"
     # The class the file wraps is exact where fsdpspec knows it; the name comes next.

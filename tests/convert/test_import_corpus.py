@@ -246,7 +246,7 @@ EXPECTED: dict[str, dict] = {
     "axolotl/mistral4-fft-text.yml": refused(
         "FS055 base_model axolotl-ai-co/Mistral-Small-4-119B-2603-BF16: a Mistral Small 4 "
         "model (a Mixture of Experts, transformers' mistral4) that no preset stands in for; "
-        "fetch its config"),
+        "pass --preset NAME, or --hf-config"),
     **{f"axolotl/llama-4-{size}-qlora-fsdp1.yaml": refused(
         f"FS055 base_model axolotl-quants/Llama-4-{size.title()}-17B-{experts}E-Linearized-bnb-"
         "nf4-bf16: a Llama 4 model (a Mixture of Experts, transformers' llama4_text) that no "
