@@ -79,6 +79,19 @@ def test_published_moe_sizes() -> None:
     assert (qwen.total_params, qwen.active_params) == (30_532_122_624, 3_353_032_704)
 
 
+@pytest.mark.parametrize(("preset", "total", "active"), [
+    # Issue 45's presets, as their model cards count them: Qwen3-235B-A22B 235B with 22B
+    # active, gpt-oss-120b 116.8B (5.1B active without the embeddings: 5.7B with them),
+    # Mixtral 8x22B 141B with 39B active.
+    ("qwen3-235b-a22b", 235_093_634_560, 22_190_763_520),
+    ("gpt-oss-120b", 116_829_156_672, 5_711_982_912),
+    ("mixtral-8x22b", 140_630_071_296, 39_161_468_928),
+])
+def test_published_sizes_of_the_moe_users_bring(preset: str, total: int, active: int) -> None:
+    geometry = geometry_from_config(preset_config(preset))
+    assert (geometry.total_params, geometry.active_params) == (total, active)
+
+
 def test_gpt_neox_ignores_key_value_heads_as_transformers_does() -> None:
     config = preset_config("tiny-gpt-neox") | {"num_key_value_heads": 2}
     assert geometry_from_config(config).total_params == sum(
