@@ -81,6 +81,8 @@ RUN_HERE: dict[str, Run] = {
     "train.dpo.reference=adapter": Run(
         0, "model 19.89 / 21.89, adapter (this job) 18.02 / 19.92, precomputed 18.02 / 19.92",
         DPO_PAIRS),
+    "fsdpspec import axolotl tests/convert/configs/axolotl/qwen2-dpo.yaml -o dpo-import.yaml":
+        Run(0, "wrote dpo-import.yaml"),
     # docs/tune.md
     "fsdpspec plan examples/torchtitan-llama3-8b.yaml --tokens 1e12 --price-per-gpu-hour 2.5":
         Run(0, "budget: 1.00T tokens (--tokens) on 8 GPUs at 44,960 tokens/s: "),

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fsdpspec.convert import axolotl_lora, hftrain
+from fsdpspec.convert import axolotl_dpo, axolotl_lora, hftrain
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
 from fsdpspec.convert.float8 import ACCELERATE_EXCLUDE, Value, apply_float8, keeps_first_linear
 from fsdpspec.convert.fsdpkeys import NotCarried, apply_fsdp, boolean, read_keys, take_layers
@@ -51,10 +51,11 @@ _REFUSED_SWITCHES = {
     "gptq": "a GPTQ-quantized base model",
 }
 # Objectives and models the engine does not train (it trains a causal LM's next-token
-# loss), refused when set: each is another trainer of axolotl's (TRL's for `rl`).
+# loss, or DPO's: axolotl_dpo), refused when set: each is another trainer of axolotl's
+# (TRL's for `rl`).
 _REFUSED_OBJECTIVES = {
     "rl": "a preference or RL objective, TRL's trainer for it; the engine trains "
-          "next-token loss",
+          "next-token loss and DPO",
     "reward_model": "a reward model, a sequence-classification head; the engine trains a "
                     "causal LM",
     "process_reward_model": "a process reward model, a token-classification head; the "
@@ -83,7 +84,7 @@ _HANDLED = frozenset({"base_model", "fsdp", "fsdp_config", "fsdp_version", "sequ
                       "attn_implementation", "fp8", _FP8_GATHER, *_ATTENTION_FLAGS,
                       *_DEGREES, *_REFUSED_SIZES,
                       *_REFUSED_SWITCHES, *_REFUSED_OBJECTIVES,
-                      *axolotl_lora.KEYS})
+                      *axolotl_lora.KEYS, *axolotl_dpo.KEYS})
 
 
 def _entries(document: Document) -> dict[str, Entry]:
@@ -113,7 +114,8 @@ def _refusals(entries: dict[str, Entry], draft: Draft) -> None:
             draft.refuse(entry.line, f"{key} {entry.value} ({feature})")
     for key, feature in _REFUSED_OBJECTIVES.items():
         entry = entries.get(key)
-        if entry is None or entry.value in (None, False, {}):
+        if entry is None or entry.value in (None, False, {}) or (
+                key == "rl" and axolotl_dpo.is_dpo(entries)):
             continue
         shown = f"{key} {entry.value}" if isinstance(entry.value, (str, int, float)) else key
         if key == "rl":
@@ -190,7 +192,8 @@ def _float8(entries: dict[str, Entry], draft: Draft) -> None:
 
 def _datasets(entries: dict[str, Entry], draft: Draft, base_dir: Path) -> None:
     """A first dataset of a type the spec reads becomes `data` when it is on this
-    machine; the others, and one that is not here, are notes."""
+    machine, or under DPO (whose objective needs preference data) where it names it;
+    the others, and one that is not here, are notes."""
     from fsdpspec.catalog.hub import cached_snapshot, parse_hub_id
 
     entry = entries.get("datasets")
@@ -199,11 +202,17 @@ def _datasets(entries: dict[str, Entry], draft: Draft, base_dir: Path) -> None:
     if not isinstance(entry.value, list):
         draft.note(entry, "datasets: not a list of datasets; not imported")
         return
+    dpo = axolotl_dpo.is_dpo(entries)
+    formats = {axolotl_dpo.CHAT_TYPE: "preference"} if dpo else _DATASET_FORMATS
     for index, item in enumerate(entry.value):
         kind = item.get("type") if isinstance(item, dict) else None
         path = item.get("path") if isinstance(item, dict) else None
-        data_format = _DATASET_FORMATS.get(kind) if isinstance(kind, str) else None
+        data_format = formats.get(kind) if isinstance(kind, str) else None
         where = f"datasets[{index}] {path} (type {kind})"
+        if index == 0 and dpo and data_format is None:  # DPO has no data without it
+            draft.refuse(entry.line, f"datasets[0] type {kind} (a DPO dataset type other "
+                         f"than {axolotl_dpo.CHAT_TYPE}, the one whose records the spec reads)")
+            continue
         if index > 0 or data_format is None or not isinstance(path, str):
             reason = "the spec trains on one dataset" if index > 0 else \
                 "not a format the spec reads (text, chat, prompt_completion)"
@@ -211,7 +220,10 @@ def _datasets(entries: dict[str, Entry], draft: Draft, base_dir: Path) -> None:
             continue
         hub = parse_hub_id(path, "dataset")
         here = named_file_exists(base_dir / path) or (hub is not None and cached_snapshot(hub))
-        if not here:
+        if not here and dpo:
+            draft.note(entry, f"{where}: not on this machine or in the Hugging Face cache: "
+                       "fetch it, or --set data.path to a local preference file")
+        elif not here:
             draft.note(entry, f"{where}: data.source dataset, format {data_format}, but it "
                        "is not on this machine or in the Hugging Face cache; not imported "
                        "(fetch it, then set data)")
@@ -219,6 +231,9 @@ def _datasets(entries: dict[str, Entry], draft: Draft, base_dir: Path) -> None:
         draft.carry("data.source", "dataset", entry)
         draft.carry("data.path", path, entry)
         draft.carry("data.format", data_format, entry)
+        if dpo:
+            axolotl_dpo.preference_fields(item, entry, draft)
+            continue
         field_name = item.get("field_messages" if data_format == "chat" else "field")
         if isinstance(field_name, str):
             target = "data.messages_field" if data_format == "chat" else "data.text_field"
@@ -289,6 +304,8 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     targets = axolotl_lora.apply_adapter(entries, draft)
     axolotl_lora.qlora_under_fsdp2(draft)
     _model_keys(entries, draft)
+    if axolotl_dpo.is_dpo(entries):
+        axolotl_dpo.apply_dpo(entries, draft)
     _datasets(entries, draft, base_dir)
     _rest(entries, draft)
     layers = take_layers(reading, draft)

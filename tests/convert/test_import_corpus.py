@@ -184,9 +184,14 @@ EXPECTED: dict[str, dict] = {
                                              float8=("tensorwise", ["lm_head"], True)),
     "axolotl/llama3-8b-fsdp2-alst.yaml": refused("activation_offloading legacy"),
     "axolotl/qwen2-muon-pretrain-fsdp2.yaml": refused("optimizer muon"),
-    # Objectives and models the engine does not train (it trains next-token loss).
+    # rl: dpo is train.objective dpo: no adapter, so TRL's reference, a frozen copy; its
+    # chat_template.default dataset is chat preference records (issue 46).
+    "axolotl/qwen2-dpo.yaml": job(1, FULL, False, "full", BF16, FSD, 8, preset="qwen2.5-0.5b",
+                                  dpo=("dpo", 0.1, "model", "preference", "conversation")),
+    # Objectives and models the engine does not train (it trains next-token loss and DPO).
     "axolotl/falcon-e-3b-dpo.yaml": refused("FS050 use_onebitllms True (a 1-bit (BitNet) model",
-                                            "FS050 rl dpo (DPO training, a preference or RL"),
+                                            "FS050 datasets[0] type chatml.ultra (a DPO "
+                                            "dataset type other than chat_template.default"),
     "axolotl/falcon-e-3b-ft.yaml": refused("FS050 use_onebitllms True (a 1-bit"),
     "axolotl/llama-3-3b-qat-fsdp2.yaml": refused("FS050 qat (quantization-aware training"),
     "axolotl/llama-3-qlora-1b-kto.yaml": refused("FS050 rl kto (KTO training"),
@@ -317,7 +322,10 @@ def test_corpus_imports_as_its_tool_runs_it(name: str, tmp_path: Path) -> None:
                        ("use_orig_params", fsdp.use_orig_params),
                        ("shard_group_size", fsdp.shard_group_size),
                        ("activation_offload", fsdp.activation_offload),
-                       ("global_batch", spec.data.global_batch_size)):
+                       ("global_batch", spec.data.global_batch_size),
+                       ("dpo", (spec.train.objective, spec.train.dpo.beta,
+                                spec.train.dpo.reference, spec.data.format,
+                                spec.data.prompt_field))):
         if key in expected:
             assert field == expected[key], key
     peft = spec.peft
@@ -378,14 +386,23 @@ def test_each_kind_as_a_user_types_it(name: str, tmp_path: Path) -> None:
 
 def test_docs_name_every_key_each_importer_reads_or_refuses() -> None:
     """docs/import.md's tables against the importers' own tables."""
-    from fsdpspec.convert import accelerate, axolotl, axolotl_lora, hftrain, torchtitan, trainer
+    from fsdpspec.convert import (
+        accelerate,
+        axolotl,
+        axolotl_dpo,
+        axolotl_lora,
+        hftrain,
+        torchtitan,
+        trainer,
+    )
 
     text = (ROOT / "docs" / "import.md").read_text()
     keys = [*hftrain._SIMPLE, *hftrain._SPECIAL, *trainer._FSDP_WORDS, *trainer._SEQ_LEN,
             *accelerate._REFUSED_SIZES, *accelerate._DEGREES, *axolotl._RENAMED,
             *axolotl._REFUSED_SIZES, *axolotl._DEGREES, axolotl._FP8_GATHER, *torchtitan._DEGREES,
             *axolotl._REFUSED_SWITCHES, *axolotl._ATTENTION_FLAGS, *axolotl_lora.KEYS,
-            *axolotl_lora._BNB_KEYS, *hftrain._STATE_DTYPES, *torchtitan._REFUSED_DEGREES]
+            *axolotl_lora._BNB_KEYS, *axolotl_dpo.KEYS, *hftrain._STATE_DTYPES,
+            *torchtitan._REFUSED_DEGREES]
     assert [k for k in keys if f"`{k}" not in text and f" {k}" not in text] == []
 
 

@@ -2,9 +2,11 @@
 and `precomputed` references, a LoRA with the `adapter` reference, on a set where the
 chosen completion is learnable.
 
-One launch of six jobs (engine_jobs.torchrun_jobs): `model` straight and resumed (in a
+One launch of seven jobs (engine_jobs.torchrun_jobs): `model` straight and resumed (in a
 new directory) from its step-MIDDLE checkpoint, `precomputed` straight, `adapter`
-straight and resumed, and `model` under FSDP1 with full activation checkpointing.
+straight and resumed, `model` under FSDP1 with full activation checkpointing, and
+axolotl's DPO example as `fsdpspec import axolotl` writes it, with the tiny model and a
+local preference file set by `--set` (issue 46), for 2 steps.
 `precomputed` also runs through `fsdpspec run` as a user runs it: stopped at step MIDDLE
 (`--set train.max_steps=MIDDLE`), then resumed in place, where it reads the reference
 log-probs its first start wrote.
@@ -17,10 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from engine_jobs import BASE, merged, metrics, ok, torchrun_jobs, write_spec
 from preference_assets import preference_jsonl
 
-from conftest import run_cli
+from conftest import ROOT, run_cli
+from fsdpspec.cli.main import cli
+from fsdpspec.runfiles.resolved import write_resolved_spec
+from fsdpspec.validate import check_file
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +46,30 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
                hidden_size=64, num_hidden_layers=2)
     preference_jsonl(root / "pairs" / "train.jsonl", 64)
     preference_jsonl(root / "pairs" / "test.jsonl", 8, seed=1)
+    chats = preference_jsonl(root / "chat-pairs.jsonl", 8, chat=True)
+    # axolotl's example names the prompt's messages `conversation`
+    chats.write_text("".join(line.replace('{"prompt":', '{"conversation":', 1) + "\n"
+                             for line in chats.read_text().splitlines()))
     return root
+
+
+AXOLOTL_DPO = ROOT / "tests" / "convert" / "configs" / "axolotl" / "qwen2-dpo.yaml"
+
+
+def _imported_axolotl(inputs: Path, root: Path) -> Path:
+    """axolotl's examples/qwen2/dpo.yaml imported, then the tiny model, the local chat
+    pairs and 2 CPU processes set as a user sets them (`--set`)."""
+    spec = root / "axolotl-dpo.yaml"
+    imported = CliRunner().invoke(cli, ["import", "axolotl", str(AXOLOTL_DPO), "-o", str(spec)])
+    assert imported.exit_code == 0, imported.output
+    report = check_file(spec, [
+        "resources.gpus_per_node=2", "resources.accelerator=cpu", "model.preset=null",
+        f"model.hf_config={inputs / 'model'}", f"model.weights={inputs / 'model'}",
+        "model.attention=sdpa", f"data.path={inputs / 'chat-pairs.jsonl'}",
+        f"data.tokenizer={inputs / 'tokenizer'}", "data.seq_len=32",
+        "data.global_batch_size=4", "fsdp.mixed_precision=fp32", "train.max_steps=2"])
+    assert report.spec is not None and not report.has_errors, report.diagnostics
+    return write_resolved_spec(report.spec, root / "axolotl-dpo")
 
 
 def _job(inputs: Path, reference: str) -> dict[str, Any]:
@@ -86,7 +115,8 @@ def runs(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
         "version": 1, "use_orig_params": True, "activation_checkpointing": "full"}})
     order = ("model", "model-resumed", "precomputed", "adapter", "adapter-resumed",
              "fsdp1-checkpointed")
-    results = torchrun_jobs([write_spec(root / name, jobs[name]) for name in order], env=env)
+    specs = [write_spec(root / name, jobs[name]) for name in order]
+    results = torchrun_jobs([*specs, _imported_axolotl(inputs, root)], env=env)
     for result in results:
         ok(result)
     # `precomputed` through `fsdpspec run`, stopped at MIDDLE and resumed in place.
@@ -104,7 +134,14 @@ def runs(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
     assert "written to" in first.stdout and "written to" not in again.stdout
     assert cache.stat().st_mtime_ns == written_at  # reused, never recomputed
     return {**{name: root / name for name in order},
-            "precomputed-cli": root / "precomputed-cli"}
+            "precomputed-cli": root / "precomputed-cli", "axolotl-dpo": root / "axolotl-dpo"}
+
+
+def test_imported_axolotl_dpo_example_trains(runs: dict[str, Path]) -> None:
+    steps = _steps(runs["axolotl-dpo"])
+    assert sorted(steps) == [1, 2]
+    assert steps[1]["loss"] == pytest.approx(0.6931, abs=1e-4)  # the policy is its reference
+    assert steps[2]["loss"] < steps[1]["loss"]
 
 
 @pytest.mark.parametrize("reference", ["model", "precomputed", "adapter"])

@@ -1,0 +1,102 @@
+"""axolotl's `rl: dpo` as `train.objective: dpo` (docs/dpo.md).
+
+axolotl hands DPO to TRL's `DPOTrainer` (axolotl/core/builders/rl.py): its beta is
+`trl.beta`, else `rl_beta`, else the deprecated `dpo_beta`; `dpo_label_smoothing`,
+`dpo_loss_type` and `precompute_ref_log_probs` are DPOConfig's. The reference is TRL's:
+an adapter run's base with the adapters off, else a frozen copy of the model, unless the
+log-probs are precomputed. A DPO dataset of type `chat_template.default` reads a prompt
+conversation and a chosen and a rejected answer (axolotl/prompt_strategies/dpo/
+chat_template.py): the spec's chat preference records. The other RL objectives, and the
+DPO settings the spec cannot say, are refused by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fsdpspec.convert.axolotl_lora import truthy
+from fsdpspec.convert.draft import Draft, Entry
+
+# Beta's keys, the first given wins (axolotl's order, `trl.beta` aside).
+_BETA = ("rl_beta", "dpo_beta")
+_LOSSES = frozenset({"sigmoid", "ipo"})
+# DPO settings that change the loss, refused when on: the feature each is.
+_REFUSED = {
+    "dpo_use_weighting": "WPO's weighting of the DPO loss",
+    "rpo_alpha": "RPO's NLL term beside the DPO loss",
+    "dpo_norm_loss": "a length-normalised DPO loss",
+    "dpo_padding_free": "padding-free DPO batches",
+}
+KEYS = frozenset({*_BETA, "dpo_label_smoothing", "dpo_loss_type",
+                  "precompute_ref_log_probs", *_REFUSED})
+# The one DPO dataset type whose records are the spec's: messages with chosen and rejected.
+CHAT_TYPE = "chat_template.default"
+
+
+def is_dpo(entries: dict[str, Entry]) -> bool:
+    rl = entries.get("rl")
+    return rl is not None and rl.value == "dpo"
+
+
+def apply_dpo(entries: dict[str, Entry], draft: Draft) -> None:
+    """train.objective dpo and train.dpo from an `rl: dpo` config's keys."""
+    draft.carry("train.objective", "dpo", entries["rl"])
+    for key, feature in _REFUSED.items():
+        if truthy(entries.get(key)):
+            draft.refuse(entries[key].line, f"{key} {entries[key].value} ({feature})")
+    beta = next((entries[k] for k in _BETA if truthy(entries.get(k))), None)
+    if beta is not None:
+        draft.carry("train.dpo.beta", beta.value, beta)
+    else:
+        draft.put("train.dpo.beta", 0.1, "not in the source: TRL's default beta")
+    smoothing = entries.get("dpo_label_smoothing")
+    if smoothing is not None and smoothing.value is not None:
+        draft.carry("train.dpo.label_smoothing", smoothing.value, smoothing)
+    _loss(entries.get("dpo_loss_type"), draft)
+    _reference(entries, draft)
+
+
+def _loss(entry: Entry | None, draft: Draft) -> None:
+    if entry is None or entry.value is None:
+        return
+    losses = entry.value if isinstance(entry.value, list) else [entry.value]
+    if len(losses) == 1 and losses[0] in _LOSSES:
+        draft.carry("train.dpo.loss", losses[0], entry)
+    else:
+        draft.refuse(entry.line, f"dpo_loss_type {entry.value} (the spec's DPO losses are "
+                     "sigmoid and ipo, one at a time)")
+
+
+def _reference(entries: dict[str, Entry], draft: Draft) -> None:
+    precompute = entries.get("precompute_ref_log_probs")
+    adapter = entries.get("adapter")
+    if truthy(precompute):
+        draft.carry("train.dpo.reference", "precomputed", precompute)
+    elif truthy(adapter):
+        draft.carry("train.dpo.reference", "adapter", adapter,
+                    ": TRL's reference for an adapter run, its base with the adapters off")
+    else:
+        draft.put("train.dpo.reference", "model", f"from rl dpo (line {entries['rl'].line}) "
+                  "without an adapter: TRL's reference, a frozen copy of the model")
+
+
+def preference_fields(item: dict[str, Any], entry: Entry, draft: Draft) -> None:
+    """A chat_template.default DPO dataset's fields as the preference format's; what its
+    records may hold beyond the spec's is said."""
+    fields = {"data.prompt_field": item.get("field_messages", "messages"),
+              "data.chosen_field": item.get("field_chosen", "chosen"),
+              "data.rejected_field": item.get("field_rejected", "rejected")}
+    for dotted, name in fields.items():
+        if isinstance(name, str):
+            draft.carry(dotted, name, entry)
+    draft.note(entry, "datasets[0]: imported as data.format preference, chat messages, "
+               "assuming each record's chosen and rejected are lists of {role, content} "
+               "messages (axolotl's chat_template.default also takes one message or a "
+               "string, and keeps the last message of a list)")
+    mappings = item.get("message_property_mappings")
+    roles = item.get("roles")
+    if (mappings not in (None, {"role": "role", "content": "content"})
+            or (isinstance(roles, dict) and any(v != [k] for k, v in roles.items()))):
+        draft.note(entry, "datasets[0]: message_property_mappings / roles other than "
+                   "role, content and the roles' own names; not imported (the spec reads "
+                   "{role, content} messages)")
