@@ -1,13 +1,14 @@
 """axolotl's `rl: dpo` as `train.objective: dpo` (docs/dpo.md).
 
 axolotl hands DPO to TRL's `DPOTrainer` (axolotl/core/builders/rl.py): its beta is
-`trl.beta`, else `rl_beta`, else the deprecated `dpo_beta`; `dpo_label_smoothing`,
-`dpo_loss_type` and `precompute_ref_log_probs` are DPOConfig's. The reference is TRL's:
-an adapter run's base with the adapters off, else a frozen copy of the model, unless the
-log-probs are precomputed. A DPO dataset of type `chat_template.default` reads a prompt
-conversation and a chosen and a rejected answer (axolotl/prompt_strategies/dpo/
-chat_template.py): the spec's chat preference records. The other RL objectives, and the
-DPO settings the spec cannot say, are refused by name.
+`trl.beta`, else `rl_beta`, else the deprecated `dpo_beta` (the rest of `trl` is GRPO's
+and vLLM's: notes); `dpo_label_smoothing`, `dpo_loss_type` and `precompute_ref_log_probs`
+are DPOConfig's. The reference is TRL's: an adapter run's base with the adapters off,
+else a frozen copy of the model, unless the log-probs are precomputed. A DPO dataset of
+type `chat_template.default` reads a prompt conversation and a chosen and a rejected
+answer (axolotl/prompt_strategies/dpo/chat_template.py): the spec's chat preference
+records. The other RL objectives, and the DPO settings the spec cannot say, are refused
+by name.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ _REFUSED = {
     "dpo_norm_loss": "a length-normalised DPO loss",
     "dpo_padding_free": "padding-free DPO batches",
 }
-KEYS = frozenset({*_BETA, "dpo_label_smoothing", "dpo_loss_type",
+KEYS = frozenset({"trl", *_BETA, "dpo_label_smoothing", "dpo_loss_type",
                   "precompute_ref_log_probs", *_REFUSED})
 # The one DPO dataset type whose records are the spec's: messages with chosen and rejected.
 CHAT_TYPE = "chat_template.default"
@@ -45,6 +46,13 @@ def apply_dpo(entries: dict[str, Entry], draft: Draft) -> None:
         if truthy(entries.get(key)):
             draft.refuse(entries[key].line, f"{key} {entries[key].value} ({feature})")
     beta = next((entries[k] for k in _BETA if truthy(entries.get(k))), None)
+    trl = entries.get("trl")
+    if trl is not None and isinstance(trl.value, dict):
+        for key, value in trl.value.items():
+            if key == "beta" and value is not None:
+                beta = Entry(value, trl.line, "trl.beta")
+            elif value is not None:
+                draft.note(trl, f"trl.{key}: no v1 field; not imported")
     if beta is not None:
         draft.carry("train.dpo.beta", beta.value, beta)
     else:

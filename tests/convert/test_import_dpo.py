@@ -61,6 +61,7 @@ def test_rl_dpo_is_the_dpo_objective_on_the_dataset_s_preference_fields(
 @pytest.mark.parametrize(("text", "reference", "beta"), [
     ("adapter: lora\nlora_r: 8\nlora_alpha: 16\nlora_target_linear: true\n", "adapter", 0.1),
     ("precompute_ref_log_probs: true\ndpo_beta: 0.5\n", "precomputed", 0.5),
+    ("rl_beta: 0.5\ntrl:\n  beta: 0.3\n", "model", 0.3),  # axolotl: trl.beta wins
 ])
 def test_the_reference_is_trl_s_for_the_config(tmp_path: Path, text: str, reference: str,
                                                 beta: float) -> None:
