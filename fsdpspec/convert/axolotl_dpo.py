@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from fsdpspec.convert.axolotl_lora import truthy
-from fsdpspec.convert.draft import Draft, Entry
+from fsdpspec.convert.draft import Draft, Entry, Note
+from fsdpspec.convert.fsdpkeys import NotCarried, boolean
 
 # Beta's keys, the first given wins (axolotl's order, `trl.beta` aside).
 _BETA = ("rl_beta", "dpo_beta")
@@ -47,7 +48,9 @@ def apply_dpo(entries: dict[str, Entry], draft: Draft) -> None:
             draft.refuse(entries[key].line, f"{key} {entries[key].value} ({feature})")
     beta = next((entries[k] for k in _BETA if truthy(entries.get(k))), None)
     trl = entries.get("trl")
-    if trl is not None and isinstance(trl.value, dict):
+    if trl is not None and trl.value is not None and not isinstance(trl.value, dict):
+        draft.note(trl, "trl: not a mapping; not imported")
+    elif trl is not None and trl.value is not None:
         for key, value in trl.value.items():
             if key == "beta" and value is not None:
                 beta = Entry(value, trl.line, "trl.beta")
@@ -68,7 +71,7 @@ def _loss(entry: Entry | None, draft: Draft) -> None:
     if entry is None or entry.value is None:
         return
     losses = entry.value if isinstance(entry.value, list) else [entry.value]
-    if len(losses) == 1 and losses[0] in _LOSSES:
+    if len(losses) == 1 and isinstance(losses[0], str) and losses[0] in _LOSSES:
         draft.carry("train.dpo.loss", losses[0], entry)
     else:
         draft.refuse(entry.line, f"dpo_loss_type {entry.value} (the spec's DPO losses are "
@@ -78,7 +81,13 @@ def _loss(entry: Entry | None, draft: Draft) -> None:
 def _reference(entries: dict[str, Entry], draft: Draft) -> None:
     precompute = entries.get("precompute_ref_log_probs")
     adapter = entries.get("adapter")
-    if truthy(precompute):
+    try:
+        precomputed = precompute is not None and precompute.value is not None and \
+            boolean(precompute.value)
+    except NotCarried as exc:
+        draft.refusals.append(Note(precompute.line, f"FS052 precompute_ref_log_probs: {exc}"))
+        return
+    if precomputed:
         draft.carry("train.dpo.reference", "precomputed", precompute)
     elif truthy(adapter):
         draft.carry("train.dpo.reference", "adapter", adapter,

@@ -92,6 +92,20 @@ def test_a_dpo_setting_the_spec_cannot_say_is_refused_at_its_line(
         result.output
 
 
+@pytest.mark.parametrize(("text", "refusal"), [
+    ("dpo_loss_type: {}\n", "12: FS050 dpo_loss_type {} (the spec's DPO losses"),
+    ("precompute_ref_log_probs: [1]\n", "12: FS052 precompute_ref_log_probs: [1] is not a "
+                                         "boolean"),
+])
+def test_a_dpo_value_of_no_shape_axolotl_reads_is_one_line(tmp_path: Path, text: str,
+                                                           refusal: str) -> None:
+    source, out, result = _import(tmp_path, text)
+    assert result.exit_code == 1 and not out.exists() and result.exception is not None
+    assert isinstance(result.exception, SystemExit), result.exception  # no traceback
+    assert [line.startswith(f"{source}:{refusal}") for line in _refusals(result)] == [True], \
+        result.output
+
+
 def test_a_dpo_dataset_type_the_spec_does_not_read_is_refused_at_its_line(
         tmp_path: Path) -> None:
     source, out, result = _import(tmp_path, "", HEAD.replace("chat_template.default",
