@@ -7,6 +7,7 @@ the same names, so the plan and the adapted model agree by construction
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from fsdpspec.catalog.config_source import lora_targets
 from fsdpspec.catalog.families import FAMILIES
 from fsdpspec.job.geometry import Geometry, Shape
 from fsdpspec.job.tree import LAYER, Node, names_module
-from fsdpspec.job.units import geometry_tree
+from fsdpspec.job.units import geometry_tree, renamed_tensor
 from fsdpspec.spec.v1 import JobSpec
 
 # QLoRA's NF4 (the QLoRA paper's, bitsandbytes' and torchao's layout): one absmax per 64
@@ -59,6 +60,15 @@ class Matched:
     # How many decoder layers carry the per-layer lists (a built model's layers that
     # match otherwise, a vision tower's say, are listed with the root by path).
     layer_count: int = 0
+    # `target_parameters`: (parameter path below a layer, shape) adapted in every layer;
+    # (parameter path, shape) outside the layers or in some layers only; the names that
+    # match no parameter.
+    layer_params: tuple[tuple[str, Shape], ...] = ()
+    root_params: tuple[tuple[str, Shape], ...] = ()
+    unmatched_parameters: tuple[str, ...] = ()
+    # A regular expression on a model peft converts from transformers 4's names: the
+    # leaf names of what it matched, which peft adapts instead (in every layer).
+    resolved_targets: tuple[str, ...] = ()
 
 
 def _entries(tree: Node) -> list[tuple[str, Node, bool]]:
@@ -122,16 +132,20 @@ def linear_test(g: Geometry, *, conv1d: bool) -> Callable[[Node], bool]:
 
 
 def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
-                 saves: tuple[str, ...]) -> Matched:
+                 saves: tuple[str, ...], *, regex: bool = False) -> Matched:
     """The modules peft's rules pick for ``targets`` and ``saves`` (`modules_to_save`)
     in ``tree``, torch-free: a target matches a module whose path is the name or ends in
-    ``.name`` (``all-linear``: every Linear but the output head), except inside a module
-    to save; a module to save is every module whose path ends in the name (no dot
-    needed: ``norm`` saves ``input_layernorm`` too), copied whole. A built tree (an
-    introspected model) is matched at every real path; its largest layer's matches are
-    the per-layer lists, counted for every layer that matches alike."""
+    ``.name`` (``regex``: the one target is a regular expression the whole path must
+    match; ``all-linear``: every Linear but the output head), except inside a module to
+    save; a module to save is every module whose path ends in the name (no dot needed:
+    ``norm`` saves ``input_layernorm`` too), copied whole. A built tree (an introspected
+    model) is matched at every real path; its largest layer's matches are the per-layer
+    lists, counted for every layer that matches alike."""
     is_linear = linear_test(g, conv1d=True)
-    indexed = any(_INDEX.search(name) for name in (*targets, *saves))
+    indexed = regex or any(_INDEX.search(name) for name in (*targets, *saves))
+
+    def names(target: str, path: str) -> bool:
+        return bool(re.fullmatch(target, path)) if regex else names_module(target, path)
     if g.introspected:
         built, layers = _built_entries(tree, g.built_layer_classes)
         entries = [(path, node, layer, [path]) for path, node, layer in built]
@@ -162,7 +176,7 @@ def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
         save = [n for n in saves if all(k.endswith(n) for k in keys)]
         if save:
             found_saves.update(save)
-            both = [t for t in targets if any(names_module(t, k) for k in keys)]
+            both = [t for t in targets if any(names(t, k) for k in keys)]
             saved_targets += [(t, save[0]) for t in both]
             found_targets.update(both)  # FS145's, not a target that matches nothing
             saved_below.append(path)
@@ -175,15 +189,18 @@ def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
         if all_linear:
             hit = [ALL_LINEAR] if is_linear(node) and path != "lm_head" else []
         else:
-            hit = [t for t in targets if any(names_module(t, k) for k in keys)]
-            some_layers.update(t for t in hit if not all(names_module(t, k) for k in keys))
+            hit = [t for t in targets if any(names(t, k) for k in keys)]
+            some_layers.update(t for t in hit if not all(names(t, k) for k in keys))
         if not hit:
             continue
         found_targets.update(hit)
         for t in hit:
             target_layers.setdefault(t, set()).add(layer)
+        picked = [k for k in keys if any(names(t, k) for t in hit)]
         if not is_linear(node):
             not_linear += [(t, path, node.cls or "not Linear") for t in hit]
+        elif regex and len(picked) < len(keys):  # some layers of a template: by path
+            hits += [(k, node.name, -1, False, [shape(node)]) for k in picked]
         else:
             hits.append((path, node.name, layer, False, [shape(node)]))
     if layer_nodes:
@@ -197,6 +214,50 @@ def peft_matches(tree: Node, g: Geometry, targets: tuple[str, ...],
         tuple(t for t in targets if t not in found_targets and not all_linear),
         tuple(n for n in saves if n not in found_saves), tuple(not_linear),
         tuple(sorted(some_layers)), tuple(saved_targets), layer_count)
+
+
+def parameter_matches(g: Geometry, names: tuple[str, ...]) -> Matched:
+    """The parameters peft's `target_parameters` rule picks for ``names`` in an
+    analytic geometry (tuners_utils ``_inject_parameters``): a parameter whose path is
+    the name or ends in ``.name``. One adapted in every layer is listed per layer; one
+    outside the layers, or in some layers only, by its path."""
+    fam = FAMILIES.get(g.family)
+    renames = fam.module_names if fam else {}
+
+    def hit(path: str) -> bool:
+        return any(path == n or path.endswith(f".{n}") for n in names)
+
+    found: set[str] = set()
+    layer, root = [], []
+    for name, shape in g.layer_tensors():
+        paths = [renamed_tensor(f"model.layers.{i}.{name}", renames)
+                 for i in range(g.num_layers)]
+        hits = [path for path in paths if hit(path)]
+        found.update(n for n in names for path in hits
+                     if path == n or path.endswith(f".{n}"))
+        if len(hits) == len(paths):
+            layer.append((name, shape))
+        else:
+            root += [(path, shape) for path in hits]
+    for name, shape in g.root_tensors():
+        path = renamed_tensor(name, renames)
+        if hit(path):
+            found.update(n for n in names if path == n or path.endswith(f".{n}"))
+            root.append((path, shape))
+    return Matched(layer_params=tuple(layer), root_params=tuple(root),
+                   unmatched_parameters=tuple(n for n in names if n not in found))
+
+
+def parameter_adapter(shape: Shape, r: int, *, input_major: bool) -> list[Shape]:
+    """A and B of peft's ParamWrapper on a parameter of ``shape``: one rank-r pair per
+    expert of a stacked (E, out, in) tensor (``input_major``: (E, in, out), gpt-oss's
+    ``is_transposed``), A (r·E × in) and B (out × r·E); a 2-D weight is one Linear's."""
+    if len(shape) == 2:
+        out, into = shape
+        return [(r, into), (out, r)]
+    experts, first, second = shape
+    into, out = (first, second) if input_major else (second, first)
+    return [(r * experts, into), (out, r * experts)]
 
 
 def _in_some_layers(target_layers: dict[str, set[int]], layers: list[Node]) -> set[str]:
@@ -278,6 +339,8 @@ class Adapters:
     matched: Matched  # what peft's rules match in the model (lint reads the misses)
     double_quant: bool
     merged: bool  # the final export merges the adapters into a full model
+    # The stacked experts are stored (E, in, out): peft's ParamWrapper reads them so.
+    input_major: bool = False
 
     @property
     def head(self) -> bool:
@@ -312,22 +375,54 @@ class Adapters:
         """A (r × in) and B (out × r) of each adapted projection of one layer, and the
         parameters of the layer's modules to save (trained copies)."""
         adapters = [s for _, (out, into) in self.linears for s in ((self.r, into), (out, self.r))]
-        return adapters + [s for _, s in self.matched.layer_saved]
+        return (adapters + self._parameter_adapters(self.matched.layer_params)
+                + [s for _, s in self.matched.layer_saved])
+
+    def _parameter_adapters(self, params: tuple[tuple[str, Shape], ...]) -> list[Shape]:
+        return [s for _, shape in params
+                for s in parameter_adapter(shape, self.r, input_major=self.input_major)]
 
     def root_shapes(self) -> list[Shape]:
         """Trainable tensors outside the layers: adapters (lm_head's), full copies of the
         modules to save."""
         adapters = [s for _, (out, into) in self.matched.root_linears
                     for s in ((self.r, into), (out, self.r))]
-        return adapters + [s for _, s in self.matched.root_saved]
+        return (adapters + self._parameter_adapters(self.matched.root_params)
+                + [s for _, s in self.matched.root_saved])
 
 
 def targets_of(spec: JobSpec, config: dict[str, Any] | None) -> tuple[str, ...]:
     """The modules the spec's LoRA adapts, by transformers' names (`peft.target_modules`,
-    else the family's projections; empty without a `peft` section, or for a model whose
-    family has no default targets, which FS141 reports)."""
+    a regular expression as its one entry; else the family's projections, or none when
+    `target_parameters` is set, as peft leaves modules alone then; empty without a
+    `peft` section, or for a model whose family has no default targets, which FS141
+    reports)."""
     peft = spec.peft
-    return () if peft is None else tuple(lora_targets(peft.target_modules, config))
+    if peft is None:
+        return ()
+    declared = peft.target_modules
+    if isinstance(declared, str):
+        return (declared,)
+    return () if not declared and peft.target_parameters else tuple(
+        lora_targets(declared, config))
+
+
+def _converted(g: Geometry) -> bool:
+    """peft rewrites the config of this model (transformers 4's expert names)."""
+    fam = FAMILIES.get(g.family)
+    return bool(fam.moe.peft_expert_names if fam and fam.moe else
+                not fam and g.peft_expert_names)
+
+
+def _matched_paths(matched: Matched) -> list[str]:
+    return [*(name for name, _ in matched.layer_linears),
+            *(path for path, _ in matched.root_linears),
+            *(path for _, path, _ in matched.not_linear)]
+
+
+def regex_targets(spec: JobSpec) -> bool:
+    """`peft.target_modules` is a regular expression (peft full-matches a string)."""
+    return spec.peft is not None and isinstance(spec.peft.target_modules, str)
 
 
 def adapters_of(spec: JobSpec, g: Geometry, targets: tuple[str, ...]) -> Adapters | None:
@@ -338,9 +433,22 @@ def adapters_of(spec: JobSpec, g: Geometry, targets: tuple[str, ...]) -> Adapter
     if peft is None:
         return None
     tree = g.built_tree if g.built_tree is not None else geometry_tree(g)
-    matched = peft_matches(tree, g, targets, tuple(peft.modules_to_save))
+    saves, regex = tuple(peft.modules_to_save), regex_targets(spec)
+    matched = peft_matches(tree, g, targets, saves, regex=regex)
+    if regex and targets != (ALL_LINEAR,) and _converted(g):
+        # peft's transformers_weight_conversion resolves the expression to the leaf
+        # names it matched, then matches those names as a list.
+        leaves = tuple(sorted({path.rsplit(".", 1)[-1] for path in _matched_paths(matched)}))
+        matched = dataclasses.replace(peft_matches(tree, g, leaves, saves),
+                                      resolved_targets=leaves)
+    if peft.target_parameters and not g.introspected:  # a built model's: FS146
+        params = parameter_matches(g, tuple(peft.target_parameters))
+        matched = dataclasses.replace(
+            matched, layer_params=params.layer_params, root_params=params.root_params,
+            unmatched_parameters=params.unmatched_parameters)
     return Adapters(
         method=peft.method, r=peft.r, dropout=peft.dropout,
         linears=tuple(adapted_linears(g, matched)), matched=matched,
         double_quant=peft.quantization.double_quant, merged=peft.merged,
+        input_major=bool(g.experts and g.experts.block.input_major),
     )

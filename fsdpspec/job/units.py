@@ -284,7 +284,7 @@ def _outside(tree: Node, excluded: set[int]) -> _Tagged:
 # ---- the tree of an analytic geometry ------------------------------------------------
 
 
-def _renamed(name: str, renames: dict[str, str]) -> str:
+def renamed_tensor(name: str, renames: dict[str, str]) -> str:
     """A tensor's name as transformers spells it: its module path renamed by the
     family's longest matching prefix."""
     module, _, param = name.rpartition(".")
@@ -328,15 +328,15 @@ def geometry_tree(g: Geometry) -> Node:
     names, first = fam.module_names, fam.modules_first
 
     def tree(tensors: list[tuple[str, Shape]], name: str = "", cls: str = "") -> Node:
-        return _subtree(name, cls, [(_renamed(n, names), s) for n, s in tensors], first)
+        return _subtree(name, cls, [(renamed_tensor(n, names), s) for n, s in tensors], first)
 
     layer = tree(g.layer_tensors(), LAYER, fam.layer_class)
     if g.experts is not None:
         layer = _marked_experts(layer, EXPERTS_MODULE.split("."))
     root = tree(g.root_tensors())
-    embed_path = _renamed(g.root_tensors()[0][0], names).rsplit(".", 1)[0]
+    embed_path = renamed_tensor(g.root_tensors()[0][0], names).rsplit(".", 1)[0]
     base_name, embed_name = embed_path.split(".")
-    layers_name = _renamed(f"model.layers.{LAYER}.x", names).split(".")[1]
+    layers_name = renamed_tensor(f"model.layers.{LAYER}.x", names).split(".")[1]
     base = next(c for c in root.children if c.name == base_name)
     tied = g.tie_word_embeddings
     children = []

@@ -18,14 +18,18 @@ def _family(ctx: LintContext) -> Family | None:
 
 
 @rule("FS140", "lora-target-unknown", Severity.ERROR,
-      "a peft.target_modules entry matches no Linear module of the model",
+      "a peft.target_modules entry matches no Linear module of the model (or a "
+      "peft.target_parameters entry no parameter)",
       "name a projection as the model does (a name or a path suffix such as "
       "self_attn.q_proj), or use all-linear")
 def lora_target_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
     """Each entry of `peft.target_modules` is matched as peft matches it: a module whose
     path is the entry or ends in ``.entry`` (so ``q_proj`` and ``self_attn.q_proj``
     both name every layer's query projection); ``all-linear`` (alone) is every Linear
-    module but the output head. peft stops at injection time when no entry matches
+    module but the output head; a string is a regular expression the whole path must
+    match (``model.layers.[\\d]+.self_attn.q_proj``). A `peft.target_parameters` entry
+    names a parameter the same way (``mlp.experts.gate_up_proj``); peft stops when none
+    matches ("no parameter was matched"). peft stops at injection time when no entry matches
     ("Target modules {...} not found in the base model") and silently drops an entry
     that matches nothing beside others; a name that matches only some layers adapts
     less than meant, and one that matches a module that is not Linear (a norm, an
@@ -46,8 +50,19 @@ def lora_target_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
     peft, adapters = ctx.spec.peft, ctx.job.adapters
     if peft is None or adapters is None:
         return
-    names = list(peft.target_modules)
     matched, model = adapters.matched, _model_name(ctx)
+    for index in _indexes(peft.target_parameters, matched.unmatched_parameters):
+        yield diagnostic("FS140", f"peft.target_parameters {peft.target_parameters[index]!r} "
+                         f"matches no parameter of {model}", f"/peft/target_parameters/{index}")
+    if isinstance(peft.target_modules, str):  # a regular expression, full-matched
+        why = [f"matches no module of {model}"] if matched.unmatched_targets else []
+        why += [f"matches {path} ({cls}), not a Linear module" for _, path, cls in
+                matched.not_linear[:1]]
+        for text in why:
+            yield diagnostic("FS140", f"peft.target_modules {peft.target_modules!r} (a regular "
+                             f"expression) {text}", "/peft/target_modules")
+        return
+    names = list(peft.target_modules)
     if ALL_LINEAR in names and len(names) > 1:
         yield diagnostic("FS140", f"peft.target_modules {ALL_LINEAR!r} stands alone (peft "
                          "reads it only as the whole list)",
@@ -61,6 +76,10 @@ def lora_target_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
         if name in why and name not in _expert_names(ctx):
             yield diagnostic("FS140", f"peft.target_modules {name!r} {why[name]}",
                              f"/peft/target_modules/{index}")
+
+
+def _indexes(names: list[str], picked: tuple[str, ...]) -> list[int]:
+    return [index for index, name in enumerate(names) if name in picked]
 
 
 def _model_name(ctx: LintContext) -> str:
@@ -78,19 +97,47 @@ def _expert_names(ctx: LintContext) -> tuple[str, ...]:
     return g.peft_expert_names if g else ()
 
 
+def _converted_targets(ctx: LintContext, experts: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(the target as written, its pointer) of each `target_modules` entry peft turns
+    into expert adapters: an expert name or all-linear; for a regular expression, one
+    whose matches peft resolves to an expert name."""
+    peft = ctx.spec.peft
+    assert peft is not None
+    if not experts:
+        return []
+    if isinstance(peft.target_modules, str):
+        adapters = ctx.job.adapters
+        resolved = [n for n in (adapters.matched.resolved_targets if adapters else ())
+                    if n in experts]
+        return [(f"{peft.target_modules!r} (a regular expression that matches "
+                 f"{', '.join(resolved)})", "/peft/target_modules")] if resolved else []
+    return [(repr(name), f"/peft/target_modules/{index}")
+            for index, name in enumerate(peft.target_modules)
+            if name in experts or name == ALL_LINEAR]
+
+
 @rule("FS146", "lora-experts", Severity.ERROR,
-      "peft.target_modules asks peft to adapt a Mixture of Experts' experts or router",
-      "target the attention projections (the default), which the engine adapts")
+      "LoRA on a Mixture of Experts' experts in a form peft cannot build, or builds "
+      "otherwise than planned",
+      "name the experts' stacked tensors in peft.target_parameters "
+      "(mlp.experts.gate_up_proj, mlp.experts.down_proj), with peft.dropout 0")
 def lora_experts(ctx: LintContext) -> Iterator[Diagnostic]:
     """Under transformers 5 a Mixture of Experts keeps its experts in stacked tensors,
-    not Linear modules, and peft (0.21) maps transformers 4's names onto them: on
-    Mixtral ``w1``, ``w2``, ``w3`` and ``gate``, on Qwen3-MoE and OLMoE ``gate_proj``,
-    ``up_proj``, ``down_proj`` and ``gate``, and ``all-linear`` takes them all. peft
-    then trains a LoRA of every expert and the router weight (as `target_parameters`,
-    with the fused gate/up pair at twice the rank), which fsdpspec neither plans nor
-    trains: refused by name rather than planned as something else. A model without a
-    family (DeepSeek-V3, GLM-4-MoE, ...) is asked on the meta device: the names are
-    the ones peft's own table maps for its model_type.
+    not Linear modules. peft adapts them as `target_parameters` (its ParamWrapper: one
+    rank-r pair per expert), which `peft.target_parameters` names, planned and trained.
+    Three other roads are refused by name:
+
+    - peft's ParamWrapper cannot take dropout (it stops: "does not work with
+      lora_dropout != 0"), nor a parameter that is neither 2-D nor 3-D (a norm, a bias
+      vector);
+    - peft (0.21) also maps transformers 4's names onto the experts: on Mixtral ``w1``,
+      ``w2``, ``w3`` and ``gate``, on Qwen3-MoE and OLMoE ``gate_proj``, ``up_proj``,
+      ``down_proj`` and ``gate``, and ``all-linear`` takes them all; it then adapts the
+      experts and the router with ranks of its own choosing (the fused gate/up pair at
+      twice the rank), which the plan does not count. A model without a family
+      (DeepSeek-V3, GLM-4-MoE, ...) is asked on the meta device: the names are the ones
+      peft's own table maps for its model_type;
+    - `target_parameters` on a model without a registered family is not planned.
 
     FAIL:
 
@@ -100,17 +147,37 @@ def lora_experts(ctx: LintContext) -> Iterator[Diagnostic]:
     PASS:
 
         model: {preset: tiny-qwen3-moe}
-        peft: {target_modules: [q_proj, k_proj, v_proj, o_proj]}
+        peft:
+          target_modules: [q_proj, k_proj, v_proj, o_proj]
+          target_parameters: [mlp.experts.gate_up_proj, mlp.experts.down_proj]
     """
     peft, experts = ctx.spec.peft, _expert_names(ctx)
-    if peft is None or not experts:
+    if peft is None:
         return
-    for index, name in enumerate(peft.target_modules):
-        if name in experts or name == ALL_LINEAR:
-            yield diagnostic("FS146", f"peft.target_modules {name!r}: peft adapts the experts "
-                             f"and router of {_model_name(ctx)} (their stacked tensors), "
-                             "which fsdpspec does not plan or train",
-                             f"/peft/target_modules/{index}")
+    for written, pointer in _converted_targets(ctx, experts):
+        yield diagnostic("FS146", f"peft.target_modules {written}: peft converts it into "
+                         f"adapters on the experts and router of {_model_name(ctx)} at "
+                         "ranks of its own, which fsdpspec does not plan", pointer)
+    if not peft.target_parameters:
+        return
+    g = ctx.geometry()
+    if g is not None and g.introspected:
+        yield diagnostic("FS146", f"peft.target_parameters on {_model_name(ctx)}, which has no "
+                         "registered family, is not planned", "/peft/target_parameters")
+    if peft.dropout:
+        yield diagnostic("FS146", f"peft.dropout {peft.dropout:g} with peft.target_parameters: "
+                         "peft's ParamWrapper does not work with lora_dropout != 0",
+                         "/peft/dropout")
+    adapters = ctx.job.adapters
+    flat = [path for path, shape in (*adapters.matched.layer_params,
+                                     *adapters.matched.root_params)
+            if len(shape) not in (2, 3)] if adapters else []
+    for index, name in enumerate(peft.target_parameters):
+        hit = [p for p in flat if p == name or p.endswith(f".{name}")]
+        if hit:
+            yield diagnostic("FS146", f"peft.target_parameters {name!r} names {hit[0]}, which "
+                             "is neither 2-D nor 3-D (peft adapts a matrix or stacked "
+                             "matrices)", f"/peft/target_parameters/{index}")
 
 
 @rule("FS141", "lora-targets-unknown", Severity.ERROR,
@@ -134,7 +201,7 @@ def lora_targets_unknown(ctx: LintContext) -> Iterator[Diagnostic]:
         peft: {method: lora, target_modules: [proj]}
     """
     peft = ctx.spec.peft
-    if peft is not None and not ctx.job.lora_targets:
+    if peft is not None and not ctx.job.lora_targets and not peft.target_parameters:
         yield diagnostic("FS141", "peft.target_modules is empty and the model's family has "
                          "no default targets", "/peft")
 
@@ -422,6 +489,39 @@ def qlora_shard_blocks(ctx: LintContext) -> Iterator[Diagnostic]:
                              f"blocks of {per_scale} weights over {shards} shard(s)",
                              "/peft/method")
             return
+
+
+@rule("FS316", "qlora-experts", Severity.ERROR,
+      "QLoRA of a Mixture of Experts, whose stacked experts the engine does not quantise",
+      "use peft.method: lora (its experts frozen in the compute dtype)")
+def qlora_experts(ctx: LintContext) -> Iterator[Diagnostic]:
+    """QLoRA stores the frozen base in 4 bits so that it fits. The engine quantises each
+    Linear projection into torchao's NF4Tensor, which FSDP2 shards; a Mixture of Experts
+    keeps most of its weights in stacked 3-D expert tensors, which are not Linear
+    modules and which NF4Tensor does not shard as experts, so they would stay in the
+    compute dtype: four times what a QLoRA plan of the model means. What is missing is
+    4-bit stacked experts (bitsandbytes quantises Linear modules only as well); refused
+    by name rather than trained as a LoRA under another name.
+
+    FAIL:
+
+        model: {preset: tiny-qwen3-moe}
+        fsdp: {mixed_precision: bf16}
+        peft: {method: qlora}
+
+    PASS:
+
+        model: {preset: tiny-qwen3-moe}
+        fsdp: {mixed_precision: bf16}
+        peft: {method: lora}
+    """
+    peft, g = ctx.spec.peft, ctx.geometry()
+    if (peft is not None and peft.method == "qlora" and g is not None
+            and (g.experts is not None or _expert_names(ctx))):
+        yield diagnostic("FS316", f"peft.method qlora on {_model_name(ctx)}, a Mixture of "
+                         "Experts: the engine quantises Linear projections only, and the "
+                         "stacked experts have no 4-bit form here (not built)",
+                         ctx.first_set("/peft/method", "/peft"))
 
 
 @rule("FS313", "quantization-without-qlora", Severity.WARNING,

@@ -7,6 +7,8 @@ lever changes; `memory.py` calls them at the moments they apply to.
 
 from __future__ import annotations
 
+import re
+
 import math
 
 from fsdpspec.job.geometry import Geometry
@@ -37,7 +39,13 @@ def loss_chunks_apply(spec: JobSpec) -> bool:
 def peft_wraps_head(spec: JobSpec) -> bool:
     """peft replaces lm_head (an adapter on it, or a trained copy): the chunked loss,
     which applies the head's own weight chunk by chunk, would skip what peft adds."""
-    names = [*spec.peft.target_modules, *spec.peft.modules_to_save] if spec.peft else []
+    if spec.peft is None:
+        return False
+    targets = spec.peft.target_modules
+    if isinstance(targets, str):  # a regular expression peft full-matches
+        return bool(re.fullmatch(targets, "lm_head")) or any(
+            n == "lm_head" or n.endswith(".lm_head") for n in spec.peft.modules_to_save)
+    names = [*targets, *spec.peft.modules_to_save]
     return any(n == "lm_head" or n.endswith(".lm_head") for n in names)
 
 

@@ -451,10 +451,17 @@ class Peft(_Section):
     """Scaling numerator: the adapter's output is multiplied by alpha / r."""
     dropout: FiniteFloat = Field(default=0.0, ge=0, lt=1)
     """Dropout on each adapter's input."""
-    target_modules: list[Annotated[str, Field(min_length=1)]] = []
+    target_modules: list[Annotated[str, Field(min_length=1)]] | Annotated[
+        str, Field(min_length=1)] = []
     """Modules that get adapters, matched as peft matches them: a name or the end of a
     module's path (q_proj, self_attn.q_proj), or [all-linear] (every Linear but the
-    output head); empty = the family's attention and MLP projections."""
+    output head); a string is a regular expression peft full-matches against each
+    module's path; empty = the family's attention and MLP projections (none when
+    target_parameters is set)."""
+    target_parameters: list[Annotated[str, Field(min_length=1)]] = []
+    """Parameters that get adapters (peft's target_parameters), matched as peft matches
+    them: a parameter's path or its end (mlp.experts.gate_up_proj): a Mixture of Experts'
+    stacked expert tensors, each expert with its own rank-r pair."""
     modules_to_save: list[Annotated[str, Field(min_length=1)]] = []
     """Modules trained in full beside the adapters and saved with them (e.g. lm_head):
     as peft does, every module whose path ends in the name (norm: every norm)."""

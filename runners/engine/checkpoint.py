@@ -88,6 +88,7 @@ def model_state_held(job: Job) -> dict[str, Any]:
         return {"kind": "full"}
     return {"kind": "adapter", "method": peft.method, "r": peft.r, "alpha": peft.alpha,
             "targets": sorted(job.lora_targets),
+            **({"parameters": sorted(peft.target_parameters)} if peft.target_parameters else {}),
             "modules_to_save": sorted(peft.modules_to_save)}
 
 

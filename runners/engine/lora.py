@@ -24,7 +24,13 @@ import torch
 from torch import nn
 
 from fsdpspec.job.job import Job
-from fsdpspec.job.lora import ALL_LINEAR, NF4_BLOCK, NF4_SCALER_BLOCK, quantised_projections
+from fsdpspec.job.lora import (
+    ALL_LINEAR,
+    NF4_BLOCK,
+    NF4_SCALER_BLOCK,
+    quantised_projections,
+    regex_targets,
+)
 from fsdpspec_runners.engine.errors import EngineError, first_line
 
 ADAPTER = "default"  # peft's adapter name; the engine trains one adapter
@@ -38,15 +44,18 @@ def lora_config(job: Job) -> Any:
 
     spec, targets = job.spec, job.lora_targets
     assert spec.peft is not None
-    if not targets:
+    parameters = spec.peft.target_parameters
+    if not targets and not parameters:
         raise EngineError("peft.target_modules: the model's family has no default targets; "
                           "list the modules to adapt")
-    # peft expands its all-linear shorthand only when it is the whole (string) value.
-    modules = ALL_LINEAR if targets == (ALL_LINEAR,) else list(targets)
+    # peft expands its all-linear shorthand only when it is the whole (string) value, and
+    # full-matches a string as a regular expression.
+    modules = targets[0] if targets == (ALL_LINEAR,) or regex_targets(spec) else (
+        list(targets) or None)
     return LoraConfig(
         r=spec.peft.r, lora_alpha=spec.peft.alpha, lora_dropout=spec.peft.dropout,
-        target_modules=modules, modules_to_save=spec.peft.modules_to_save or None,
-        task_type="CAUSAL_LM",
+        target_modules=modules, target_parameters=list(parameters) or None,
+        modules_to_save=spec.peft.modules_to_save or None, task_type="CAUSAL_LM",
     )
 
 

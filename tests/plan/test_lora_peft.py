@@ -56,10 +56,25 @@ def _choices(model_type: str) -> dict[str, dict[str, Any]]:
     }
     if fam.moe:
         choices["mlp"] = {"target_modules": ["gate_proj", "up_proj", "down_proj"]}
+        choices |= EXPERT_CHOICES
     if not _config(model_type).get("tie_word_embeddings", fam.defaults["tie_word_embeddings"]):
         choices["save-embed_tokens"] = {"modules_to_save": ["lm_head", "embed_tokens"]}
     return choices
 
+
+# LoRA on the experts as peft does it (`target_parameters`, issue 45): alone, beside
+# attention targets, beside a regular expression (which peft resolves to leaf names on
+# the models it converts from transformers 4's names: every layer's q_proj here, though
+# the expression names layer 1's), and the router's 2-D weight.
+EXPERTS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
+EXPERT_CHOICES = {
+    "experts": {"target_parameters": EXPERTS},
+    "experts+attn": {"target_modules": ["q_proj", "v_proj"],
+                     "target_parameters": ["experts.down_proj"]},
+    "experts+regex": {"target_modules": r"model\.layers\.\d+\.self_attn\.(q|o)_proj",
+                      "target_parameters": ["experts.gate_up_proj"]},
+    "regex-layer1": {"target_modules": r".*\.1\.self_attn\.q_proj"},
+}
 
 # What the spec refuses, and why peft agrees: a module to save GPT-NeoX does not have
 # (embed_in), all-linear and MLP names where peft adapts the experts, MLP names that match
@@ -109,13 +124,15 @@ CASES = [(m, c) for m in FAMILIES for c in _choices(m)] + [
     (m, c) for m, choices in BUILT_CHOICES.items() for c in choices]
 
 
-def _peft_counts(config: dict[str, Any], targets: list[str], saves: list[str]) -> tuple[int, int]:
+def _peft_counts(config: dict[str, Any], targets: list[str] | str, saves: list[str],
+                 parameters: list[str] | None = None) -> tuple[int, int]:
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
             transformers.AutoConfig.for_model(**config))
-    modules = "all-linear" if targets == ["all-linear"] else targets
+    modules = "all-linear" if targets == ["all-linear"] else targets or None
     lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=modules,
-                           modules_to_save=saves or None, task_type="CAUSAL_LM")
+                           target_parameters=parameters, modules_to_save=saves or None,
+                           task_type="CAUSAL_LM")
     built = peft.get_peft_model(model, lora)
     trainable = sum(p.numel() for p in built.parameters() if p.requires_grad)
     return trainable, sum(p.numel() for p in built.parameters() if not p.requires_grad)
@@ -135,8 +152,9 @@ def test_plan_counts_what_peft_builds(model_type: str, choice: str) -> None:
                       {"FS140", "FS143", "FS144", "FS145", "FS146"}})
     assert refused == REFUSED.get((model_type, choice), [])
     try:
-        trainable, frozen = _peft_counts(config, list(job.lora_targets),
-                                         lora.get("modules_to_save", []))
+        targets = lora.get("target_modules", list(job.lora_targets))
+        trainable, frozen = _peft_counts(config, targets, lora.get("modules_to_save", []),
+                                         lora.get("target_parameters"))
     except ValueError as exc:  # peft stops too: no target found
         assert refused == ["FS140"], f"accepted, but peft: {exc}"
         return
@@ -210,12 +228,12 @@ def test_validate_takes_peft_names_and_refuses_by_name(tmp_path: Path) -> None:
     assert result.returncode == 1
     lines = [line for line in result.stdout.splitlines() if ": FS14" in line]
     assert lines == [
-        "deepseek.yaml:6:33: FS146 error peft.target_modules 'down_proj': peft adapts the "
-        "experts and router of model_type 'deepseek_v3' (their stacked tensors), which "
-        "fsdpspec does not plan or train",
-        "moe.yaml:6:33: FS146 error peft.target_modules 'down_proj': peft adapts the experts and "
-        "router of Qwen3Moe models (their stacked tensors), which fsdpspec does not plan or "
-        "train",
+        "deepseek.yaml:6:33: FS146 error peft.target_modules 'down_proj': peft converts it "
+        "into adapters on the experts and router of model_type 'deepseek_v3' at ranks of its "
+        "own, which fsdpspec does not plan",
+        "moe.yaml:6:33: FS146 error peft.target_modules 'down_proj': peft converts it into "
+        "adapters on the experts and router of Qwen3Moe models at ranks of its own, which "
+        "fsdpspec does not plan",
         "neox.yaml:6:26: FS144 error peft.modules_to_save 'embed_tokens' matches no module of "
         "GPTNeoX models (it calls it embed_in)"], result.stdout
 
