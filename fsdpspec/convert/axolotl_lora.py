@@ -22,7 +22,6 @@ from fsdpspec.convert.fsdpkeys import NotCarried
 _REFUSED = {
     "peft_use_dora": "DoRA, weight-decomposed adapters",
     "lora_fan_in_fan_out": "adapters on transposed (Conv1D) weights",
-    "lora_target_parameters": "adapters on parameters rather than modules",
     "peft_layers_to_transform": "adapters on some layers only",
     "peft_layers_pattern": "adapters on some layers only",
     "lora_rank_pattern": "a rank per module",
@@ -51,6 +50,7 @@ _PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
 LINEAR_ROUTERS = frozenset({"phimoe"})
 
 KEYS = frozenset({"adapter", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+                  "lora_target_parameters",
                   "lora_target_linear", "lora_modules_to_save", "peft_use_rslora",
                   "peft_init_lora_weights", "bnb_config_kwargs", *_REFUSED})
 
@@ -66,14 +66,18 @@ class Targets:
 
     named: Entry | None
     linear: Entry | None
+    parameters: Entry | None = None  # lora_target_parameters: peft's target_parameters
 
     def resolve(self, draft: Draft, config: dict[str, Any] | None) -> None:
-        """Write peft.target_modules for the model the import settled on (``config``)."""
+        """Write peft.target_modules (a string: the regular expression peft full-matches)
+        and peft.target_parameters for the model the import settled on (``config``)."""
+        if self.parameters is not None and _names(self.parameters.value):
+            draft.carry("peft.target_parameters", self.parameters.value, self.parameters)
         names = self.named.value if self.named is not None else []
         names = [names] if isinstance(names, str) else list(names or [])
         if self.linear is None:
             if self.named is not None:
-                draft.carry("peft.target_modules", names, self.named)
+                draft.carry("peft.target_modules", self.named.value, self.named)
             return
         found = family((config or {}).get("model_type"))
         if found is None or found.model_type in LINEAR_ROUTERS:
@@ -102,19 +106,22 @@ def _refusals(entries: dict[str, Entry], draft: Draft) -> None:
         draft.refuse(init.line, f"peft_init_lora_weights {init.value} (an adapter "
                      "initialisation other than peft's default)", code="FS051")
     named, linear = entries.get("lora_target_modules"), entries.get("lora_target_linear")
-    if truthy(named) and isinstance(named.value, str):
-        if not truthy(linear):  # peft reads a string as a regular expression over paths
-            draft.refuse(named.line, f"lora_target_modules {named.value!r} (a regular "
-                         "expression over module paths)", code="FS051")
-    elif truthy(named) and not (isinstance(named.value, list)
-                                and all(isinstance(n, str) and n for n in named.value)):
+    parameters = entries.get("lora_target_parameters")
+    if truthy(parameters) and not _names(parameters.value):
+        draft.refusals.append(Note(parameters.line, "FS052 lora_target_parameters is not a "
+                                   "list of parameter names"))
+    if truthy(named) and not isinstance(named.value, str) and not _names(named.value):
         draft.refusals.append(Note(named.line, "FS052 lora_target_modules is not a list of "
                                    "module names"))
-    elif not truthy(named) and not truthy(linear):
+    elif not truthy(named) and not truthy(linear) and not truthy(parameters):
         adapter = entries["adapter"]
         draft.refusals.append(Note(adapter.line, f"FS052 adapter {adapter.value} with neither "
-                                   "lora_target_modules nor lora_target_linear (peft finds no "
-                                   "module to adapt)"))
+                                   "lora_target_modules, lora_target_linear nor "
+                                   "lora_target_parameters (peft finds nothing to adapt)"))
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(n, str) and n for n in value)
 
 
 def _number(draft: Draft, entries: dict[str, Entry], key: str, target: str,
@@ -240,4 +247,6 @@ def apply_adapter(entries: dict[str, Entry], draft: Draft) -> Targets | None:
         _quantization(draft, entries, entries.get("load_in_4bit"))
     named = entries.get("lora_target_modules")
     linear = entries.get("lora_target_linear")
-    return Targets(named if truthy(named) else None, linear if truthy(linear) else None)
+    parameters = entries.get("lora_target_parameters")
+    return Targets(named if truthy(named) else None, linear if truthy(linear) else None,
+                   parameters if truthy(parameters) else None)

@@ -79,19 +79,54 @@ def test_an_adapter_the_section_cannot_say_is_refused_at_its_line(
     assert result.output.strip().endswith("the spec cannot say this yet; nothing imported")
 
 
-def test_a_string_target_is_a_regular_expression_and_refused(tmp_path: Path) -> None:
-    source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_alpha: 16\n"
-                                  "lora_target_modules: q_proj\n")
+def test_a_string_target_is_the_regular_expression_peft_full_matches(tmp_path: Path) -> None:
+    """peft full-matches a string lora_target_modules against each module's path: it is
+    carried as written; one that matches no module stops the import at its line."""
+    from fsdpspec.validate import check_file
+
+    regex = r"model\.layers\.\d+\.self_attn\.(q|v)_proj"
+    _, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_alpha: 16\n"
+                             f"lora_target_modules: '{regex}'\n")
+    assert result.exit_code == 0, result.output
+    report = check_file(out)
+    assert report.spec.peft.target_modules == regex
+    assert [d.code for d in report.diagnostics if d.severity.value == "error"] == []
+    assert [name for name, _ in report.job.adapters.linears] == ["q_proj", "v_proj"]
+    (tmp_path / "bad").mkdir()
+    source, out, result = _import(tmp_path / "bad", "adapter: lora\nlora_r: 8\n"
+                                  "lora_alpha: 16\nlora_target_modules: q_proj\n")
     assert result.exit_code == 1 and not out.exists()
-    assert result.output.startswith(f"{source}:10: FS051 lora_target_modules 'q_proj' (a "
-                                    "regular expression over module paths)")
+    assert result.output == (f"{source}:10: FS140 lora_target_modules (peft.target_modules "
+                             "'q_proj'): peft.target_modules 'q_proj' (a regular expression) "
+                             "matches no module of Mistral models; nothing imported\n")
+
+
+def test_target_parameters_are_carried(tmp_path: Path) -> None:
+    """lora_target_parameters (peft's target_parameters) alone is a LoRA of those
+    parameters; a non-list is one FS052 line."""
+    source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_alpha: 16\n"
+                                  "lora_target_parameters:\n  - mlp.down_proj.weight\n")
+    assert result.exit_code == 0, result.output
+    from fsdpspec.validate import check_file
+
+    report = check_file(out)
+    assert report.spec.peft.target_parameters == ["mlp.down_proj.weight"]
+    assert report.spec.peft.target_modules == [] and report.job.lora_targets == ()
+    (tmp_path / "bad").mkdir()
+    source, out, result = _import(tmp_path / "bad", "adapter: lora\nlora_r: 8\n"
+                                  "lora_alpha: 16\nlora_target_linear: true\n"
+                                  "lora_target_parameters: 3\n")
+    assert result.exit_code == 1 and not out.exists()
+    assert result.output.startswith(f"{source}:11: FS052 lora_target_parameters is not a list "
+                                    "of parameter names"), result.output
 
 
 def test_no_target_or_no_alpha_is_one_line_each(tmp_path: Path) -> None:
     source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 8\nlora_alpha: 16\n")
     assert result.exit_code == 1 and not out.exists()
     assert result.output.startswith(f"{source}:7: FS052 adapter lora with neither "
-                                    "lora_target_modules nor lora_target_linear")
+                                    "lora_target_modules, lora_target_linear nor "
+                                    "lora_target_parameters")
     source, out, result = _import(tmp_path, "adapter: lora\nlora_r: 0\n"
                                   "lora_target_linear: true\n")
     assert result.exit_code == 1 and not out.exists()
