@@ -7,9 +7,8 @@ lever changes; `memory.py` calls them at the moments they apply to.
 
 from __future__ import annotations
 
-import re
-
 import math
+import re
 
 from fsdpspec.job.geometry import Geometry
 from fsdpspec.job.job import Job

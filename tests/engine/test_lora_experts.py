@@ -37,11 +37,10 @@ def _job(model: Path) -> dict[str, Any]:
 
 
 def _save(preset: str, directory: Path) -> Path:
+    from safetensors.torch import save_file
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from fsdpspec.catalog.presets import preset_config
-
-    from safetensors.torch import save_file
 
     torch.manual_seed(0)
     config = AutoConfig.for_model(**preset_config(preset))
