@@ -191,8 +191,8 @@ def test_install_adds_no_generic_top_level_name(tmp_path: Path) -> None:
 # A feature's facet in each layer keeps the feature's name (its rules in lint/, its terms
 # in plan/, its engine step in runners/engine/ …): one name, one feature. Any other
 # basename is one module's alone, so a reader can tell rooms apart by name.
-FEATURE_FACETS = {"checkpoint", "float8", "lora", "memory", "memory_levers", "preference",
-                  "tensor_parallel"}
+FEATURE_FACETS = {"checkpoint", "expert_parallel", "float8", "lora", "memory", "memory_levers",
+                  "preference", "tensor_parallel"}
 
 
 def test_no_two_modules_share_a_basename_for_different_things() -> None:

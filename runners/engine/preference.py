@@ -290,6 +290,11 @@ def _write(path: Path, columns: dict[str, torch.Tensor]) -> None:
     os.replace(tmp, path)
 
 
+def holds_frozen_copy(spec: JobSpec) -> bool:
+    """Whether the job holds a second model: DPO's reference as a frozen copy."""
+    return spec.train.objective == "dpo" and spec.train.dpo.reference == "model"
+
+
 def build_objective(spec: JobSpec, frozen: nn.Module | None) -> Preference:
     """The DPO objective of the job, around its reference."""
     dpo = spec.train.dpo

@@ -89,6 +89,7 @@ def trace_job(job: Job) -> TraceResult:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from fsdpspec_runners.engine.mesh import shard_group_mesh
+    from fsdpspec_runners.engine.preference import holds_frozen_copy
 
     shard, tp = job.layout.shard_size, job.layout.dims.tp
     if dist.is_initialized():
@@ -100,18 +101,13 @@ def trace_job(job: Job) -> TraceResult:
         mesh = shard_group_mesh("cpu", shard, tp=tp)
         # So must the wrapping: FSDP2 over a tensor-parallel split builds a mesh of both.
         model = _wrapped(job, mesh, torch)
-        reference = _wrapped(job, mesh, torch, reference=True) if _frozen_copy(job) else None
+        reference = (_wrapped(job, mesh, torch, reference=True)
+                     if holds_frozen_copy(job.spec) else None)
         with (FakeTensorMode(allow_non_fake_inputs=True), _unpacked_sequences(),
               _sharding_propagation_apart()):
             return _run(job, model, shard, torch, reference)
     finally:
         dist.destroy_process_group()
-
-
-def _frozen_copy(job: Job) -> bool:
-    """Whether the job holds a second model: DPO's reference as a frozen copy."""
-    train = job.spec.train
-    return train.objective == "dpo" and train.dpo.reference == "model"
 
 
 def _wrapped(job: Job, mesh: Any, torch: Any, *, reference: bool = False) -> Any:

@@ -58,6 +58,7 @@ from fsdpspec_runners.engine.preference import (
     as_reference,
     build_objective,
     freeze,
+    holds_frozen_copy,
     precompute,
     reference_note,
 )
@@ -192,7 +193,7 @@ def _preference(job: Job, runtime: Runtime, world: DeviceMesh) -> Preference | N
         return None
     console(runtime, reference_note(spec))
     frozen = (freeze(build_fsdp_model(job, runtime, world, describe=False, reference=True))
-              if spec.train.dpo.reference == "model" else None)
+              if holds_frozen_copy(spec) else None)
     return build_objective(spec, frozen)
 
 

@@ -132,8 +132,11 @@ EXPECTED: dict[str, dict] = {
     "axolotl/llama-3-qlora-fsdp-70b.yaml": job(2, FULL, True, "full", BF16, FSD, 8,
                                                use_orig_params=None,
                                                peft=("qlora", 8, 16, 0.05, [])),
-    # mixtral-8x7b, named by the file, fits no number of H100s at its 4096 tokens.
+    # mixtral-8x7b, named by the file: QLoRA of its stacked experts is not built, and at
+    # its 4096 tokens FSDP alone fits no number of H100s (expert parallelism 2 would).
     "axolotl/mixtral-qlora-fsdp.yml": refused(
+        "FS316 adapter (peft.method 'qlora'): peft.method qlora on Mixtral models, a Mixture "
+        "of Experts",
         "FS201 resources.gpus_per_node 8: needs 93.7 GiB",
         "the model mixtral-8x7b does not fit 8 × H100-80GB as configured (peak 93.7 of 79.1 "
         "GiB), on the assumed GPU: give --accelerator for yours"),
