@@ -25,9 +25,10 @@ torch = pytest.importorskip("torch")
 
 from engine_jobs import (  # noqa: E402
     BASE,
+    assert_trains_alike,
+    by_step,
     final_weights,
     merged,
-    metrics,
     ok,
     train_then_probe,
     write_spec,
@@ -72,17 +73,6 @@ def resumed(job: dict[str, Any], run_dir: Path, final: bool = True) -> dict[str,
     return merged(job, {"checkpoint": {"resume": str(run_dir / "checkpoints" /
                                                      f"step-{MIDDLE:08d}"),
                                        "final": {"enabled": final}}})
-
-
-def by_step(run_dir: Path) -> dict[int, dict[str, Any]]:
-    return {m["step"]: m for m in metrics(run_dir) if "loss" in m}
-
-
-def assert_trains_alike(ours: Path, reference: Path, steps: range) -> None:
-    a, b = by_step(ours), by_step(reference)
-    for step in steps:
-        for key in ("loss", "grad_norm"):
-            assert abs(a[step][key] - b[step][key]) <= 1e-5, (step, key, a[step], b[step])
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ torch = pytest.importorskip("torch")
 from chat_assets import chat_parquet, chat_tokenizer, tiny_llama  # noqa: E402
 from engine_jobs import (  # noqa: E402
     BASE,
+    assert_trains_alike,
+    by_step,
     chat_job,
     final_weights,
     merged,
@@ -78,17 +80,6 @@ def checkpoint(run_dir: Path, step: int = MIDDLE) -> str:
 
 def resumed(job: dict[str, Any], run_dir: Path, step: int = MIDDLE) -> dict[str, Any]:
     return merged(job, {"checkpoint": {"resume": checkpoint(run_dir, step)}})
-
-
-def by_step(run_dir: Path) -> dict[int, dict[str, Any]]:
-    return {m["step"]: m for m in metrics(run_dir) if "loss" in m}
-
-
-def assert_trains_alike(ours: Path, reference: Path, steps: range) -> None:
-    a, b = by_step(ours), by_step(reference)
-    for step in steps:
-        for key in ("loss", "grad_norm"):
-            assert abs(a[step][key] - b[step][key]) <= 1e-5, (step, key, a[step], b[step])
 
 
 def assert_resumed_exactly(run_dir: Path, again: Path, step: int = MIDDLE) -> None:

@@ -162,6 +162,19 @@ def metrics(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
+def by_step(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """Each training step's metrics record, by step."""
+    return {m["step"]: m for m in metrics(run_dir) if "loss" in m}
+
+
+def assert_trains_alike(ours: Path, reference: Path, steps: range) -> None:
+    """The same loss and gradient norm at each of ``steps``, to 1e-5."""
+    a, b = by_step(ours), by_step(reference)
+    for step in steps:
+        for key in ("loss", "grad_norm"):
+            assert abs(a[step][key] - b[step][key]) <= 1e-5, (step, key, a[step], b[step])
+
+
 def losses(run_dir: Path) -> dict[int, float]:
     return {m["step"]: m["loss"] for m in metrics(run_dir)}
 

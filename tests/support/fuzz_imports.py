@@ -153,15 +153,13 @@ def printable_lines(text: str) -> bool:
     return all(char.isprintable() for line in text.split("\n") for char in line)
 
 
-def check_import(example: tuple[str, str, bytes], directory: Path) -> None:
-    """The CLI's import exits 0, 1 or 2 with printable one-line messages and no
-    traceback, writes nothing when it fails, and writes a spec whose every line is
-    printable and that reads back as exactly the fields the importer meant to write."""
+def _imported(example: tuple[str, str, bytes], directory: Path) -> tuple[Path, Path, str] | None:
+    """The CLI's import of ``example``: it exits 0, 1 or 2 with printable one-line
+    messages and no traceback, and writes nothing when it fails (then None); else the
+    source, the written spec and the output."""
     from click.testing import CliRunner
 
     from fsdpspec.cli.main import cli
-    from fsdpspec.convert.draft import Assumptions
-    from fsdpspec.convert.source_kinds import importer
 
     kind, name, raw = example
     source, out = directory / name, directory / "out.yaml"
@@ -173,7 +171,21 @@ def check_import(example: tuple[str, str, bytes], directory: Path) -> None:
     assert printable_lines(result.output), result.output
     if result.exit_code != 0:
         assert not out.exists()
+        return None
+    return source, out, result.output
+
+
+def check_import(example: tuple[str, str, bytes], directory: Path) -> None:
+    """The CLI's import exits 0, 1 or 2 with printable one-line messages and no
+    traceback, writes nothing when it fails, and writes a spec whose every line is
+    printable and that reads back as exactly the fields the importer meant to write."""
+    from fsdpspec.convert.draft import Assumptions
+    from fsdpspec.convert.source_kinds import importer
+
+    imported = _imported(example, directory)
+    if imported is None:
         return
+    kind, (source, out, _) = example[0], imported
     text = out.read_text(encoding="utf-8")
     assert printable_lines(text), text
     meant = importer(kind).import_config()(source, name="job", assumed=Assumptions(),
@@ -256,25 +268,15 @@ MACHINE_RULES = frozenset({"FS031", "FS407", "FS411"})
 def check_parallel_import(example: tuple[str, str, bytes], directory: Path) -> None:
     """`check_import`'s promises, and: a spec the import writes is one `validate`
     accepts, but for the memory (FS201) of what the import assumed and said it did."""
-    from click.testing import CliRunner
-
-    from fsdpspec.cli.main import cli
     from fsdpspec.validate import check_file
 
-    kind, name, raw = example
-    source, out = directory / name, directory / "out.yaml"
-    source.write_bytes(raw)
-    result = CliRunner().invoke(cli, ["import", kind, str(source), "-o", str(out)])
-    assert result.exit_code in (0, 1, 2), result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        repr(result.exception))
-    assert printable_lines(result.output), result.output
-    if result.exit_code != 0:
-        assert not out.exists()
+    imported = _imported(example, directory)
+    if imported is None:
         return
+    _, out, output = imported
     errors = {d.code for d in check_file(out).diagnostics if d.is_error} - MACHINE_RULES
-    assert errors <= {"FS201"}, (errors, result.output)
+    assert errors <= {"FS201"}, (errors, output)
     if errors:
-        assert "which the file does not name" in result.output or \
-            "a GPU count the file does not say" in result.output, result.output
+        assert "which the file does not name" in output or \
+            "a GPU count the file does not say" in output, output
     out.unlink()
