@@ -236,7 +236,8 @@ def row_spec(row: tuple[Any, ...]) -> JobSpec:
 
 
 SWEEP_LAYERS = 4
-# Published widths of the registered families that ship no full-size preset.
+# Published widths the recorded traces are at, for the families whose first full-size
+# preset is not that model (or that ship none): Qwen3 8B, Gemma 7B.
 PUBLISHED = {
     "qwen3": {"model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288,  # 8B
               "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
@@ -248,10 +249,13 @@ PUBLISHED = {
 
 
 def published_config(model_type: str) -> dict[str, Any]:
-    """The family's published widths (its first full-size preset), ``SWEEP_LAYERS`` deep."""
-    fam = FAMILIES[model_type]
-    full = [p for p in fam.presets if not p.startswith("tiny-")]
-    config = preset_config(full[0]) if full else dict(PUBLISHED[model_type])
+    """The family's published widths (PUBLISHED, else its first full-size preset),
+    ``SWEEP_LAYERS`` deep."""
+    if model_type in PUBLISHED:
+        config = dict(PUBLISHED[model_type])
+    else:
+        config = preset_config(next(p for p in FAMILIES[model_type].presets
+                                    if not p.startswith("tiny-")))
     config["num_hidden_layers"] = SWEEP_LAYERS
     if isinstance(config.get("layer_types"), list):
         config["layer_types"] = config["layer_types"][:SWEEP_LAYERS]

@@ -209,3 +209,13 @@ def test_no_two_modules_share_a_basename_for_different_things() -> None:
     assert all(len({m.rpartition(".")[0] for m in shared[n]}) == len(shared[n])
                for n in FEATURE_FACETS & shared.keys())
     assert FEATURE_FACETS <= shared.keys()
+
+
+def test_no_two_test_files_share_a_basename() -> None:
+    """tests/ has no packages: pytest imports each test file by its basename, so a second
+    tests/*/test_x.py is a collection error of the whole suite (as the plan's and the
+    engine's test_expert_parallel.py were), not a failure of one file."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {n: p for n, p in seen.items() if len(p) > 1} == {}
