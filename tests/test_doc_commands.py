@@ -46,6 +46,7 @@ LLAMA_8B = {"job.yaml": "examples/llama3-8b-h100.yaml"}
 MULTINODE = {"job.yaml": "examples/llama3-70b-multinode.yaml"}
 CONFIGS = "tests/convert/configs"
 DPO_PAIRS = {"examples/dpo-pairs.jsonl": "examples/dpo-pairs.jsonl"}  # the example's data
+DEEPSEEK_V3 = {"tests/models/deepseek-v3/config.json": "tests/models/deepseek-v3/config.json"}
 
 RUN_HERE: dict[str, Run] = {
     # README.md
@@ -83,6 +84,18 @@ RUN_HERE: dict[str, Run] = {
         DPO_PAIRS),
     "fsdpspec import axolotl tests/convert/configs/axolotl/qwen2-dpo.yaml -o dpo-import.yaml":
         Run(0, "wrote dpo-import.yaml"),
+    # docs/parallelism.md: Mixtral 8x7B on 64 H100s (experts on dim 1), then on EP 8;
+    # DeepSeek-V3 fits under FSDP alone on no count, on 256 with EP 8
+    # (tests/plan/test_expert_parallel_plan.py checks the figures)
+    "fsdpspec plan tests/plan/specs/mixtral-8x7b-64-h100.yaml": Run(
+        0, "device: fits: 28.1 of 79.1 GiB"),
+    "fsdpspec plan tests/plan/specs/mixtral-8x7b-64-h100.yaml "
+    "--set parallelism.expert_parallel=8": Run(0, "device: fits: 17.7 of 79.1 GiB"),
+    "fsdpspec plan tests/plan/specs/deepseek-v3-256-h100.yaml": Run(
+        1, "fewest H100-80GB that fit: none up to 4096 nodes; 256 with --set "
+        "parallelism.expert_parallel=8", DEEPSEEK_V3),
+    "fsdpspec plan tests/plan/specs/deepseek-v3-256-h100.yaml "
+    "--set parallelism.expert_parallel=8": Run(0, "device: fits: 63.4 of 79.1 GiB", DEEPSEEK_V3),
     # docs/tune.md
     "fsdpspec plan examples/torchtitan-llama3-8b.yaml --tokens 1e12 --price-per-gpu-hour 2.5":
         Run(0, "budget: 1.00T tokens (--tokens) on 8 GPUs at 44,960 tokens/s: "),
