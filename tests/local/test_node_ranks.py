@@ -47,7 +47,9 @@ def test_two_node_ranks_train_one_job_in_one_run_directory(tmp_path: Path) -> No
     assert [first.returncode, second.returncode] == [0, 0], outputs
     assert f"starting quickstart in {run_dir}" in outputs[0]
     assert f"joining quickstart in {run_dir}" in outputs[1]
-    assert "step 6/6" in outputs[0]
+    # c10d's rendezvous orders the agents itself (torchrun ignores --node-rank for it), so
+    # global rank 0, which logs the steps, stands on either node.
+    assert sum("step 6/6" in output for output in outputs) == 1, outputs
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")) == [
         "step-00000003", "step-00000006"]
     assert (run_dir / "final" / "model.safetensors").is_file()
