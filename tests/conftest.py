@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "tests" / "cases"
 # Shared helper modules (and the factory models the engine imports) live in support/.
 sys.path.insert(0, str(ROOT / "tests" / "support"))
+sys.path.insert(0, str(ROOT / "tests" / "support" / "warm_ranks"))
+import warm_ranks as warm_ranks_server  # noqa: E402  (found through the line above)
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 60,
@@ -83,6 +88,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         raise pytest.UsageError(message)
 
 
+# Session fixtures that each worker builds for itself (every test uses them): no group.
+_PER_WORKER = ("warm_ranks",)
+
+
 def _shared_fixtures(item: pytest.Item) -> list[str]:
     """The fixtures defined under tests/ that ``item`` uses and that outlive one test; a
     parametrized one by parameter too (each value is built once, wherever its tests go:
@@ -95,9 +104,45 @@ def _shared_fixtures(item: pytest.Item) -> list[str]:
         f"{Path(defs[-1].func.__code__.co_filename).relative_to(ROOT)}::{name}"
         + (f"={params[name]}" if name in params else "")
         for name, defs in info.name2fixturedefs.items()
-        if defs and defs[-1].scope != "function"
+        if defs and defs[-1].scope != "function" and name not in _PER_WORKER
         and Path(defs[-1].func.__code__.co_filename).is_relative_to(ROOT / "tests")
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_ranks(tmp_path_factory) -> Iterator[Path | None]:
+    """Engine ranks fork from one preloaded interpreter per test worker
+    (support/warm_ranks/warm_ranks.py), which saves each rank ~4 CPU-s of imports; a rank
+    that would import differently starts cold, as it does with FSDPSPEC_TEST_COLD_RANKS=1
+    or a test marked cold_ranks. Every Python the tests start finds the sitecustomize that
+    hands a rank over; HF_HOME is the session's own (empty) cache, which also keeps the
+    per-test XDG_CACHE_HOME out of what a rank imports. Yields the server's log: a line
+    for each rank it forks or starts cold, and why."""
+    os.environ["HF_HOME"] = str(tmp_path_factory.mktemp("hf-home"))
+    if os.environ.get("FSDPSPEC_TEST_COLD_RANKS"):
+        yield None
+        return
+    # AF_UNIX paths hold 107 bytes: a short directory of its own
+    socket_dir = Path(tempfile.mkdtemp(prefix="fsdpspec-warm-"))
+    log_path = tmp_path_factory.mktemp("warm-ranks") / "server.log"
+    log = log_path.open("w")
+    server = warm_ranks_server.start(str(socket_dir / "s"), log)
+    yield log_path
+    server.stdin.close()  # the server kills what is left of its ranks and ends
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+    log.close()
+    shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def cold_ranks(request, monkeypatch) -> None:
+    """A test marked cold_ranks starts its engine ranks as a user's do: one that reads a
+    rank's own /proc entries or its imports."""
+    if request.node.get_closest_marker("cold_ranks"):
+        monkeypatch.delenv("FSDPSPEC_TEST_WARM_RANKS", raising=False)
 
 
 @pytest.fixture(autouse=True)

@@ -107,7 +107,7 @@ def _evals(run_dir: Path) -> dict[int, dict[str, float]]:
 @pytest.fixture(scope="module")
 def runs(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("dpo-runs")
-    env = {"HF_HOME": str(root / "hf-home")}  # datasets' cache stays in the test
+    env = {"HF_DATASETS_CACHE": str(root / "datasets-cache")}  # datasets' cache stays in the test
     jobs = {name: _job(inputs, name) for name in ("model", "precomputed", "adapter")}
     jobs["model-resumed"] = _resumed(jobs["model"], root / "model")
     jobs["adapter-resumed"] = _resumed(jobs["adapter"], root / "adapter")

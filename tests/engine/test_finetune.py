@@ -61,7 +61,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _env(root: Path) -> dict[str, str]:
-    return {"HF_HOME": str(root / "hf-home")}  # datasets' own cache stays in the test
+    return {"HF_DATASETS_CACHE": str(root / "datasets-cache")}  # datasets' cache stays here
 
 
 @pytest.fixture(scope="module")

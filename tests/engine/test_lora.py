@@ -59,7 +59,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _env(root: Path, **extra: str) -> dict[str, str]:
-    return {"HF_HOME": str(root / "hf-home"), **extra}  # datasets' cache stays in the test
+    # datasets' cache stays in the test
+    return {"HF_DATASETS_CACHE": str(root / "datasets-cache"), **extra}
 
 
 def _resumed(job: dict[str, Any], straight: Path) -> dict[str, Any]:

@@ -226,8 +226,9 @@ def test_chat_fine_tune_with_eval_trains_and_resumes_under_tp(tmp_path: Path) ->
     job = merged(BASE, merged(chat_job(tmp_path / "inputs", 4, 2), {
         "resources": {"accelerator": "cpu"}, "parallelism": {"tensor_parallel": 2},
         "fsdp": {"state_dict_type": "FULL_STATE_DICT"}}))
-    run_dir, hf_home = tmp_path / "chat", {"HF_HOME": str(tmp_path / "hf-home")}
-    fsdpspec_run(job, run_dir, env=hf_home)
+    run_dir = tmp_path / "chat"
+    datasets_cache = {"HF_DATASETS_CACHE": str(tmp_path / "datasets-cache")}
+    fsdpspec_run(job, run_dir, env=datasets_cache)
     evals = [m for m in metrics(run_dir) if "eval_loss" in m]
     assert [m["step"] for m in evals] == [2, 4]
     assert all(math.isfinite(m["eval_loss"]) for m in evals)
@@ -235,7 +236,7 @@ def test_chat_fine_tune_with_eval_trains_and_resumes_under_tp(tmp_path: Path) ->
     assert (run_dir / "checkpoints" / "step-00000002" / "full_state_dict.pt").is_file()
     assert (run_dir / "final" / "config.json").is_file()
     again = tmp_path / "chat-resumed"
-    ok(torchrun(write_spec(again, resumed(job, run_dir, 2)), env=hf_home))
+    ok(torchrun(write_spec(again, resumed(job, run_dir, 2)), env=datasets_cache))
     assert_resumed_exactly(run_dir, again, 2)
 
 

@@ -4,7 +4,6 @@ metrics: the real libraries, no network, from a real 2-process CPU run."""
 from __future__ import annotations
 
 import json
-import os
 import struct
 from pathlib import Path
 
@@ -56,9 +55,10 @@ def _metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_mlflow_file_store_holds_every_logged_step(trained_run: dict) -> None:
+def test_mlflow_file_store_holds_every_logged_step(trained_run: dict,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     mlflow = pytest.importorskip("mlflow")
-    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     client = mlflow.MlflowClient((trained_run["run_dir"] / "mlruns").as_uri())
     experiment = client.get_experiment_by_name("fsdpspec-test")
     (run,) = client.search_runs([experiment.experiment_id])

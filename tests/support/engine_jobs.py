@@ -63,7 +63,7 @@ def write_spec(run_dir: Path, override: dict[str, Any] | None = None) -> Path:
     return write_resolved_spec(JobSpec.model_validate(merged(BASE, override or {})), run_dir)
 
 
-def _env(extra: dict[str, str] | None) -> dict[str, str]:
+def launch_env(extra: dict[str, str] | None) -> dict[str, str]:
     # support/ holds the factory models; the caller's path after ours (a worktree's
     # `fsdpspec_runners` is found there, not in the installed checkout).
     path = os.pathsep.join([str(ROOT), str(SUPPORT), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -85,7 +85,7 @@ def torchrun(
         *target,
     ]
     return subprocess.run(
-        argv, cwd=ROOT, env=_env(env), capture_output=True, text=True, timeout=timeout
+        argv, cwd=ROOT, env=launch_env(env), capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -145,7 +145,7 @@ def engine_alone(spec: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "fsdpspec_runners.engine", "--spec", str(spec)],
         cwd=ROOT,
-        env=_env(None),
+        env=launch_env(None),
         capture_output=True,
         text=True,
         timeout=300,

@@ -5,18 +5,14 @@ small spec, started with `fsdpspec run` exactly as a user starts it (real torchr
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from engine_jobs import BASE, ROOT, SUPPORT, merged
+from engine_jobs import BASE, ROOT, launch_env, merged
 
 NAME = BASE["metadata"]["name"]
-# One thread per process, so every run does the same floating-point work (bitwise
-# comparisons), and tests/ for the factory models.
-ENV = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(SUPPORT)])}
 
 
 def job_file(directory: Path, override: dict[str, Any]) -> Path:
@@ -37,7 +33,9 @@ def run_argv(job: Path, *args: str) -> list[str]:
 
 
 def run_env(**extra: str) -> dict[str, str]:
-    return {**os.environ, **ENV, **extra}
+    """One thread per process, so every run does the same floating-point work (bitwise
+    comparisons), and support/ for the factory models: as engine_jobs launches."""
+    return launch_env(extra)
 
 
 def fsdpspec_run(job: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
