@@ -162,7 +162,6 @@ def _offload(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
 
 
 FLOAT8 = "float8"
-EXPERT_PARALLEL = "parallelism.expert_parallel"
 
 
 def _float8(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
@@ -185,8 +184,9 @@ LEVERS: tuple[Lever, ...] = (
     Lever("fsdp.sharding_strategy", _strategies, "what is sharded, and over how many ranks"),
     Lever("fsdp.shard_group_size", _shard_groups, "ranks per shard group (hybrid strategies)"),
     # After the shard group, which it divides.
-    Lever(EXPERT_PARALLEL, _expert_parallel, "ranks each layer's experts are split over "
-          "(a Mixture of Experts)", applies=_has_experts),
+    Lever("parallelism.expert_parallel", _expert_parallel,
+          "ranks each layer's experts are split over (a Mixture of Experts)",
+          applies=_has_experts),
     Lever("fsdp.activation_checkpointing", _checkpointing, "which layers recompute in backward"),
     Lever("fsdp.ac_every", _ac_every, "one layer in this many checkpointed (selective)"),
     Lever("data.micro_batch_size", _micro_batches,
