@@ -96,6 +96,12 @@ RUN_HERE: dict[str, Run] = {
         "parallelism.expert_parallel=8", DEEPSEEK_V3),
     "fsdpspec plan tests/plan/specs/deepseek-v3-256-h100.yaml "
     "--set parallelism.expert_parallel=8": Run(0, "device: fits: 63.4 of 79.1 GiB", DEEPSEEK_V3),
+    # tune's EP winner (tests/tune/test_expert_parallel_lever.py validates and plans it) and
+    # torchtitan's degree imported (tests/convert/test_import_expert_parallel.py)
+    "fsdpspec tune tests/plan/specs/deepseek-v3-256-h100.yaml": Run(
+        0, "63.4 of 79.1  --set parallelism.expert_parallel=8", DEEPSEEK_V3),
+    "fsdpspec import torchtitan tests/convert/configs/torchtitan/pr2465-qwen3_30b_a3b.toml "
+    "-o qwen3-ep.yaml": Run(0, "wrote qwen3-ep.yaml"),
     # docs/tune.md
     "fsdpspec plan examples/torchtitan-llama3-8b.yaml --tokens 1e12 --price-per-gpu-hour 2.5":
         Run(0, "budget: 1.00T tokens (--tokens) on 8 GPUs at 44,960 tokens/s: "),

@@ -48,6 +48,8 @@ class NamedFamily:
 NAMES: tuple[NamedFamily, ...] = (
     NamedFamily("deepseek_v3", "DeepSeek-V3", r"deepseek[-_ ]?v3", unregistered_moe=True),
     NamedFamily("llama4_text", "Llama 4", r"llama[-_ ]?4(?!\d)", unregistered_moe=True),
+    NamedFamily("glm_moe_dsa", "GLM-5", r"glm[-_ ]?5(?![-_ ]?next)|glm_?moe_?dsa",
+                unregistered_moe=True),
     NamedFamily("glm4_moe_lite", "GLM-4.7-Flash", r"glm[-_ ]?4[._]?7[-_ ]?flash|glm4_?moe_?lite",
                 unregistered_moe=True),
     NamedFamily("glm4_moe", "GLM-4.5", r"glm[-_ ]?4[._]?[56]|glm4_?moe", unregistered_moe=True),

@@ -47,8 +47,12 @@ _DEGREES = {"tp_size": "parallelism.tensor_parallel", "cp_size": "parallelism.co
 _REFUSED_SIZES = {
     "sp_size": "sequence parallelism",
     "pp_size": "pipeline parallelism",
-    "ep_size": "expert parallelism",
 }
+# Sizes accelerate does not have (its ParallelismConfig: dp_replicate, dp_shard, tp, cp
+# and sp, in 1.16), with the spec field that says each: `accelerate launch` drops them, so
+# they are not imported, but said. Expert parallelism comes to accelerate's users from
+# transformers' `DistributedConfig(ep_size=…)` in the training script, not the config.
+_UNKNOWN_SIZES = {"ep_size": "parallelism.expert_parallel"}
 
 
 def _entries(document: Document) -> dict[str, Entry]:
@@ -93,6 +97,11 @@ def _parallelism(document: Document, reading: FsdpReading, draft: Draft) -> None
                 draft.refusals.append(Note(entry.line, f"FS052 {key} {value}: a size is at "
                                            "least 1 (accelerate stops on it)"))
             sizes[short] = entry
+        elif short in _UNKNOWN_SIZES and value not in (None, False, 1):
+            draft.notes.append(Note(entry.line, (
+                f"{key} {value}: accelerate has no such size (`accelerate launch` drops it and "
+                f"runs every expert on every rank); not imported: {_UNKNOWN_SIZES[short]} "
+                "is the spec's")))
         elif value not in (None, False):
             draft.notes.append(Note(entry.line, f"{key}: no v1 field; not imported"))
     _mesh_fits(sizes, reading, draft)

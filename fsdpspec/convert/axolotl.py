@@ -4,8 +4,8 @@ axolotl hands its training keys to the HF Trainer (some under its own names, ren
 here for hftrain) and its FSDP settings to accelerate, in two generations: FSDP1 as
 `fsdp: [full_shard, auto_wrap]` with `fsdp_`-prefixed `fsdp_config` keys, FSDP2 as
 `fsdp_version: 2` with unprefixed keys. Its parallelism sizes follow accelerate's
-parallelism_config: replicas of shard groups are hybrid sharding, the tensor- and
-context-parallel sizes are the `parallelism` degrees, and the others (and activation
+parallelism_config: replicas of shard groups are hybrid sharding, the tensor-, context-
+and expert-parallel sizes are the `parallelism` degrees, and the others (and activation
 offloading) are refused by name. `fp8` is torchao's float8 through accelerate
 (fsdpspec/convert/float8.py). LoRA and QLoRA adapters are the `peft` section
 (`adapters`).
@@ -35,12 +35,12 @@ _RENAMED = {
 }
 # Sizes the spec says, and the field of each.
 _DEGREES = {"tensor_parallel_size": "parallelism.tensor_parallel",
-            "context_parallel_size": "parallelism.context_parallel"}
+            "context_parallel_size": "parallelism.context_parallel",
+            "expert_parallel_size": "parallelism.expert_parallel"}
 _FP8_GATHER = "fp8_enable_fsdp_float8_all_gather"
 # Sizes of parallelisms the spec cannot say, with the feature each names.
 _REFUSED_SIZES = {
     "sequence_parallel_degree": "sequence parallelism",
-    "expert_parallel_size": "expert parallelism",
     "pipeline_parallel_size": "pipeline parallelism",
 }
 # Switches the spec cannot say, refused when on.
@@ -144,10 +144,14 @@ def _layout(entries: dict[str, Entry], reading: Any, draft: Draft,
         raise ImportRefused([Note(e.line, f"FS052 {e.written} {e.value!r} is not a size")
                              for e in bad])
     draft.put("resources.nodes", 1, "assumed: axolotl configs do not say")
-    if shard is None:  # axolotl shards over the devices the other sizes leave
+    expert = draft.has("parallelism.expert_parallel")
+    if shard is None and not expert:  # axolotl shards over the devices the other sizes leave
         draft.put("resources.gpus_per_node", assumed.gpus_per_node,
                   "assumed (axolotl configs do not say): --gpus-per-node")
     else:
+        # Under expert parallelism axolotl's ExpertParallelPlugin stops unless
+        # expert_parallel_size × dp_shard_size (1 when unset) × tensor × context sizes is
+        # the world size.
         degrees = [e for e in (entries.get(k) for k in _DEGREES)
                    if e is not None and draft.has(_DEGREES[e.written])]
         total = 1
@@ -155,6 +159,8 @@ def _layout(entries: dict[str, Entry], reading: Any, draft: Draft,
             total *= entry.value
         draft.put("resources.gpus_per_node", total, " × ".join(
             f"{e.written} {e.value} (line {e.line})" for e in (*sizes, *degrees)))
+    if expert:
+        _expert_layout(entries["expert_parallel_size"], shard, draft)
     if replicate is not None and replicate.value > 1:
         group = shard.value if shard is not None else 1
         resharded = reading.values.get("fsdp_reshard_after_forward", "FULL_SHARD")
@@ -162,6 +168,21 @@ def _layout(entries: dict[str, Entry], reading: Any, draft: Draft,
                   "HYBRID_SHARD" if resharded == "FULL_SHARD" else "HYBRID_SHARD_ZERO2",
                   f"{replicate.written} {replicate.value} replicas (line {replicate.line})")
         draft.put("fsdp.shard_group_size", group, f"{group}-rank shard groups")
+
+
+def _expert_layout(expert: Entry, shard: Entry | None, draft: Draft) -> None:
+    """axolotl lays out expert_parallel_size × dp_shard_size ranks: each expert on the
+    first, FSDP over the second, as torchtitan's efsdp (the spec's layout); the other
+    weights it shards over dp_shard_size ranks only and replicates over the expert-parallel
+    ones, where fsdpspec's engine shards them over every rank (less memory, the same
+    training): a note says so."""
+    group = shard.value if shard is not None else 1
+    world = draft.value("resources.gpus_per_node")
+    sharded = "" if group == 1 else f"shards over dp_shard_size {group} ranks and "
+    draft.note(expert, f"{expert.written} {expert.value}: the weights other than the "
+               f"experts, which axolotl {sharded}replicates over the {expert.value} "
+               f"expert-parallel ranks, fsdpspec's engine shards over all {world} ranks "
+               "(torchtitan's layout: the same training, less memory per rank)")
 
 
 def _float8(entries: dict[str, Entry], draft: Draft) -> None:

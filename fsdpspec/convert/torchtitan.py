@@ -4,10 +4,11 @@ before its 2026 Python configs) as a v1 spec.
 Both of its layouts are read: parallel degrees under `[training]` and `[experimental]`
 (2024), or under `[parallelism]` (2025 on). torchtitan always shards with FSDP2; a
 replicate degree above one is hybrid sharding over the shard degree, and −1 means "the
-GPUs left". The tensor- and context-parallel degrees are the `parallelism` degrees,
-and the float8 converter (`converters = ["float8"]` with its `[float8]` or
-`[quantize.linear.float8]` table, or 2024's `enable_float8_linear`) is the float8
-section (fsdpspec/convert/float8.py). Pipeline and expert parallelism and the other
+GPUs left". The tensor-, context- and expert-parallel degrees are the `parallelism`
+degrees (expert tensor parallelism only at 1, torchtitan's default), and the float8
+converter (`converters = ["float8"]` with its `[float8]` or `[quantize.linear.float8]`
+table, or 2024's `enable_float8_linear`) is the float8 section
+(fsdpspec/convert/float8.py). Pipeline and expert tensor parallelism and the other
 converters are refused by name: the spec cannot say them yet.
 """
 
@@ -45,12 +46,16 @@ _PRESETS = {
 }
 # Degrees the spec says, and the field of each.
 _DEGREES = {"tensor_parallel_degree": "parallelism.tensor_parallel",
-            "context_parallel_degree": "parallelism.context_parallel"}
-# Degrees the spec cannot say, with the feature each names.
+            "context_parallel_degree": "parallelism.context_parallel",
+            # torchtitan's layout, the spec's: experts split over ep of the dp_shard × cp ×
+            # tp ranks, FSDP-sharded over the rest (efsdp); it adds no ranks to the world.
+            "expert_parallel_degree": "parallelism.expert_parallel"}
+# Degrees the spec cannot say, with the feature each names (and, after "; ", how to do
+# without it).
 _REFUSED_DEGREES = {
     "pipeline_parallel_degree": "pipeline parallelism",
-    "expert_parallel_degree": "expert parallelism",
-    "expert_tensor_parallel_degree": "expert tensor parallelism",
+    "expert_tensor_parallel_degree": "expert tensor parallelism; with 1, FSDP shards each "
+                                     "rank's experts instead",
 }
 _DEGREE_TABLES = ("parallelism", "training", "experimental")
 # The float8 converter's names (2025, 2026) and its table in each schema.
@@ -113,8 +118,9 @@ def _refusals(toml: _Toml, draft: Draft) -> None:
         elif key in _DEGREES and entry.value > 1:
             draft.carry(_DEGREES[key], entry.value, entry)
         elif entry.value > 1:
-            draft.refuse(entry.line, f"{entry.written} {entry.value} "
-                         f"({_REFUSED_DEGREES[key]}, {entry.value}-way)")
+            feature, _, fix = _REFUSED_DEGREES[key].partition("; ")
+            draft.refuse(entry.line, f"{entry.written} {entry.value} ({feature}, "
+                         f"{entry.value}-way{'; ' + fix if fix else ''})")
     converters = toml.get("model", "converters")
     names = converters.value if converters is not None else []
     for name in names if isinstance(names, list) else [names]:

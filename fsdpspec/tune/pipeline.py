@@ -49,15 +49,15 @@ def _pointer(key: str) -> str:
 
 
 def open_levers(report: FileReport, vary: Sequence[str]) -> tuple[str, ...]:
-    """What the search changes: the levers ``vary`` names ("all": every one), else
-    those the spec leaves unset."""
-    if "all" in vary:
-        return LEVER_KEYS
-    if vary:
+    """What the search changes: the levers ``vary`` names ("all": every one that means
+    something for the model), else those the spec leaves unset that do."""
+    if vary and "all" not in vary:
         return tuple(key for key in LEVER_KEYS if key in vary)
-    written = written_keys(report)
+    written = set() if vary else written_keys(report)
+    assert report.job is not None
     return tuple(lever.key for lever in LEVERS
-                 if lever.key not in written and not lever.opt_in)
+                 if lever.key not in written and (vary or not lever.opt_in)
+                 and (lever.applies is None or lever.applies(report.job)))
 
 
 def validated(loaded: Loaded, path: Path, overrides: Sequence[str],

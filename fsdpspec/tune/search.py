@@ -12,6 +12,7 @@ from typing import Any
 
 from fsdpspec.catalog.accelerators import Accelerator
 from fsdpspec.job.job import Job
+from fsdpspec.plan import expert_parallel
 from fsdpspec.plan.budget import SCALING_LOSS
 from fsdpspec.plan.compute import step_compute
 from fsdpspec.plan.host import host_memory
@@ -87,12 +88,13 @@ def with_choice(spec: JobSpec, choice: Choice) -> JobSpec:
 
 def evaluate(base: Job, device: Accelerator, choice: Choice) -> Candidate | None:
     """The candidate's memory and step; None when it does not fit, or when the engine
-    cannot split the model at its tensor-parallel degree."""
+    cannot split the model at its tensor- or expert-parallel degree."""
     spec, g = base.spec, base.geometry
     assert g is not None  # tune plans only jobs with a geometry
     candidate = with_choice(spec, choice)
     job = base.with_spec(candidate)
-    if not runs_at(job, tp_degree(job)):
+    if not (runs_at(job, tp_degree(job))
+            and expert_parallel.runs_at(job, expert_parallel.ep_degree(job))):
         return None
     memory = device_memory(job, is_gpu=device.is_gpu)
     host = host_memory(job, g.total_params)

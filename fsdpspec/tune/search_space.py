@@ -12,6 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, get_args
 
+from fsdpspec.job.job import Job
+from fsdpspec.job.parallel import parallel_dims
+from fsdpspec.plan.expert_parallel import expert_count
 from fsdpspec.plan.tensor_parallel import DEGREES
 from fsdpspec.semantics import HYBRID_STRATEGIES
 from fsdpspec.spec.section import Section
@@ -33,6 +36,9 @@ class Lever:
     # Searched only when `--vary` names it (or all): it changes the numerics, not only
     # where the work runs.
     opt_in: bool = False
+    # Offered by default (and under `--vary all`) only for a model it means something
+    # for; None: every model.
+    applies: Callable[[Job], bool] | None = None
 
     def setting(self, value: Any) -> str:
         """The `--set KEY=VALUE` that makes ``value``."""
@@ -91,6 +97,27 @@ def _shard_groups(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
     if value_of(spec, choice, "fsdp.sharding_strategy") not in HYBRID_STRATEGIES:
         return ()
     return _groups(_data_parallel(spec, choice))
+
+
+def _expert_parallel(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
+    """Powers of two (torchtitan's degrees, as `plan` offers them) that divide the ranks
+    the experts are sharded over, FSDP's shard group (FS162), under FSDP2 over a sharded
+    strategy without tensor or context parallelism (FS163, FS164, FS181); whether the
+    model's experts split whole at one is the search's to judge
+    (`expert_parallel.runs_at`)."""
+    strategy = value_of(spec, choice, "fsdp.sharding_strategy")
+    if (spec.fsdp.version != 2 or strategy == "NO_SHARD"
+            or value_of(spec, choice, "parallelism.tensor_parallel") > 1
+            or value_of(spec, choice, "parallelism.context_parallel") > 1):
+        return ()
+    ranks = parallel_dims(world_size=spec.world_size, strategy=strategy,
+                          shard_group_size=value_of(spec, choice, "fsdp.shard_group_size"),
+                          gpus_per_node=spec.resources.gpus_per_node, fsdp_version=2).dp_shard
+    return tuple(1 << k for k in range(ranks.bit_length()) if ranks % (1 << k) == 0)
+
+
+def _has_experts(job: Job) -> bool:
+    return expert_count(job.units) > 0
 
 
 def _checkpointing(spec: JobSpec, choice: Choice) -> tuple[Any, ...]:
@@ -156,6 +183,10 @@ LEVERS: tuple[Lever, ...] = (
           "ranks each long sequence is split over (ring attention, GPUs)"),
     Lever("fsdp.sharding_strategy", _strategies, "what is sharded, and over how many ranks"),
     Lever("fsdp.shard_group_size", _shard_groups, "ranks per shard group (hybrid strategies)"),
+    # After the shard group, which it divides.
+    Lever("parallelism.expert_parallel", _expert_parallel,
+          "ranks each layer's experts are split over (a Mixture of Experts)",
+          applies=_has_experts),
     Lever("fsdp.activation_checkpointing", _checkpointing, "which layers recompute in backward"),
     Lever("fsdp.ac_every", _ac_every, "one layer in this many checkpointed (selective)"),
     Lever("data.micro_batch_size", _micro_batches,

@@ -22,6 +22,7 @@ from fsdpspec.catalog.model_names import NAMES, named_family, of_model_type
     ("mistralai/Mistral-7B-v0.1", "mistral"), ("deepseek-ai/DeepSeek-V3", "deepseek_v3"),
     ("DeepseekV3DecoderLayer", "deepseek_v3"), ("deepseek_v3 debugmodel", "deepseek_v3"),
     ("zai-org/GLM-4.5-Air", "glm4_moe"), ("zai-org/GLM-4.7-Flash", "glm4_moe_lite"),
+    ("Mapika/GLM-5.2-NVFP4", "glm_moe_dsa"), ("GlmMoeDsaDecoderLayer", "glm_moe_dsa"),
     ("openai/gpt-oss-120b", "gpt_oss"), ("ramdisk/gpt-oss-120b-BF16", "gpt_oss"),
     ("facebook/opt-6.7b", None), ("OPTDecoderLayer", None),
 ])

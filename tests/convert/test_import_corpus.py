@@ -116,6 +116,12 @@ EXPECTED: dict[str, dict] = {
     "axolotl/qwen2-adamw-pretrain-fsdp2.yaml": job(2, FULL, False, "none", BF16, FSD, 8,
                                                    preset="qwen2.5-0.5b"),
     "axolotl/gpt-oss-20b-fft-fsdp2.yaml": refused("activation_offloading True"),
+    # expert_parallel_size 2 × dp_shard_size 2 is the 4 GPUs it says; the 8-bit AdamW's int8
+    # state checkpoints sharded only (FS551), and on the 4 GPUs the model it names (a
+    # stand-in: the Instruct-2507 id is no preset) does not fit.
+    "axolotl/qwen3-30b-a3b-ep-fsdp-fft-4gpu.yaml": refused(
+        "FS551 optimizer (optimizer.state_dtype 'int8')",
+        "the model qwen3-30b-a3b does not fit 4 × H100-80GB as configured"),
     # LoRA / QLoRA: peft (method, r, alpha, dropout, target_modules; [] = the family's
     # projections, which lora_target_linear is). axolotl's QLoRA configs are FSDP1, under
     # which the engine does not train QLoRA (FS312): they import as FSDP2, which drops the
@@ -235,8 +241,18 @@ EXPECTED: dict[str, dict] = {
        for year in (2025, 2026)},
     "torchtitan/2026-qwen3_0.6b.toml": job(2, FULL, False, "op", BF16, SSD, 8,
                                            preset="qwen3-0.6b"),
-    "torchtitan/2026-deepseek_v3_16b.toml": refused("expert_parallel_degree 8"),
-    "torchtitan/2026-llama4_17bx16e.toml": refused("expert_tensor_parallel_degree 8"),
+    # expert_parallel_degree is parallelism.expert_parallel (issue 44): torchtitan's main
+    # has one EP config, whose DeepSeek-V3 16B flavor no preset stands in for; a pull
+    # request's Qwen3 30B-A3B at EP 2 imports and validates. Expert tensor parallelism
+    # other than 1 is refused.
+    "torchtitan/2026-deepseek_v3_16b.toml": refused(
+        "FS055 [model] name and flavor deepseek_v3 16B: a DeepSeek-V3 model (a Mixture of "
+        "Experts, transformers' deepseek_v3) that no preset stands in for; pass --hf-config"),
+    "torchtitan/pr2465-qwen3_30b_a3b.toml": job(2, FULL, False, "full", BF16, SSD, 8,
+                                                preset="qwen3-30b-a3b", ep=2),
+    "torchtitan/2026-llama4_17bx16e.toml": refused(
+        "FS050 [parallelism] expert_tensor_parallel_degree 8 (expert tensor parallelism, "
+        "8-way; with 1, FSDP shards each rank's experts instead)"),
     # Issue 45: a Mixture of Experts a config names is its family and shape (torchtitan's
     # flavor tables, debug flavors included), or the import stops naming the model and
     # its family (FS055): no preset stands in for DeepSeek-V3, Llama 4 or Mistral Small 4.
@@ -318,8 +334,10 @@ def test_corpus_imports_as_its_tool_runs_it(name: str, tmp_path: Path) -> None:
     assert spec.resources.nodes == expected.get("nodes", 1)
     float8 = spec.float8 and (spec.float8.recipe, spec.float8.exclude,
                               spec.float8.fsdp_all_gather)
-    assert (spec.parallelism.tensor_parallel, spec.parallelism.context_parallel, float8) == (
-        expected.get("tp", 1), expected.get("cp", 1), expected.get("float8"))
+    p = spec.parallelism
+    assert (p.tensor_parallel, p.context_parallel, p.expert_parallel, float8) == (
+        expected.get("tp", 1), expected.get("cp", 1), expected.get("ep", 1),
+        expected.get("float8"))
     for key, field in (("preset", spec.model.preset), ("ac_every", fsdp.ac_every),
                        ("seq", spec.data.seq_len),
                        ("use_orig_params", fsdp.use_orig_params),
