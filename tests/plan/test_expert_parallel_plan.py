@@ -101,3 +101,20 @@ def test_deepseek_v3_fits_nowhere_under_fsdp_and_fits_with_the_offered_ep() -> N
     assert with_ep["memory"]["device"]["total_bytes"] / GIB < 79.1 * 0.9
     assert run_cli("validate", str(DEEPSEEK), "--set",
                    "parallelism.expert_parallel=8").returncode == 0
+
+
+def test_deepseek_v3_preset_plans_as_its_public_config_json() -> None:
+    """Issue 45: `model.preset: deepseek-v3` is the public config.json's model, counted
+    from the model transformers builds on the meta device: 671.0B parameters, 37.6B of
+    them active per token (the top 8 of 256 routed experts, the shared one and the
+    three dense layers), and the same verdict and EP offer as the config.json."""
+    as_preset = ("--set", "model.hf_config=null", "--set", "model.preset=deepseek-v3")
+    preset = json.loads(run_cli("plan", str(DEEPSEEK), *as_preset, "--format", "json").stdout)
+    public = json.loads(run_cli("plan", str(DEEPSEEK), "--format", "json").stdout)
+    assert preset["parameters"] == public["parameters"]
+    assert (preset["parameters"]["total"], preset["parameters"]["active"]) == (
+        671_026_404_352, 37_552_282_624)
+    assert preset["memory"] == public["memory"] and not preset["fits"]
+    text = run_cli("plan", str(DEEPSEEK), *as_preset).stdout
+    assert "671.03B parameters (37.55B active per token)" in text
+    assert "256 with --set parallelism.expert_parallel=8" in text
