@@ -118,3 +118,20 @@ def test_deepseek_v3_preset_plans_as_its_public_config_json() -> None:
     text = run_cli("plan", str(DEEPSEEK), *as_preset).stdout
     assert "671.03B parameters (37.55B active per token)" in text
     assert "256 with --set parallelism.expert_parallel=8" in text
+
+
+def test_llama4_scout_has_no_experts_module_to_split() -> None:
+    """Issue 45: transformers runs each of Llama 4's 16 experts on every token and names
+    no experts module to dispatch to, so the plan shards its stacked experts as any
+    tensor (16 rows over 64 ranks: each holds a padded sixteenth) and fits no number of
+    H100s; expert parallelism is refused naming the model, not as a dense one's."""
+    scout = ("--set", "model.preset=llama4-scout")
+    plan = run_cli("plan", str(MIXTRAL), *scout).stdout
+    assert "107.77B parameters (introspected: model_type llama4_text)" in plan
+    assert "fewest H100-80GB that fit: none up to 4096 nodes" in plan
+    refused = run_cli("validate", str(MIXTRAL), *scout, "--set", "parallelism.expert_parallel=4",
+                      "--format", "concise")
+    assert refused.returncode == 1
+    assert ("FS160 error expert_parallel 4 on a Llama 4 model (a Mixture of Experts, "
+            "transformers' llama4_text) whose transformers config names no experts module "
+            "to dispatch tokens to (base_model_ep_plan)") in refused.stdout
