@@ -371,6 +371,8 @@ HUB_PRESETS: dict[str, str] = {
     "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
     "openai/gpt-oss-120b": "gpt-oss-120b",
     "mistralai/Mixtral-8x22B-v0.1": "mixtral-8x22b",
+    "zai-org/GLM-4.5-Air": "glm-4.5-air",
+    "deepseek-ai/DeepSeek-V3": "deepseek-v3",
     "Qwen/Qwen3-0.6B": "qwen3-0.6b",
     "Qwen/Qwen3-32B": "qwen3-32b",
     "EleutherAI/pythia-1.4b": "pythia-1.4b",
