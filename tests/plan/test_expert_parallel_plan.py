@@ -120,6 +120,19 @@ def test_deepseek_v3_preset_plans_as_its_public_config_json() -> None:
     assert "256 with --set parallelism.expert_parallel=8" in text
 
 
+def test_glm_4_5_air_preset_plans_its_dense_first_layer_and_shared_experts() -> None:
+    """Issue 45: `model.preset: glm-4.5-air` (one dense layer, then 128 routed experts and
+    a shared one) on Mixtral's 64 H100s: 106.9B parameters, 13.4B active; it fits, on 48
+    alone, and on 32 with expert parallelism 2 (128 experts split whole)."""
+    air = ("--set", "model.preset=glm-4.5-air")
+    plan = json.loads(run_cli("plan", str(MIXTRAL), *air, "--format", "json").stdout)
+    assert (plan["parameters"]["total"], plan["parameters"]["active"]) == (
+        106_852_245_504, 13_424_123_904)
+    assert plan["fits"] and plan["parameters"]["source"] == "introspected"
+    text = run_cli("plan", str(MIXTRAL), *air).stdout
+    assert "fewest H100-80GB that fit: 48 (6 whole nodes of 8" in text
+    assert "32 with --set parallelism.expert_parallel=2" in text
+
 def test_llama4_scout_has_no_experts_module_to_split() -> None:
     """Issue 45: transformers runs each of Llama 4's 16 experts on every token and names
     no experts module to dispatch to, so the plan shards its stacked experts as any
