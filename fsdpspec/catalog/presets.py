@@ -267,6 +267,44 @@ PRESETS.update({
         num_hidden_layers=56, num_attention_heads=48, num_key_value_heads=8,
         vocab_size=32768, num_local_experts=8, num_experts_per_tok=2,
         max_position_embeddings=65536, rope_theta=1000000.0, router_aux_loss_coef=0.001),
+    # Three Mixture-of-Experts families the analytic registry does not hold (dense first
+    # layers, shared experts beside the routed, latent attention): planned from the model
+    # transformers builds on the meta device (`fsdpspec.job.introspect`), its count exact.
+    # zai-org/GLM-4.5-Air (106B; 12B active without the embeddings): one dense layer, then
+    # 128 routed experts (top 8) and a shared one; half of each head rotary, q/k/v biased.
+    "glm-4.5-air": _family(
+        "glm4_moe", "Glm4MoeForCausalLM", hidden_size=4096, intermediate_size=10944,
+        moe_intermediate_size=1408, num_hidden_layers=46, first_k_dense_replace=1,
+        num_attention_heads=96, num_key_value_heads=8, head_dim=128,
+        partial_rotary_factor=0.5, attention_bias=True, use_qk_norm=False,
+        n_routed_experts=128, n_shared_experts=1, num_experts_per_tok=8, n_group=1,
+        topk_group=1, norm_topk_prob=True, routed_scaling_factor=1.0, vocab_size=151552,
+        max_position_embeddings=131072, rope_theta=1000000.0, rms_norm_eps=1e-5),
+    # deepseek-ai/DeepSeek-V3 (671B, 37B active): multi-head latent attention (q and kv
+    # low-rank, a rotary part apart), 3 dense layers, then 256 routed experts (top 8 of
+    # 4 groups of 8) and a shared one. Its multi-token-prediction layer
+    # (num_nextn_predict_layers: 1, 14B more) is not built by transformers, nor planned.
+    "deepseek-v3": _family(
+        "deepseek_v3", "DeepseekV3ForCausalLM", hidden_size=7168, intermediate_size=18432,
+        moe_intermediate_size=2048, num_hidden_layers=61, first_k_dense_replace=3,
+        num_attention_heads=128, num_key_value_heads=128, q_lora_rank=1536,
+        kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+        n_routed_experts=256, n_shared_experts=1, num_experts_per_tok=8, n_group=8,
+        topk_group=4, norm_topk_prob=True, routed_scaling_factor=2.5, vocab_size=129280,
+        max_position_embeddings=163840, rope_theta=10000.0, rms_norm_eps=1e-6,
+        rope_scaling={"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+                      "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                      "mscale_all_dim": 1.0}),
+    # meta-llama/Llama-4-Scout-17B-16E's text_config (108B of its 109B; 17B active): 16
+    # experts, top 1, beside a shared expert in every layer (interleave_moe_layer_step 1);
+    # intermediate_size is an expert's width, intermediate_size_mlp a dense layer's.
+    "llama4-scout": _family(
+        "llama4_text", "Llama4ForCausalLM", hidden_size=5120, intermediate_size=8192,
+        intermediate_size_mlp=16384, num_hidden_layers=48, num_attention_heads=40,
+        num_key_value_heads=8, head_dim=128, num_local_experts=16, num_experts_per_tok=1,
+        interleave_moe_layer_step=1, use_qk_norm=True, attention_chunk_size=8192,
+        vocab_size=202048, max_position_embeddings=262144, rope_theta=500000.0,
+        rms_norm_eps=1e-5, rope_scaling=_LLAMA31_ROPE),
     # Dense Qwen3 (Qwen/Qwen3-0.6B, Qwen/Qwen3-32B): torchtitan's qwen3 0.6B and 32B flavors.
     "qwen3-0.6b": _family(
         "qwen3", "Qwen3ForCausalLM", hidden_size=1024, intermediate_size=3072,
@@ -333,6 +371,8 @@ HUB_PRESETS: dict[str, str] = {
     "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
     "openai/gpt-oss-120b": "gpt-oss-120b",
     "mistralai/Mixtral-8x22B-v0.1": "mixtral-8x22b",
+    "zai-org/GLM-4.5-Air": "glm-4.5-air",
+    "deepseek-ai/DeepSeek-V3": "deepseek-v3",
     "Qwen/Qwen3-0.6B": "qwen3-0.6b",
     "Qwen/Qwen3-32B": "qwen3-32b",
     "EleutherAI/pythia-1.4b": "pythia-1.4b",

@@ -88,6 +88,8 @@ class Geometry:
     built_root: tuple[tuple[str, Shape], ...] | None = None
     # Its exact count, and its module tree (what the wrap policy reads).
     built_params: int | None = None
+    # What one token passes through: the count less the routed experts it skips.
+    built_active_params: int | None = None
     built_tree: Node | None = None
     # The decoder layer classes it declares (``_no_split_modules``).
     built_layer_classes: tuple[str, ...] = ()
@@ -148,6 +150,8 @@ class Geometry:
     @functools.cached_property
     def active_params(self) -> int:
         """Parameters one token passes through: all, less the experts it is not routed to."""
+        if self.built_active_params is not None:
+            return self.built_active_params
         if self.experts is None:
             return self.total_params
         e = self.experts

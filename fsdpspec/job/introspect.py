@@ -157,10 +157,26 @@ def _geometry_of(model: Any, c: Any, model_type: str) -> Geometry:
         built_layer=layer,
         built_root=root,
         built_params=sum(p.numel() for p in model.parameters()),
+        built_active_params=_active_params(model, value("num_experts_per_tok")),
         built_tree=module_tree(model),
         built_layer_classes=tuple(sorted(model._no_split_modules or ())),
         peft_expert_names=peft_expert_names(model_type),
     )
+
+
+def _active_params(model: Any, routed: Any) -> int:
+    """The parameters one token passes through: all, less the share of each experts
+    module's stacked tensors (the expert index on dim 0) that its router skips. A model
+    whose config names no experts module (Llama 4 runs every expert on every token,
+    scaled by its router score) passes through all."""
+    experts = _experts_module(model)
+    total = sum(p.numel() for p in model.parameters())
+    if experts is None or not isinstance(routed, int):
+        return total
+    skipped = sum(p.numel() // p.shape[0] * (p.shape[0] - routed)
+                  for path, module in model.named_modules() if experts.search(path)
+                  for p in module.parameters(recurse=False))
+    return total - skipped
 
 
 def peft_expert_names(model_type: str) -> tuple[str, ...]:

@@ -20,7 +20,7 @@ from fsdpspec.job.geometry import Experts, Geometry, UnknownFamilyError, geometr
 from fsdpspec.job.tree import Node
 
 # Bumped when the cached form changes: older entries are then computed again.
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 
 
 def config_digest(config: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from fsdpspec.catalog.model_names import of_model_type
 from fsdpspec.job.parallel import ParallelDimsError
 from fsdpspec.lint.registry import LintContext, diagnostic, rule
 from fsdpspec.plan.expert_parallel import across_nodes_cost, expert_count, spans_nodes
@@ -44,7 +45,8 @@ def _lays_out(ctx: LintContext) -> bool:
 def ep_no_experts(ctx: LintContext) -> Iterator[Diagnostic]:
     """Expert parallelism splits a Mixture of Experts' experts over ranks; a dense model
     has none to split (its config names no experts module in transformers'
-    ``base_model_ep_plan``).
+    ``base_model_ep_plan``), nor has Llama 4, whose config names none either
+    (transformers runs each of its experts on every token).
 
     FAIL:
 
@@ -60,8 +62,18 @@ def ep_no_experts(ctx: LintContext) -> Iterator[Diagnostic]:
         parallelism: {expert_parallel: 2}
     """
     if _ep(ctx) > 1 and ctx.job.units is not None and not expert_count(ctx.job.units):
-        yield diagnostic("FS160", f"expert_parallel {_ep(ctx)} on a model without experts",
+        yield diagnostic("FS160", f"expert_parallel {_ep(ctx)} on {_without_experts(ctx)}",
                          _DEGREE)
+
+
+def _without_experts(ctx: LintContext) -> str:
+    """What the model is: dense, or a Mixture of Experts whose transformers config names
+    no experts module (Llama 4's, which runs every expert on every token)."""
+    named = of_model_type(ctx.job.geometry.family) if ctx.job.geometry else None
+    if named is None or not named.moe:
+        return "a model without experts"
+    return (f"{named.what} whose transformers config names no experts module to "
+            "dispatch tokens to (base_model_ep_plan)")
 
 
 @rule("FS161", "ep-experts-divisible", Severity.ERROR,

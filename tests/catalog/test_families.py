@@ -82,14 +82,35 @@ def test_published_moe_sizes() -> None:
 @pytest.mark.parametrize(("preset", "total", "active"), [
     # Issue 45's presets, as their model cards count them: Qwen3-235B-A22B 235B with 22B
     # active, gpt-oss-120b 116.8B (5.1B active without the embeddings: 5.7B with them),
-    # Mixtral 8x22B 141B with 39B active.
+    # Mixtral 8x22B 141B with 39B active; GLM-4.5-Air 106B (12B active without the
+    # embeddings: 13.4B with them), DeepSeek-V3 671B with 37B active (the card's 685B
+    # adds the multi-token-prediction layer transformers does not build), Llama 4
+    # Scout's text model 107.8B of the card's 109B (its vision encoder is the rest).
+    # transformers runs every one of Llama 4's 16 experts on every token, scaled by its
+    # router score: all its parameters are active, not the card's 17B.
     ("qwen3-235b-a22b", 235_093_634_560, 22_190_763_520),
     ("gpt-oss-120b", 116_829_156_672, 5_711_982_912),
     ("mixtral-8x22b", 140_630_071_296, 39_161_468_928),
+    ("glm-4.5-air", 106_852_245_504, 13_424_123_904),
+    ("deepseek-v3", 671_026_404_352, 37_552_282_624),
+    ("llama4-scout", 107_769_861_120, 107_769_861_120),
 ])
 def test_published_sizes_of_the_moe_users_bring(preset: str, total: int, active: int) -> None:
-    geometry = geometry_from_config(preset_config(preset))
-    assert (geometry.total_params, geometry.active_params) == (total, active)
+    # What the plan counts (`model_geometry`: the family's formulas, or the model built on
+    # the meta device for a family without them) is what transformers builds, routed
+    # experts and all: the active count leaves out the top-k's unrouted share of each
+    # layer's stacked experts.
+    config = preset_config(preset)
+    geometry = model_geometry(config)
+    built = meta_model(config)
+    text = built.config.get_text_config()
+    # Llama 4's config names no experts to dispatch (base_model_ep_plan): none skipped.
+    routed = [p for n, p in built.named_parameters()
+              if ".experts." in n] if type(text).base_model_ep_plan else []
+    skipped = sum(p.numel() // p.shape[0] * (p.shape[0] - text.num_experts_per_tok)
+                  for p in routed)
+    assert geometry.total_params == sum(p.numel() for p in built.parameters()) == total
+    assert geometry.active_params == geometry.total_params - skipped == active
 
 
 def test_gpt_neox_ignores_key_value_heads_as_transformers_does() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from fsdpspec.catalog.families import FAMILIES
 from fsdpspec.catalog.model_names import NAMES, named_family, of_model_type
+from fsdpspec.catalog.presets import HUB_PRESETS, PRESETS
 
 
 @pytest.mark.parametrize(("name", "model_type"), [
@@ -44,3 +45,10 @@ def test_an_unregistered_family_is_a_mixture_of_experts_as_transformers_builds_i
     experts = max(getattr(text, key, 0) or 0
                   for key in ("num_experts", "n_routed_experts", "num_local_experts"))
     assert entry.moe == (experts > 1)
+
+
+def test_each_hub_id_with_a_preset_names_that_preset_s_family() -> None:
+    # An importer hands a source naming one of these ids its preset (DeepSeek-V3 and
+    # GLM-4.5-Air among them, issue 45): the preset is of the family the id says.
+    assert {hub_id: named_family(hub_id).model_type for hub_id in HUB_PRESETS} == {
+        hub_id: PRESETS[preset]["model_type"] for hub_id, preset in HUB_PRESETS.items()}

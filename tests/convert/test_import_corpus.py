@@ -178,6 +178,12 @@ EXPECTED: dict[str, dict] = {
         "FS196 adapter (peft.method 'qlora'): qlora with context parallelism is not in this "
         "release",
         "FS192 flash_attention (model.attention 'flash_attention_2')"),
+    # GLM-4.5-Air, named by its Hub id, is the glm-4.5-air preset (issue 45): its LoRA
+    # targets gate/up/down_proj, which peft turns into adapters on its experts too.
+    "axolotl/glm45-air-lora-fsdp2.yaml": refused(
+        "FS146 lora_target_modules (peft.target_modules ['gate_proj', 'down_proj', "
+        "'up_proj', 'q_proj', 'v_proj', '…): peft.target_modules 'gate_proj': peft converts "
+        "it into adapters on the experts and router of model_type 'glm4_moe'"),
     # GLM-4.7-Flash is a Mixture of Experts no preset stands in for (issue 45).
     "axolotl/glm47-flash-qlora-fsdp.yaml": refused(
         "FS055 base_model zai-org/GLM-4.7-Flash: a GLM-4.7-Flash model (a Mixture of Experts, "

@@ -26,14 +26,17 @@ BASE = Path(".")
 # milliseconds on the meta device.
 SMALL = {"hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
          "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 320,
-         "moe_intermediate_size": 32, "num_hidden_layers": 3}
+         "moe_intermediate_size": 32, "num_hidden_layers": 3,
+         # DeepSeek-V3's 3 dense layers would leave 3 layers no experts: one dense, two MoE.
+         "first_k_dense_replace": 1}
+# Keys only a family that reads them is given.
+_OWN_KEYS = ("moe_intermediate_size", "first_k_dense_replace")
 SWEEP = (1, 100, 2_000, 5_000, 12_000, 20_480, 40_000, 10**9)
 
 
 def _small(preset: str) -> dict:
     config = preset_config(preset)
-    small = config | {k: v for k, v in SMALL.items()
-                      if k in config or k != "moe_intermediate_size"}
+    small = config | {k: v for k, v in SMALL.items() if k in config or k not in _OWN_KEYS}
     # Token ids of the published vocabulary would not fit the small one.
     small |= {k: None for k in ("pad_token_id", "bos_token_id", "eos_token_id")}
     if "layer_types" in config:

@@ -101,3 +101,50 @@ def test_deepseek_v3_fits_nowhere_under_fsdp_and_fits_with_the_offered_ep() -> N
     assert with_ep["memory"]["device"]["total_bytes"] / GIB < 79.1 * 0.9
     assert run_cli("validate", str(DEEPSEEK), "--set",
                    "parallelism.expert_parallel=8").returncode == 0
+
+
+def test_deepseek_v3_preset_plans_as_its_public_config_json() -> None:
+    """Issue 45: `model.preset: deepseek-v3` is the public config.json's model, counted
+    from the model transformers builds on the meta device: 671.0B parameters, 37.6B of
+    them active per token (the top 8 of 256 routed experts, the shared one and the
+    three dense layers), and the same verdict and EP offer as the config.json."""
+    as_preset = ("--set", "model.hf_config=null", "--set", "model.preset=deepseek-v3")
+    preset = json.loads(run_cli("plan", str(DEEPSEEK), *as_preset, "--format", "json").stdout)
+    public = json.loads(run_cli("plan", str(DEEPSEEK), "--format", "json").stdout)
+    assert preset["parameters"] == public["parameters"]
+    assert (preset["parameters"]["total"], preset["parameters"]["active"]) == (
+        671_026_404_352, 37_552_282_624)
+    assert preset["memory"] == public["memory"] and not preset["fits"]
+    text = run_cli("plan", str(DEEPSEEK), *as_preset).stdout
+    assert "671.03B parameters (37.55B active per token)" in text
+    assert "256 with --set parallelism.expert_parallel=8" in text
+
+
+def test_glm_4_5_air_preset_plans_its_dense_first_layer_and_shared_experts() -> None:
+    """Issue 45: `model.preset: glm-4.5-air` (one dense layer, then 128 routed experts and
+    a shared one) on Mixtral's 64 H100s: 106.9B parameters, 13.4B active; it fits, on 48
+    alone, and on 32 with expert parallelism 2 (128 experts split whole)."""
+    air = ("--set", "model.preset=glm-4.5-air")
+    plan = json.loads(run_cli("plan", str(MIXTRAL), *air, "--format", "json").stdout)
+    assert (plan["parameters"]["total"], plan["parameters"]["active"]) == (
+        106_852_245_504, 13_424_123_904)
+    assert plan["fits"] and plan["parameters"]["source"] == "introspected"
+    text = run_cli("plan", str(MIXTRAL), *air).stdout
+    assert "fewest H100-80GB that fit: 48 (6 whole nodes of 8" in text
+    assert "32 with --set parallelism.expert_parallel=2" in text
+
+def test_llama4_scout_has_no_experts_module_to_split() -> None:
+    """Issue 45: transformers runs each of Llama 4's 16 experts on every token and names
+    no experts module to dispatch to, so the plan shards its stacked experts as any
+    tensor (16 rows over 64 ranks: each holds a padded sixteenth) and fits no number of
+    H100s; expert parallelism is refused naming the model, not as a dense one's."""
+    scout = ("--set", "model.preset=llama4-scout")
+    plan = run_cli("plan", str(MIXTRAL), *scout).stdout
+    assert "107.77B parameters (introspected: model_type llama4_text)" in plan
+    assert "fewest H100-80GB that fit: none up to 4096 nodes" in plan
+    refused = run_cli("validate", str(MIXTRAL), *scout, "--set", "parallelism.expert_parallel=4",
+                      "--format", "concise")
+    assert refused.returncode == 1
+    assert ("FS160 error expert_parallel 4 on a Llama 4 model (a Mixture of Experts, "
+            "transformers' llama4_text) whose transformers config names no experts module "
+            "to dispatch tokens to (base_model_ep_plan)") in refused.stdout
