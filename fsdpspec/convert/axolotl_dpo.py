@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from fsdpspec.convert import dpo
 from fsdpspec.convert.axolotl_lora import truthy
-from fsdpspec.convert.draft import Draft, Entry, Note
-from fsdpspec.convert.fsdpkeys import NotCarried, boolean
+from fsdpspec.convert.draft import Draft, Entry
 
 # Beta's keys, the first given wins (axolotl's order, `trl.beta` aside).
 _BETA = ("rl_beta", "dpo_beta")
-_LOSSES = frozenset({"sigmoid", "ipo"})
 # DPO settings that change the loss, refused when on: the feature each is.
 _REFUSED = {
     "dpo_use_weighting": "WPO's weighting of the DPO loss",
@@ -42,7 +41,8 @@ def is_dpo(entries: dict[str, Entry]) -> bool:
 
 def apply_dpo(entries: dict[str, Entry], draft: Draft) -> None:
     """train.objective dpo and train.dpo from an `rl: dpo` config's keys."""
-    draft.carry("train.objective", "dpo", entries["rl"])
+    rl = entries["rl"]
+    draft.carry("train.objective", "dpo", rl)
     for key, feature in _REFUSED.items():
         if truthy(entries.get(key)):
             draft.refuse(entries[key].line, f"{key} {entries[key].value} ({feature})")
@@ -56,45 +56,14 @@ def apply_dpo(entries: dict[str, Entry], draft: Draft) -> None:
                 beta = Entry(value, trl.line, "trl.beta")
             elif value is not None:
                 draft.note(trl, f"trl.{key}: no v1 field; not imported")
-    if beta is not None:
-        draft.carry("train.dpo.beta", beta.value, beta)
-    else:
-        draft.put("train.dpo.beta", 0.1, "not in the source: TRL's default beta")
+    dpo.carry_beta(beta, draft)
     smoothing = entries.get("dpo_label_smoothing")
     if smoothing is not None and smoothing.value is not None:
         draft.carry("train.dpo.label_smoothing", smoothing.value, smoothing)
-    _loss(entries.get("dpo_loss_type"), draft)
-    _reference(entries, draft)
-
-
-def _loss(entry: Entry | None, draft: Draft) -> None:
-    if entry is None or entry.value is None:
-        return
-    losses = entry.value if isinstance(entry.value, list) else [entry.value]
-    if len(losses) == 1 and isinstance(losses[0], str) and losses[0] in _LOSSES:
-        draft.carry("train.dpo.loss", losses[0], entry)
-    else:
-        draft.refuse(entry.line, f"dpo_loss_type {entry.value} (the spec's DPO losses are "
-                     "sigmoid and ipo, one at a time)")
-
-
-def _reference(entries: dict[str, Entry], draft: Draft) -> None:
-    precompute = entries.get("precompute_ref_log_probs")
-    adapter = entries.get("adapter")
-    try:
-        precomputed = precompute is not None and precompute.value is not None and \
-            boolean(precompute.value)
-    except NotCarried as exc:
-        draft.refusals.append(Note(precompute.line, f"FS052 precompute_ref_log_probs: {exc}"))
-        return
-    if precomputed:
-        draft.carry("train.dpo.reference", "precomputed", precompute)
-    elif truthy(adapter):
-        draft.carry("train.dpo.reference", "adapter", adapter,
-                    ": TRL's reference for an adapter run, its base with the adapters off")
-    else:
-        draft.put("train.dpo.reference", "model", f"from rl dpo (line {entries['rl'].line}) "
-                  "without an adapter: TRL's reference, a frozen copy of the model")
+    dpo.carry_loss(entries.get("dpo_loss_type"), draft)
+    dpo.carry_reference(draft, objective=Entry(rl.value, rl.line, "rl dpo"),
+                        precompute=entries.get("precompute_ref_log_probs"),
+                        adapter=entries["adapter"] if truthy(entries.get("adapter")) else None)
 
 
 def preference_fields(item: dict[str, Any], entry: Entry, draft: Draft) -> None:
