@@ -199,9 +199,16 @@ EXPECTED: dict[str, dict] = {
     "axolotl/llama-3-3b-qat-fsdp2.yaml": refused("FS050 qat (quantization-aware training"),
     "axolotl/llama-3-qlora-1b-kto.yaml": refused("FS050 rl kto (KTO training"),
     "axolotl/qwen2-reward-model.yaml": refused("FS050 reward_model True (a reward model"),
-    "trainer/trl-cli-dpo.sh": refused("FS050 trl dpo (DPO training, a preference or RL"),
-    "trainer/trl-dpo-script-docstring.sh": refused(
-        "FS050 the training program trl/scripts/dpo.py (DPO training, a preference or RL"),
+    # TRL's DPO script (`trl dpo`, trl/scripts/dpo.py) is train.objective dpo over
+    # DPOConfig's defaults (bf16, gradient checkpointing, beta 0.1); no adapter, so TRL's
+    # reference, a frozen copy. Qwen2-0.5B-Instruct is no preset: the Qwen2 family's
+    # first stands in, on the one process `python` runs (FS201, said).
+    "trainer/trl-cli-dpo.sh": job(1, FULL, False, "full", BF16, FSD, 4, preset="qwen2.5-0.5b",
+                                  dpo=("dpo", 0.1, "model", "preference", "prompt")),
+    "trainer/trl-dpo-script-docstring.sh": job(
+        1, FULL, False, "full", BF16, FSD, 1, preset="qwen2.5-7b", errors=("FS201",),
+        assumed="which the file does not name", dpo=("dpo", 0.1, "model", "preference",
+                                                     "prompt")),
     # torchtitan: FSDP2, data_parallel_shard_degree -1 over the assumed 8 GPUs.
     "torchtitan/2024-debug_model.toml": job(2, FULL, False, "selective", BF16, SSD, 8,
                                             ac_every=2),
