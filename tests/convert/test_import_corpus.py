@@ -404,6 +404,7 @@ def test_docs_name_every_key_each_importer_reads_or_refuses() -> None:
         hftrain,
         torchtitan,
         trainer,
+        trl_dpo,
     )
 
     text = (ROOT / "docs" / "import.md").read_text()
@@ -412,8 +413,9 @@ def test_docs_name_every_key_each_importer_reads_or_refuses() -> None:
             *axolotl._REFUSED_SIZES, *axolotl._DEGREES, axolotl._FP8_GATHER, *torchtitan._DEGREES,
             *axolotl._REFUSED_SWITCHES, *axolotl._ATTENTION_FLAGS, *axolotl_lora.KEYS,
             *axolotl_lora._BNB_KEYS, *axolotl_dpo.KEYS, *hftrain._STATE_DTYPES,
-            *torchtitan._REFUSED_DEGREES]
-    assert [k for k in keys if f"`{k}" not in text and f" {k}" not in text] == []
+            *torchtitan._REFUSED_DEGREES, *trl_dpo.KEYS]
+    assert [k for k in keys if f"`{k}" not in text and f" {k}" not in text
+            and f"`--{k}" not in text] == []
 
 
 def test_the_docs_name_the_registry_s_kinds() -> None:
