@@ -247,7 +247,7 @@ def _data(args: dict[str, Entry], draft: Draft, base_dir: Path) -> None:
 def _attention(entry: Entry | None, draft: Draft) -> None:
     if entry is None:
         return
-    if entry.value in _ATTENTION:
+    if isinstance(entry.value, str) and entry.value in _ATTENTION:
         draft.carry("model.attention", entry.value, entry)
     else:
         draft.note(entry, f"{entry.written} {entry.value}: the spec has "
