@@ -148,6 +148,16 @@ def test_each_way_of_running_the_script_is_read(tmp_path: Path, head: str) -> No
         assert spec.world_size == 1
 
 
+@pytest.mark.parametrize(("value", "attention"), [("sdpa", "sdpa"), ("sdpa eager", "auto")])
+def test_attn_implementation_is_the_model_s_attention_or_a_note(
+        tmp_path: Path, value: str, attention: str) -> None:
+    source, out, result = _import(tmp_path, [f"--attn_implementation {value}"])
+    assert result.exit_code == 0, result.output
+    assert check_file(out).spec.model.attention == attention
+    assert (f"{source}:4: --attn_implementation ['sdpa', 'eager']: the spec has eager, "
+            "flash_attention_2, sdpa; not imported" in result.output) == (attention == "auto")
+
+
 def test_a_program_named_for_dpo_is_read_as_trl_s_script_and_said(tmp_path: Path) -> None:
     head = "accelerate launch scripts/run_dpo.py \\\n    --dataset_name pairs.jsonl \\\n"
     source, out, result = _import(tmp_path, [], head)
