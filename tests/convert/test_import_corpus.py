@@ -194,7 +194,7 @@ EXPECTED: dict[str, dict] = {
     # Objectives and models the engine does not train (it trains next-token loss and DPO).
     "axolotl/falcon-e-3b-dpo.yaml": refused("FS050 use_onebitllms True (a 1-bit (BitNet) model",
                                             "FS050 datasets[0] type chatml.ultra (a DPO "
-                                            "dataset type other than chat_template.default"),
+                                            "dataset type that rewrites the records"),
     "axolotl/falcon-e-3b-ft.yaml": refused("FS050 use_onebitllms True (a 1-bit"),
     "axolotl/llama-3-3b-qat-fsdp2.yaml": refused("FS050 qat (quantization-aware training"),
     "axolotl/llama-3-qlora-1b-kto.yaml": refused("FS050 rl kto (KTO training"),
