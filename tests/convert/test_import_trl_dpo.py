@@ -214,3 +214,26 @@ def test_trl_s_other_objectives_stay_refused(tmp_path: Path, head: str, refusal:
     assert result.exit_code == 1 and not out.exists()
     assert [line.startswith(f"{source}:{refusal}") for line in _refusals(result)] == [True], \
         result.output
+
+
+def test_the_defaults_written_are_trl_s_own() -> None:
+    """What the import writes where a script is silent, against TRL's dataclasses (the
+    installed TRL, the test extra's referee)."""
+    import dataclasses
+
+    trl = pytest.importorskip("trl")
+    from fsdpspec.convert import dpo, trl_dpo
+
+    def default(cls: type, name: str):
+        field = next(f for f in dataclasses.fields(cls) if f.name == name)
+        return field.default_factory() if callable(field.default_factory) else field.default
+
+    assert (default(trl.DPOConfig, "learning_rate"), default(trl.DPOConfig, "max_length"),
+            default(trl.DPOConfig, "beta"), default(trl.DPOConfig, "loss_type"),
+            default(trl.DPOConfig, "gradient_checkpointing")) == (
+        trl_dpo._LEARNING_RATE, trl_dpo._MAX_LENGTH, dpo.DEFAULT_BETA, ["sigmoid"], True)
+    assert {key: default(trl.ModelConfig, key) for key in trl_dpo._LORA} == {
+        key: value for key, (_, value, _) in trl_dpo._LORA.items()}
+    owner = {"lora_task_type": trl.ModelConfig}
+    assert {key: default(owner.get(key, trl.DPOConfig), key) for key in trl_dpo._CHOICES} == {
+        key: value for key, (value, _) in trl_dpo._CHOICES.items()}
