@@ -6,7 +6,8 @@ The Trainer turns its `fsdp` option ("full_shard auto_wrap offload" …) and its
 `fsdp_config` (a JSON file, inline JSON or a mapping; keys with or without the `fsdp_`
 prefix) into accelerate's FSDP keys, so this module does the same and hands them to
 fsdpkeys; the training keys go to hftrain. What a script holds that cannot be read (a
-shell variable, a process count of "gpu") is a note naming its line.
+shell variable, a process count of "gpu") is a note naming its line. TRL's DPO script is
+a Trainer job too: trl_dpo reads its DPO, LoRA and dataset arguments.
 """
 
 from __future__ import annotations
