@@ -177,7 +177,8 @@ def test_a_program_named_for_dpo_is_read_as_trl_s_script_and_said(tmp_path: Path
     (["--truncation_mode keep_end"], "4: FS050 --truncation_mode keep_end (the prompt's start"),
     (["--sync_ref_model True"], "4: FS050 --sync_ref_model (TR-DPO's reference"),
     (["--use_peft", "--use_dora"], "5: FS051 --use_dora (DoRA"),
-    (["--use_peft", "--load_in_4bit"], "5: FS050 --load_in_4bit (a 4-bit quantized base"),
+    (["--use_peft", "--load_in_4bit"], "5: FS050 --load_in_4bit (TRL's QLoRA, a 4-bit "
+                                       "bitsandbytes base): not read by this import yet"),
     (["--precompute_ref_log_probs maybe"], "4: FS052 --precompute_ref_log_probs: 'maybe' is "
                                            "not a boolean"),
     (["--use_peft", "--lora_r many"], "5: FS052 --lora_r: 'many' is not a whole number"),
