@@ -66,11 +66,14 @@ _NO_BEARING = frozenset({"precompute_ref_batch_size", "dataset_num_proc",
                          "pad_to_multiple_of", "dataset_test_split", "ignore_bias_buffers",
                          "padding_free"})
 _DATA = frozenset({"dataset_name", "dataset_train_split", "dataset_streaming"})
-_PROMPT_LENGTHS = ("max_prompt_length", "max_completion_length")
+# Arguments said, with why, and not imported.
+_LENGTH = ("not a DPOConfig argument in TRL 1.16 (older TRL cut the prompt or completion "
+           "to it); the spec cuts prompt + completion at data.seq_len")
+_NOTED = {"max_prompt_length": _LENGTH, "max_completion_length": _LENGTH,
+          "config": "TRL's file of script arguments is not read here"}
 KEYS = frozenset({"beta", "loss_type", "label_smoothing", "precompute_ref_log_probs",
-                  "use_peft", "attn_implementation", "config", "load_in_4bit", *_LORA_KEYS,
-                  *_SWITCHES,
-                  *_GIVEN, *_CHOICES, *_NO_BEARING, *_DATA, *_PROMPT_LENGTHS})
+                  "use_peft", "attn_implementation", "load_in_4bit", *_LORA_KEYS, *_SWITCHES,
+                  *_GIVEN, *_CHOICES, *_NO_BEARING, *_DATA, *_NOTED})
 _ATTENTION = frozenset(get_args(Model.field_types()["attention"])) - {"auto"}
 
 WithModel = Callable[[Draft, "dict[str, Any] | None"], None]
@@ -95,13 +98,9 @@ def apply_dpo(args: dict[str, Entry], program: Entry, draft: Draft,
                         precompute=args.get("precompute_ref_log_probs"))
     _data(args, draft, base_dir)
     _attention(args.get("attn_implementation"), draft)
-    for key in (*_PROMPT_LENGTHS, "config"):
+    for key, why in _NOTED.items():
         if key in args:
-            draft.note(args[key], f"{args[key].written} {args[key].value}: " + (
-                "TRL's file of script arguments is not read here; not imported" if key ==
-                "config" else "not a DPOConfig argument in TRL 1.16 (older TRL cut the "
-                "prompt or completion to it); the spec cuts prompt + completion at "
-                "data.seq_len; not imported"))
+            draft.note(args[key], f"{args[key].written} {args[key].value}: {why}; not imported")
     return targets
 
 

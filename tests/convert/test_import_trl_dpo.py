@@ -158,6 +158,16 @@ def test_attn_implementation_is_the_model_s_attention_or_a_note(
             "flash_attention_2, sdpa; not imported" in result.output) == (attention == "auto")
 
 
+def test_what_trl_1_16_does_not_read_or_import_cannot_is_a_note(tmp_path: Path) -> None:
+    source, out, result = _import(tmp_path, ["--max_prompt_length 512", "--config dpo.yaml",
+                                             "--dataset_config default"])
+    assert result.exit_code == 0, result.output
+    for line, note in ((4, "--max_prompt_length 512: not a DPOConfig argument in TRL 1.16"),
+                       (5, "--config dpo.yaml: TRL's file of script arguments is not read"),
+                       (6, "--dataset_config: no v1 field; not imported")):
+        assert f"{source}:{line}: {note}" in result.output, note
+
+
 def test_a_program_named_for_dpo_is_read_as_trl_s_script_and_said(tmp_path: Path) -> None:
     head = "accelerate launch scripts/run_dpo.py \\\n    --dataset_name pairs.jsonl \\\n"
     source, out, result = _import(tmp_path, [], head)
