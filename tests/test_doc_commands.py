@@ -84,6 +84,8 @@ RUN_HERE: dict[str, Run] = {
         DPO_PAIRS),
     "fsdpspec import axolotl tests/convert/configs/axolotl/qwen2-dpo.yaml -o dpo-import.yaml":
         Run(0, "wrote dpo-import.yaml"),
+    "fsdpspec import trainer tests/convert/trl_dpo/accelerate-multi-gpu-lora.sh -o "
+    "trl-dpo-lora.yaml": Run(0, "wrote trl-dpo-lora.yaml"),
     # docs/parallelism.md: Mixtral 8x7B on 64 H100s (experts on dim 1), then on EP 8;
     # DeepSeek-V3 fits under FSDP alone on no count, on 256 with EP 8
     # (tests/plan/test_expert_parallel_plan.py checks the figures)

@@ -177,6 +177,10 @@ class Family:
     # Why tensor parallelism cannot split the family's layers, where the registry's
     # other facts do not say it (`tensor_parallel_plan`).
     tp_refused: str | None = None
+    # What peft adapts when a LoraConfig names no target_modules (its
+    # TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING; none: peft refuses such a
+    # config): TRL's DPO script hands peft none unless --lora_target_modules says.
+    peft_default_targets: tuple[str, ...] = ()
 
     @property
     def auto_attention(self) -> str:
@@ -255,29 +259,32 @@ class Family:
 _LLAMA_BIAS = {"qkv_bias": "attention_bias", "o_bias": "attention_bias"}
 # peft maps these onto Qwen2-MoE-style experts (Qwen3-MoE and OLMoE share the pattern).
 _QWEN2_MOE_PEFT = ("gate_proj", "up_proj", "down_proj", "gate")
+_QUERY_VALUE = {"peft_default_targets": ("q_proj", "v_proj")}
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     Family("llama", "Llama", {
         "intermediate_size": 11008, "num_key_value_heads": None, "vocab_size": 32000,
         "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False},
-        mlp_bias="mlp_bias", presets=("llama3-8b", "tiny-llama"), **_LLAMA_BIAS),
+        mlp_bias="mlp_bias", presets=("llama3-8b", "tiny-llama"), **_LLAMA_BIAS, **_QUERY_VALUE),
     Family("mistral", "Mistral", {
         "intermediate_size": 14336, "num_key_value_heads": 8, "vocab_size": 32000,
         "tie_word_embeddings": False, "sliding_window": 4096},
-        window="always", presets=("mistral-7b",)),
+        window="always", presets=("mistral-7b",), **_QUERY_VALUE),
     Family("qwen2", "Qwen2", {
         "intermediate_size": 22016, "num_key_value_heads": 32, "vocab_size": 151936,
         "tie_word_embeddings": False},
-        qkv_bias=True, window="flag", presets=("qwen2.5-7b", "tiny-qwen2")),
+        qkv_bias=True, window="flag", presets=("qwen2.5-7b", "tiny-qwen2"), **_QUERY_VALUE),
     Family("qwen3", "Qwen3", {
         "intermediate_size": 22016, "num_key_value_heads": 32, "vocab_size": 151936,
         "tie_word_embeddings": False, "attention_bias": False, "head_dim": 128},
-        qk_norm="head", window="flag", presets=("qwen3-0.6b", "qwen3-32b"), **_LLAMA_BIAS),
+        qk_norm="head", window="flag", presets=("qwen3-0.6b", "qwen3-32b"), **_LLAMA_BIAS,
+        **_QUERY_VALUE),
     Family("gemma", "Gemma", {
         "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
         "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
         "vocab_size": 256000, "tie_word_embeddings": True, "attention_bias": False},
-        fp32_norm=True, extra_modules=("GemmaTextScaledWordEmbedding",), **_LLAMA_BIAS),
+        fp32_norm=True, extra_modules=("GemmaTextScaledWordEmbedding",), **_LLAMA_BIAS,
+        **_QUERY_VALUE),
     Family("gemma2", "Gemma2", {
         "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
@@ -287,7 +294,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         # transformers alternates sliding and global layers (its default layer_types).
         norm_placement="sandwich", fp32_norm=True, softcap=True, window="layer_types",
         eager_only=True, extra_modules=("Gemma2TextScaledWordEmbedding",), presets=("gemma2-9b",),
-        **_LLAMA_BIAS),
+        **_LLAMA_BIAS, **_QUERY_VALUE),
     Family("gemma3_text", "Gemma3", {
         "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
@@ -297,7 +304,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         norm_placement="sandwich", qk_norm="head", qk_norm_heads_dim=1, fp32_norm=True,
         softcap=True, window="layer_types",
         extra_modules=("Gemma3TextModel", "Gemma3TextScaledWordEmbedding"),
-        presets=("gemma3-1b", "tiny-gemma3"), **_LLAMA_BIAS),
+        presets=("gemma3-1b", "tiny-gemma3"), **_LLAMA_BIAS, **_QUERY_VALUE),
     Family("olmo2", "Olmo2", {
         "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": None, "vocab_size": 50304,
@@ -320,7 +327,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                       "self_attn.o_proj": "attention.dense",
                       "mlp.up_proj": "mlp.dense_h_to_4h", "mlp.down_proj": "mlp.dense_4h_to_h"},
         modules_first=("input_layernorm", "post_attention_layernorm"),
-        hidden_dropout=("hidden_dropout", "hidden_dropout"), **_LLAMA_BIAS),
+        hidden_dropout=("hidden_dropout", "hidden_dropout"), **_LLAMA_BIAS,
+        peft_default_targets=("query_key_value",)),
     Family("starcoder2", "Starcoder2", {
         "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30,
         "num_attention_heads": 24, "num_key_value_heads": 2, "vocab_size": 49152,
@@ -338,7 +346,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
         window="always",
         moe=Moe("num_local_experts", peft_expert_names=("w1", "w2", "w3", "gate")),
         aliases={"num_experts": "num_local_experts"},
-        presets=("mixtral-8x7b", "tiny-mixtral", "mixtral-8x22b")),
+        presets=("mixtral-8x7b", "tiny-mixtral", "mixtral-8x22b"), **_QUERY_VALUE),
     Family("qwen3_moe", "Qwen3Moe", {
         "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
         "num_key_value_heads": 4, "vocab_size": 151936, "tie_word_embeddings": False,

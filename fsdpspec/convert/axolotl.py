@@ -224,16 +224,16 @@ def _datasets(entries: dict[str, Entry], draft: Draft, base_dir: Path) -> None:
         draft.note(entry, "datasets: not a list of datasets; not imported")
         return
     dpo = axolotl_dpo.is_dpo(entries)
-    formats = {axolotl_dpo.CHAT_TYPE: "preference"} if dpo else _DATASET_FORMATS
     for index, item in enumerate(entry.value):
         kind = item.get("type") if isinstance(item, dict) else None
         path = item.get("path") if isinstance(item, dict) else None
-        data_format = formats.get(kind) if isinstance(kind, str) else None
+        if index == 0 and dpo and axolotl_dpo.refused_type(kind, entry.line, draft):
+            continue  # DPO has no data without it
+        if dpo:
+            data_format = "preference" if index == 0 else None
+        else:
+            data_format = _DATASET_FORMATS.get(kind) if isinstance(kind, str) else None
         where = f"datasets[{index}] {path} (type {kind})"
-        if index == 0 and dpo and data_format is None:  # DPO has no data without it
-            draft.refuse(entry.line, f"datasets[0] type {kind} (a DPO dataset type other "
-                         f"than {axolotl_dpo.CHAT_TYPE}, the one whose records the spec reads)")
-            continue
         if index > 0 or data_format is None or not isinstance(path, str):
             reason = "the spec trains on one dataset" if index > 0 else \
                 "not a format the spec reads (text, chat, prompt_completion)"

@@ -4,24 +4,30 @@ axolotl hands DPO to TRL's `DPOTrainer` (axolotl/core/builders/rl.py): its beta 
 `trl.beta`, else `rl_beta`, else the deprecated `dpo_beta` (the rest of `trl` is GRPO's
 and vLLM's: notes); `dpo_label_smoothing`, `dpo_loss_type` and `precompute_ref_log_probs`
 are DPOConfig's. The reference is TRL's: an adapter run's base with the adapters off,
-else a frozen copy of the model, unless the log-probs are precomputed. A DPO dataset of
-type `chat_template.default` reads a prompt conversation and a chosen and a rejected
-answer (axolotl/prompt_strategies/dpo/chat_template.py): the spec's chat preference
-records. The other RL objectives, and the DPO settings the spec cannot say, are refused
-by name.
+else a frozen copy of the model, unless the log-probs are precomputed.
+
+A DPO dataset's `type` names the transform axolotl maps its records through before TRL
+reads them (axolotl/prompt_strategies/dpo/; a name without a function gets `.default`).
+Three hand TRL the spec's preference records: `chat_template` reads a prompt
+conversation and a chosen and a rejected answer (chat_template.py); `passthrough`, or no
+type, passes the records on as they are; a `type:` mapping (user_defined.py) copies its
+`field_prompt`, `field_chosen` and `field_rejected` into a string each through its
+formats, which without a template around the field are the fields themselves. The
+others (chatml.*, llama3.*, mistral.*, zephyr.*) put a fixed prompt template around the
+fields, which the preference format does not apply, and are refused by name, as are the
+other RL objectives and the DPO settings the spec cannot say.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from fsdpspec.convert import dpo
 from fsdpspec.convert.axolotl_lora import truthy
 from fsdpspec.convert.draft import Draft, Entry, Note
-from fsdpspec.convert.fsdpkeys import NotCarried, boolean
 
 # Beta's keys, the first given wins (axolotl's order, `trl.beta` aside).
 _BETA = ("rl_beta", "dpo_beta")
-_LOSSES = frozenset({"sigmoid", "ipo"})
 # DPO settings that change the loss, refused when on: the feature each is.
 _REFUSED = {
     "dpo_use_weighting": "WPO's weighting of the DPO loss",
@@ -31,8 +37,10 @@ _REFUSED = {
 }
 KEYS = frozenset({"trl", *_BETA, "dpo_label_smoothing", "dpo_loss_type",
                   "precompute_ref_log_probs", *_REFUSED})
-# The one DPO dataset type whose records are the spec's: messages with chosen and rejected.
-CHAT_TYPE = "chat_template.default"
+_CHAT, _PASSTHROUGH = "chat_template.default", "passthrough.default"
+# A user-defined type's formats that leave its field as it is.
+_IDENTITY = {"prompt_format": "{prompt}", "chosen_format": "{chosen}",
+             "rejected_format": "{rejected}"}
 
 
 def is_dpo(entries: dict[str, Entry]) -> bool:
@@ -42,7 +50,8 @@ def is_dpo(entries: dict[str, Entry]) -> bool:
 
 def apply_dpo(entries: dict[str, Entry], draft: Draft) -> None:
     """train.objective dpo and train.dpo from an `rl: dpo` config's keys."""
-    draft.carry("train.objective", "dpo", entries["rl"])
+    rl = entries["rl"]
+    draft.carry("train.objective", "dpo", rl)
     for key, feature in _REFUSED.items():
         if truthy(entries.get(key)):
             draft.refuse(entries[key].line, f"{key} {entries[key].value} ({feature})")
@@ -56,50 +65,79 @@ def apply_dpo(entries: dict[str, Entry], draft: Draft) -> None:
                 beta = Entry(value, trl.line, "trl.beta")
             elif value is not None:
                 draft.note(trl, f"trl.{key}: no v1 field; not imported")
-    if beta is not None:
-        draft.carry("train.dpo.beta", beta.value, beta)
-    else:
-        draft.put("train.dpo.beta", 0.1, "not in the source: TRL's default beta")
+    dpo.carry_beta(beta, draft)
     smoothing = entries.get("dpo_label_smoothing")
     if smoothing is not None and smoothing.value is not None:
         draft.carry("train.dpo.label_smoothing", smoothing.value, smoothing)
-    _loss(entries.get("dpo_loss_type"), draft)
-    _reference(entries, draft)
+    dpo.carry_loss(entries.get("dpo_loss_type"), draft)
+    dpo.carry_reference(draft, objective=Entry(rl.value, rl.line, "rl dpo"),
+                        precompute=entries.get("precompute_ref_log_probs"),
+                        adapter=entries["adapter"] if truthy(entries.get("adapter")) else None)
 
 
-def _loss(entry: Entry | None, draft: Draft) -> None:
-    if entry is None or entry.value is None:
-        return
-    losses = entry.value if isinstance(entry.value, list) else [entry.value]
-    if len(losses) == 1 and isinstance(losses[0], str) and losses[0] in _LOSSES:
-        draft.carry("train.dpo.loss", losses[0], entry)
+def _strategy(kind: str) -> str:
+    """The transform a type names, as axolotl resolves it (`chat_template` is
+    chat_template.default)."""
+    return kind if "." in kind else f"{kind}.default"
+
+
+def refused_type(kind: Any, line: int | None, draft: Draft) -> bool:
+    """Refuse a first DPO dataset of type ``kind`` whose records are not the spec's
+    preference records (at ``line``, the datasets key's): whether it was."""
+    if isinstance(kind, dict):
+        templated = next((k for k, same in _IDENTITY.items()
+                          if kind.get(k) not in (None, "", same)), None)
+        if templated is not None:
+            draft.refuse(line, f"datasets[0] type {{{templated}: {kind[templated]!r}}} (a "
+                         "template around the record's field, which the preference format "
+                         "does not apply)")
+        return templated is not None
+    if not kind or isinstance(kind, str) and _strategy(kind) in (_CHAT, _PASSTHROUGH):
+        return False
+    if kind == "user_defined.default":
+        draft.refusals.append(Note(line, "FS052 datasets[0] type user_defined.default: "
+                                   "axolotl reads a user-defined type's fields from a `type:` "
+                                   "mapping and stops on the name alone"))
     else:
-        draft.refuse(entry.line, f"dpo_loss_type {entry.value} (the spec's DPO losses are "
-                     "sigmoid and ipo, one at a time)")
-
-
-def _reference(entries: dict[str, Entry], draft: Draft) -> None:
-    precompute = entries.get("precompute_ref_log_probs")
-    adapter = entries.get("adapter")
-    try:
-        precomputed = precompute is not None and precompute.value is not None and \
-            boolean(precompute.value)
-    except NotCarried as exc:
-        draft.refusals.append(Note(precompute.line, f"FS052 precompute_ref_log_probs: {exc}"))
-        return
-    if precomputed:
-        draft.carry("train.dpo.reference", "precomputed", precompute)
-    elif truthy(adapter):
-        draft.carry("train.dpo.reference", "adapter", adapter,
-                    ": TRL's reference for an adapter run, its base with the adapters off")
-    else:
-        draft.put("train.dpo.reference", "model", f"from rl dpo (line {entries['rl'].line}) "
-                  "without an adapter: TRL's reference, a frozen copy of the model")
+        draft.refuse(line, f"datasets[0] type {kind} (a DPO dataset type that rewrites the "
+                     "records: axolotl's chatml.*, llama3.*, mistral.* and zephyr.* put a "
+                     "fixed prompt template around the fields, which the preference format "
+                     "does not apply; the spec reads chat_template, passthrough and a "
+                     "`type:` mapping without templates)")
+    return True
 
 
 def preference_fields(item: dict[str, Any], entry: Entry, draft: Draft) -> None:
-    """A chat_template.default DPO dataset's fields as the preference format's; what its
-    records may hold beyond the spec's is said."""
+    """A first DPO dataset's fields as the preference format's (its type is one
+    `refused_type` accepts); what its records may hold beyond the spec's is said."""
+    kind = item.get("type")
+    if isinstance(kind, dict):
+        _user_defined(kind, entry, draft)
+    elif kind and _strategy(kind) == _CHAT:
+        _chat_fields(item, entry, draft)
+    else:
+        draft.note(entry, f"datasets[0]: type {kind or 'none'} hands TRL the records as "
+                   "they are: imported as data.format preference, assuming each holds a "
+                   "prompt, a chosen and a rejected completion (text, or lists of {role, "
+                   "content} messages); TRL also reads records without a prompt, which "
+                   "the spec does not split")
+
+
+def _user_defined(kind: dict[str, Any], entry: Entry, draft: Draft) -> None:
+    fields = {"data.prompt_field": kind.get("field_prompt", "prompt"),
+              "data.chosen_field": kind.get("field_chosen", "chosen"),
+              "data.rejected_field": kind.get("field_rejected", "rejected")}
+    for dotted, name in fields.items():
+        if isinstance(name, str):
+            draft.carry(dotted, name, entry, ": the user-defined type's field")
+    draft.note(entry, "datasets[0]: a user-defined type without templates: imported as "
+               "data.format preference, assuming its fields hold text (axolotl formats "
+               "each into a string)")
+
+
+def _chat_fields(item: dict[str, Any], entry: Entry, draft: Draft) -> None:
+    """chat_template's messages fields; what its records may hold beyond the spec's is
+    said."""
     fields = {"data.prompt_field": item.get("field_messages", "messages"),
               "data.chosen_field": item.get("field_chosen", "chosen"),
               "data.rejected_field": item.get("field_rejected", "rejected")}

@@ -143,9 +143,15 @@ def _scale(draft: Draft, entries: dict[str, Entry], rank: int) -> None:
     value = _number(draft, entries, "lora_alpha", "peft.alpha", hftrain.as_float)
     rslora = entries.get("peft_use_rslora")
     if value is not None and truthy(rslora):
-        draft.put("peft.alpha", value * math.sqrt(rank),
-                  f"lora_alpha {value:g} × √r, from peft_use_rslora (line {rslora.line}): "
-                  f"rsLoRA scales by alpha/√r, the spec by alpha/r")
+        rslora_alpha(draft, value, rank, rslora)
+
+
+def rslora_alpha(draft: Draft, alpha: float, rank: int, rslora: Entry) -> None:
+    """rsLoRA (peft's use_rslora, which ``rslora`` turns on) scales by alpha/√r: the
+    spec's alpha/r with alpha × √r."""
+    draft.put("peft.alpha", alpha * math.sqrt(rank),
+              f"lora_alpha {alpha:g} × √r, from {rslora.written} (line {rslora.line}): "
+              f"rsLoRA scales by alpha/√r, the spec by alpha/r")
 
 
 def _quantization(draft: Draft, entries: dict[str, Entry], load: Entry | None) -> None:

@@ -6,7 +6,8 @@ The Trainer turns its `fsdp` option ("full_shard auto_wrap offload" …) and its
 `fsdp_config` (a JSON file, inline JSON or a mapping; keys with or without the `fsdp_`
 prefix) into accelerate's FSDP keys, so this module does the same and hands them to
 fsdpkeys; the training keys go to hftrain. What a script holds that cannot be read (a
-shell variable, a process count of "gpu") is a note naming its line.
+shell variable, a process count of "gpu") is a note naming its line. TRL's DPO script is
+a Trainer job too: trl_dpo reads its DPO, LoRA and dataset arguments.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import re
 from pathlib import Path
 
 from fsdpspec.convert import accelerate_vocab as vocab
-from fsdpspec.convert import hftrain
+from fsdpspec.convert import hftrain, trl_dpo
 from fsdpspec.convert.draft import Assumptions, Draft, Entry, ImportRefused, Note
 from fsdpspec.convert.fsdpkeys import CONVERT, NotCarried, apply_fsdp, read_keys, take_layers, whole
 from fsdpspec.convert.importer import Imported, finish
 from fsdpspec.convert.sources import (
+    LAUNCHER_VALUE_OPTIONS,
     Command,
     Document,
     SourceError,
@@ -63,18 +65,31 @@ def _args(tokens: list[Token], file: str, draft: Draft) -> dict[str, Entry]:
             continue
         key, eq, value = token.text[2:].partition("=")
         if not eq:
-            if index < len(tokens) and not tokens[index].text.startswith("--"):
-                value = tokens[index].text
+            values = []
+            while index < len(tokens) and not tokens[index].text.startswith("--"):
+                values.append(tokens[index].text)
                 index += 1
-            else:
-                value = "True"
+            value = values if len(values) > 1 else values[0] if values else "True"
         name = key.replace("-", "_")
-        if "$" in value:
+        if "$" in str(value):
             draft.notes.append(Note(token.line, f"--{key} {value}: a shell variable, which "
                                     "import cannot read; not imported"))
             continue
         args[name] = Entry(value, token.line, f"--{key}")
-    return args
+    return _negated(args)
+
+
+def _negated(args: dict[str, Entry]) -> dict[str, Entry]:
+    """HF's parser spells a boolean argument whose default is true `--no_KEY` (TRL's
+    `--no_remove_unused_columns`, `--no_gradient_checkpointing`): KEY false, for the
+    keys import reads."""
+    known = hftrain.READ | hftrain.NO_BEARING | trl_dpo.KEYS
+    read = {}
+    for name, entry in args.items():
+        if name.startswith("no_") and name[3:] in known:
+            name, entry = name[3:], Entry("False", entry.line, entry.written)
+        read[name] = entry
+    return read
 
 
 def _launcher_value(command: Command, *names: str) -> Entry | None:
@@ -112,7 +127,7 @@ _LAUNCHER_READ = {
     "--nproc_per_node", "--nproc-per-node", "--nnodes", "--master_addr", "--master-addr",
     "--master_port", "--master-port", "--rdzv_endpoint", "--rdzv-endpoint",
     "--num_processes", "--num_machines", "--main_process_ip", "--main_process_port",
-    "--config_file", "-c",
+    "--config_file", "-c", "--accelerate_config",
 }
 
 
@@ -127,10 +142,10 @@ def _unread_launcher_options(command: Command, draft: Draft) -> None:
 def _topology(command: Command, draft: Draft) -> None:
     _unread_launcher_options(command, draft)
     launcher = command.launcher
-    if launcher == "accelerate":
-        config = _launcher_value(command, "--config_file", "-c")
+    if launcher in ("accelerate", "trl"):  # `trl dpo` launches through accelerate launch
+        config = _launcher_value(command, "--config_file", "-c", "--accelerate_config")
         if config is not None:
-            draft.note(config, (f"--config_file {config.value}: the accelerate config is not "
+            draft.note(config, (f"{config.written} {config.value}: the accelerate config is not "
                                 "read here (import it with `fsdpspec import accelerate`)"))
         total = _count(_launcher_value(command, "--num_processes"), draft, "processes")
         nodes = _count(_launcher_value(command, "--num_machines"), draft, "machines") or 1
@@ -291,11 +306,11 @@ def fsdp_entries(args: dict[str, Entry], source: Path, draft: Draft,
     return entries
 
 
-# Words of a training program's name that name TRL's preference and RL trainers
-# (trl/scripts/dpo.py, run_dpo.py, grpo_vlm.py, `-m trl.scripts.kto` …): objectives the
-# engine does not train (it trains next-token loss).
+# Words of a training program's name that name TRL's preference, RL and reward trainers
+# (trl/scripts/dpo.py, run_dpo.py, grpo_vlm.py, `-m trl.scripts.kto`, reward_modeling.py
+# …): objectives the engine does not train (it trains next-token loss, and DPO: trl_dpo).
 _TRL_OBJECTIVES = frozenset({"dpo", "ipo", "kto", "orpo", "simpo", "cpo", "grpo", "ppo",
-                             "rloo", "gkd", "bco", "xpo", "prm"})
+                             "rloo", "gkd", "bco", "xpo", "prm", "reward"})
 
 
 def _objective(program: Token) -> str | None:
@@ -303,20 +318,31 @@ def _objective(program: Token) -> str | None:
     return next((word for word in words if word in _TRL_OBJECTIVES), None)
 
 
-def _program_note(command: Command, draft: Draft) -> None:
-    """The training program is not imported; one of TRL's preference or RL trainers
-    (or such a `trl` command) is refused by name."""
+# TRL's DPO script as a launch names it (`trl dpo` names it by its command).
+_TRL_DPO = ("trl.scripts.dpo", "trl/scripts/dpo.py")
+
+
+def _program_note(command: Command, draft: Draft) -> Entry | None:
+    """The training program is not imported, except TRL's DPO script (or another program
+    named for DPO, read as it and said so), whose entry is returned; TRL's other
+    preference, RL and reward trainers (or such a `trl` command) are refused by name."""
     program, trl = command.program, command.launcher == "trl"
     if program is None:
         if trl:
             raise SourceError(f"{command.file}: trl with no command")
-        return
+        return None
     what = f"trl {program.text}" if trl else f"the training program {program.text}"
     objective = _objective(program)
+    if objective == "dpo":
+        if not trl and not program.text.endswith(_TRL_DPO):
+            draft.notes.append(Note(program.line, (
+                f"{what}: read as TRL's DPO script (trl/scripts/dpo.py), its arguments as "
+                "DPOConfig's and ModelConfig's")))
+        return Entry("dpo", program.line, what)
     if objective is not None:
         draft.refuse(program.line, (
-            f"{what} ({objective.upper()} training, a preference or RL objective, TRL's "
-            "trainer for it; the engine trains next-token loss)"))
+            f"{what} ({objective.upper()} training, a preference, RL or reward objective, "
+            "TRL's trainer for it; the engine trains next-token loss and DPO)"))
     elif trl:
         raise SourceError(f"{command.file}: {what} launches are not read; use torchrun, "
                           "accelerate launch or python")
@@ -324,12 +350,15 @@ def _program_note(command: Command, draft: Draft) -> None:
         draft.notes.append(Note(program.line, (
             f"{what} is not imported: fsdpspec trains with its own engine (the model, data "
             "and loss the spec names)")))
+    return None
 
 
 _HANDLED = frozenset({"fsdp", "fsdp_config", *_FSDP_ARGS, *_SEQ_LEN, *_MODEL})
 
 
-def _rest(args: dict[str, Entry], draft: Draft) -> None:
+def _rest(args: dict[str, Entry], draft: Draft, read: frozenset[str]) -> None:
+    """The sequence length, and a note for each argument neither this module, hftrain
+    nor ``read`` (another reader's keys) reads."""
     for key in _SEQ_LEN:
         if key in args:
             try:
@@ -338,7 +367,7 @@ def _rest(args: dict[str, Entry], draft: Draft) -> None:
                 draft.note(args[key], f"{args[key].written}: {exc}; not imported")
             break
     for key, entry in args.items():
-        if key in _HANDLED or key in hftrain.READ or key in hftrain.NO_BEARING:
+        if key in _HANDLED or key in hftrain.READ or key in hftrain.NO_BEARING or key in read:
             continue
         draft.note(entry, f"{entry.written}: no v1 field; not imported")
 
@@ -357,24 +386,48 @@ def _is_bare_fsdp_config(data: dict) -> bool:
         key.replace("-", "_") in training for key in data)
 
 
-def _arguments(path: Path, draft: Draft) -> tuple[dict[str, Entry], dict[str, Entry]]:
-    """The Trainer's arguments by name, and an fsdp_config read with its positions."""
+def _arguments(path: Path, draft: Draft
+               ) -> tuple[dict[str, Entry], dict[str, Entry], Entry | None]:
+    """The Trainer's arguments by name, an fsdp_config read with its positions, and the
+    launch's DPO program (TRL's DPO script) where it runs one."""
     if path.suffix.lower() in (".json", ".yaml", ".yml"):
         document: Document = read_source(path)
         if _is_bare_fsdp_config(document.data):
-            return _bare_fsdp_config(document, draft)
+            return (*_bare_fsdp_config(document, draft), None)
         args = {key.replace("-", "_"): Entry(value, document.line(join("", key)), key)
                 for key, value in document.data.items()}
-        return args, positioned_config(document)
+        return args, positioned_config(document), None
     command = read_command(path)
     if command.launcher == "python" and command.program is not None \
             and command.program.text in ("torch.distributed.run", "torch.distributed.launch"):
         command = _as_torchrun(command)
-    _program_note(command, draft)
-    if command.launcher == "trl":  # the trl CLI: refused by its objective above
-        return {}, {}
+    program = _program_note(command, draft)
+    if command.launcher == "trl" and program is None:  # refused by its objective above
+        return {}, {}, None
+    if command.launcher == "trl":
+        command = _trl_launch(command)
     _topology(command, draft)
-    return _args(command.args, command.file, draft), {}
+    return _args(command.args, command.file, draft), {}, program
+
+
+def _trl_launch(command: Command) -> Command:
+    """`trl dpo ARGS`: the arguments `accelerate launch` takes (TRL hands it those its
+    script does not) as the launcher's, the rest as the script's."""
+    launcher_args, args = [], []
+    tokens, index = command.args, 0
+    while index < len(tokens):
+        token = tokens[index]
+        index += 1
+        key, eq, _ = token.text.partition("=")
+        if key not in _LAUNCHER_READ | _LAUNCHER_NO_BEARING:
+            args.append(token)
+            continue
+        launcher_args.append(token)
+        if not eq and key in LAUNCHER_VALUE_OPTIONS | {"--accelerate_config"} \
+                and index < len(tokens):
+            launcher_args.append(tokens[index])
+            index += 1
+    return Command(command.file, "trl", launcher_args, command.program, args, command.env)
 
 
 # What a command line that names an fsdp_config file most often says (FastChat,
@@ -398,7 +451,7 @@ def _bare_fsdp_config(document: Document, draft: Draft
 
 def _as_torchrun(command: Command) -> Command:
     """`python -m torch.distributed.run …` is torchrun."""
-    from fsdpspec.convert.sources import LAUNCHER_VALUE_OPTIONS, _split
+    from fsdpspec.convert.sources import _split
 
     tokens = [Token("torchrun", command.program.line), *command.args]
     return _split(tokens, command.file, LAUNCHER_VALUE_OPTIONS)
@@ -408,7 +461,7 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
                   base_dir: Path) -> Imported:
     """A commented v1 spec of the Trainer job at ``path``."""
     draft = Draft()
-    args, config = _arguments(path, draft)
+    args, config, program = _arguments(path, draft)
     reading = read_keys(fsdp_entries(args, path, draft, config))
     if reading.malformed:
         raise ImportRefused(reading.malformed)
@@ -419,8 +472,10 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
                   "assumed (the source does not say): --gpus-per-node")
     world = draft.value("resources.gpus_per_node") * draft.value("resources.nodes", 1)
     hftrain.apply_training(draft, args, world)
-    _rest(args, draft)
+    with_model = trl_dpo.apply_dpo(args, program, draft, base_dir) if program else None
+    _rest(args, draft, trl_dpo.KEYS if program else frozenset())
     layers = take_layers(reading, draft)
     model = next((args[k] for k in _MODEL if k in args), None)
     return finish(draft, tool="HF Trainer", kind="trainer", source=str(path), name=name,
-                  model=model, layers=layers, assumed=assumed, base_dir=base_dir)
+                  model=model, layers=layers, assumed=assumed, base_dir=base_dir,
+                  with_model=with_model)

@@ -175,3 +175,13 @@ def test_experts_module_is_the_one_transformers_ep_plan_names(model_type: str) -
         assert plan[f"layers.*.{EXPERTS_MODULE}.{name}"] == "grouped_gemm"
         # As transformers stores them (gpt-oss input-major): FSDP may shard dim 1.
         assert planned[f"{EXPERTS_MODULE}.{name}"] == tuple(param.shape)
+
+
+def test_peft_default_targets_are_peft_s_own() -> None:
+    """What a LoraConfig without target_modules adapts (TRL's DPO script hands peft none
+    unless --lora_target_modules says): peft's mapping, for every registered family."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+
+    assert {t: f.peft_default_targets for t, f in FAMILIES.items()} == {
+        t: tuple(TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(t, ()))
+        for t in FAMILIES}

@@ -206,14 +206,21 @@ EXPECTED: dict[str, dict] = {
     # Objectives and models the engine does not train (it trains next-token loss and DPO).
     "axolotl/falcon-e-3b-dpo.yaml": refused("FS050 use_onebitllms True (a 1-bit (BitNet) model",
                                             "FS050 datasets[0] type chatml.ultra (a DPO "
-                                            "dataset type other than chat_template.default"),
+                                            "dataset type that rewrites the records"),
     "axolotl/falcon-e-3b-ft.yaml": refused("FS050 use_onebitllms True (a 1-bit"),
     "axolotl/llama-3-3b-qat-fsdp2.yaml": refused("FS050 qat (quantization-aware training"),
     "axolotl/llama-3-qlora-1b-kto.yaml": refused("FS050 rl kto (KTO training"),
     "axolotl/qwen2-reward-model.yaml": refused("FS050 reward_model True (a reward model"),
-    "trainer/trl-cli-dpo.sh": refused("FS050 trl dpo (DPO training, a preference or RL"),
-    "trainer/trl-dpo-script-docstring.sh": refused(
-        "FS050 the training program trl/scripts/dpo.py (DPO training, a preference or RL"),
+    # TRL's DPO script (`trl dpo`, trl/scripts/dpo.py) is train.objective dpo over
+    # DPOConfig's defaults (bf16, gradient checkpointing, beta 0.1); no adapter, so TRL's
+    # reference, a frozen copy. Qwen2-0.5B-Instruct is no preset: the Qwen2 family's
+    # first stands in, on the one process `python` runs (FS201, said).
+    "trainer/trl-cli-dpo.sh": job(1, FULL, False, "full", BF16, FSD, 4, preset="qwen2.5-0.5b",
+                                  dpo=("dpo", 0.1, "model", "preference", "prompt")),
+    "trainer/trl-dpo-script-docstring.sh": job(
+        1, FULL, False, "full", BF16, FSD, 1, preset="qwen2.5-7b", errors=("FS201",),
+        assumed="which the file does not name", dpo=("dpo", 0.1, "model", "preference",
+                                                     "prompt")),
     # torchtitan: FSDP2, data_parallel_shard_degree -1 over the assumed 8 GPUs.
     "torchtitan/2024-debug_model.toml": job(2, FULL, False, "selective", BF16, SSD, 8,
                                             ac_every=2),
@@ -421,6 +428,7 @@ def test_docs_name_every_key_each_importer_reads_or_refuses() -> None:
         hftrain,
         torchtitan,
         trainer,
+        trl_dpo,
     )
 
     text = (ROOT / "docs" / "import.md").read_text()
@@ -429,8 +437,9 @@ def test_docs_name_every_key_each_importer_reads_or_refuses() -> None:
             *axolotl._REFUSED_SIZES, *axolotl._DEGREES, axolotl._FP8_GATHER, *torchtitan._DEGREES,
             *axolotl._REFUSED_SWITCHES, *axolotl._ATTENTION_FLAGS, *axolotl_lora.KEYS,
             *axolotl_lora._BNB_KEYS, *axolotl_dpo.KEYS, *hftrain._STATE_DTYPES,
-            *torchtitan._REFUSED_DEGREES]
-    assert [k for k in keys if f"`{k}" not in text and f" {k}" not in text] == []
+            *torchtitan._REFUSED_DEGREES, *trl_dpo.KEYS]
+    assert [k for k in keys if f"`{k}" not in text and f" {k}" not in text
+            and f"`--{k}" not in text] == []
 
 
 def test_the_docs_name_the_registry_s_kinds() -> None:

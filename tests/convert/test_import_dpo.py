@@ -106,13 +106,49 @@ def test_a_dpo_value_of_no_shape_axolotl_reads_is_one_line(tmp_path: Path, text:
         result.output
 
 
+DATASET = "    type: chat_template.default\n    field_messages: conversation\n" \
+    "    field_chosen: good\n    field_rejected: bad\n"
+
+
+@pytest.mark.parametrize(("dataset", "fields", "said"), [
+    # axolotl resolves a type without a function to its `.default`
+    ("    type: chat_template\n    field_messages: conversation\n    field_chosen: good\n"
+     "    field_rejected: bad\n", ("conversation", "good", "bad"), "chat messages"),
+    ("    type: passthrough\n", ("prompt", "chosen", "rejected"),
+     "type passthrough hands TRL the records as they are"),
+    ("", ("prompt", "chosen", "rejected"), "type none hands TRL the records as they are"),
+    # a `type:` mapping is user_defined.default; formats that are the field itself
+    ("    type:\n      field_prompt: question\n      field_chosen: good\n"
+     "      field_rejected: bad\n      prompt_format: '{prompt}'\n"
+     "      chosen_format: '{chosen}'\n", ("question", "good", "bad"),
+     "a user-defined type without templates"),
+])
+def test_a_dpo_dataset_type_whose_records_are_preference_records_is_read(
+        tmp_path: Path, dataset: str, fields: tuple[str, str, str], said: str) -> None:
+    _, out, result = _import(tmp_path, "", HEAD.replace(DATASET, dataset))
+    assert result.exit_code == 0, result.output
+    data = check_file(out).spec.data
+    assert (data.format, data.prompt_field, data.chosen_field, data.rejected_field) == (
+        "preference", *fields)
+    assert said in result.output
+
+
+@pytest.mark.parametrize(("dataset", "refusal"), [
+    ("    type: chatml.intel\n", "FS050 datasets[0] type chatml.intel (a DPO dataset type "
+                                 "that rewrites the records: axolotl's chatml.*, llama3.*"),
+    ("    type: llama3.argilla\n", "FS050 datasets[0] type llama3.argilla (a DPO dataset"),
+    ("    type: chatml.prompt_pairs\n", "FS050 datasets[0] type chatml.prompt_pairs (a DPO"),
+    ("    type:\n      prompt_format: '[INST] {prompt} [/INST]'\n",
+     "FS050 datasets[0] type {prompt_format: '[INST] {prompt} [/INST]'} (a template around "
+     "the record's field"),
+    ("    type: user_defined.default\n", "FS052 datasets[0] type user_defined.default: "
+                                         "axolotl reads a user-defined type's fields from a"),
+])
 def test_a_dpo_dataset_type_the_spec_does_not_read_is_refused_at_its_line(
-        tmp_path: Path) -> None:
-    source, out, result = _import(tmp_path, "", HEAD.replace("chat_template.default",
-                                                             "chatml.intel"))
+        tmp_path: Path, dataset: str, refusal: str) -> None:
+    source, out, result = _import(tmp_path, "", HEAD.replace(DATASET, dataset))
     assert result.exit_code == 1 and not out.exists()
-    assert [line.startswith(f"{source}:6: FS050 datasets[0] type chatml.intel (a DPO dataset "
-                            "type other than chat_template.default")
+    assert [line.startswith(f"{source}:6: {refusal}")
             for line in _refusals(result)] == [True], result.output
 
 

@@ -2,11 +2,12 @@
 and `precomputed` references, a LoRA with the `adapter` reference, on a set where the
 chosen completion is learnable.
 
-One launch of seven jobs (engine_jobs.torchrun_jobs): `model` straight and resumed (in a
+One launch of eight jobs (engine_jobs.torchrun_jobs): `model` straight and resumed (in a
 new directory) from its step-MIDDLE checkpoint, `precomputed` straight, `adapter`
 straight and resumed, `model` under FSDP1 with full activation checkpointing, and
-axolotl's DPO example as `fsdpspec import axolotl` writes it, with the tiny model and a
-local preference file set by `--set` (issue 46), for 2 steps.
+axolotl's DPO example and TRL's DPO launch script as `fsdpspec import axolotl|trainer`
+write them, with the tiny model and a local preference file set by `--set` (issue 46),
+for 2 steps.
 `precomputed` also runs through `fsdpspec run` as a user runs it: stopped at step MIDDLE
 (`--set train.max_steps=MIDDLE`), then resumed in place, where it reads the reference
 log-probs its first start wrote.
@@ -15,6 +16,7 @@ log-probs its first start wrote.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -54,22 +56,23 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 AXOLOTL_DPO = ROOT / "tests" / "convert" / "configs" / "axolotl" / "qwen2-dpo.yaml"
+TRL_DPO = ROOT / "tests" / "convert" / "trl_dpo" / "accelerate-multi-gpu.sh"
 
 
-def _imported_axolotl(inputs: Path, root: Path) -> Path:
-    """axolotl's examples/qwen2/dpo.yaml imported, then the tiny model, the local chat
-    pairs and 2 CPU processes set as a user sets them (`--set`)."""
-    spec = root / "axolotl-dpo.yaml"
-    imported = CliRunner().invoke(cli, ["import", "axolotl", str(AXOLOTL_DPO), "-o", str(spec)])
+def _imported(kind: str, source: Path, data: Path, inputs: Path, run_dir: Path) -> Path:
+    """``source`` imported as `fsdpspec import KIND` writes it, then the tiny model, the
+    local preference ``data`` and 2 CPU processes set as a user sets them (`--set`)."""
+    spec = run_dir.with_suffix(".yaml")
+    imported = CliRunner().invoke(cli, ["import", kind, str(source), "-o", str(spec)])
     assert imported.exit_code == 0, imported.output
     report = check_file(spec, [
         "resources.gpus_per_node=2", "resources.accelerator=cpu", "model.preset=null",
         f"model.hf_config={inputs / 'model'}", f"model.weights={inputs / 'model'}",
-        "model.attention=sdpa", f"data.path={inputs / 'chat-pairs.jsonl'}",
+        "model.attention=sdpa", f"data.path={data}",
         f"data.tokenizer={inputs / 'tokenizer'}", "data.seq_len=32",
         "data.global_batch_size=4", "fsdp.mixed_precision=fp32", "train.max_steps=2"])
     assert report.spec is not None and not report.has_errors, report.diagnostics
-    return write_resolved_spec(report.spec, root / "axolotl-dpo")
+    return write_resolved_spec(report.spec, run_dir)
 
 
 def _job(inputs: Path, reference: str) -> dict[str, Any]:
@@ -116,7 +119,10 @@ def runs(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
     order = ("model", "model-resumed", "precomputed", "adapter", "adapter-resumed",
              "fsdp1-checkpointed")
     specs = [write_spec(root / name, jobs[name]) for name in order]
-    results = torchrun_jobs([*specs, _imported_axolotl(inputs, root)], env=env)
+    imported = [_imported("axolotl", AXOLOTL_DPO, inputs / "chat-pairs.jsonl", inputs,
+                          root / "axolotl-dpo"),
+                _imported("trainer", TRL_DPO, inputs / "pairs", inputs, root / "trl-dpo")]
+    results = torchrun_jobs([*specs, *imported], env=env)
     for result in results:
         ok(result)
     # `precomputed` through `fsdpspec run`, stopped at MIDDLE and resumed in place.
@@ -134,7 +140,8 @@ def runs(inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
     assert "written to" in first.stdout and "written to" not in again.stdout
     assert cache.stat().st_mtime_ns == written_at  # reused, never recomputed
     return {**{name: root / name for name in order},
-            "precomputed-cli": root / "precomputed-cli", "axolotl-dpo": root / "axolotl-dpo"}
+            "precomputed-cli": root / "precomputed-cli", "axolotl-dpo": root / "axolotl-dpo",
+            "trl-dpo": root / "trl-dpo"}
 
 
 def test_imported_axolotl_dpo_example_trains(runs: dict[str, Path]) -> None:
@@ -142,6 +149,16 @@ def test_imported_axolotl_dpo_example_trains(runs: dict[str, Path]) -> None:
     assert sorted(steps) == [1, 2]
     assert steps[1]["loss"] == pytest.approx(0.6931, abs=1e-4)  # the policy is its reference
     assert steps[2]["loss"] < steps[1]["loss"]
+
+
+def test_imported_trl_dpo_launch_trains(runs: dict[str, Path]) -> None:
+    """TRL's documented DPO launch, imported: FSDP1 (accelerate's default), activation
+    checkpointing, TRL's frozen-copy reference, at the script's learning rate 5e-7."""
+    steps = _steps(runs["trl-dpo"])
+    assert sorted(steps) == [1, 2]
+    assert steps[1]["loss"] == pytest.approx(0.6931, abs=1e-4)  # the policy is its reference
+    assert steps[2]["loss"] != steps[1]["loss"]
+    assert all(math.isfinite(value) for step in steps.values() for value in step.values())
 
 
 @pytest.mark.parametrize("reference", ["model", "precomputed", "adapter"])
