@@ -113,8 +113,8 @@ def _shared_fixtures(item: pytest.Item) -> list[str]:
 def warm_ranks(tmp_path_factory) -> Iterator[Path | None]:
     """Engine ranks fork from one preloaded interpreter per test worker
     (support/warm_ranks/warm_ranks.py), which saves each rank ~4 CPU-s of imports; a rank
-    that would import differently starts cold, as it does with FSDPSPEC_TEST_COLD_RANKS=1
-    or a test marked cold_ranks. Every Python the tests start finds the sitecustomize that
+    that would import differently starts cold, as every rank does with
+    FSDPSPEC_TEST_COLD_RANKS=1. Every Python the tests start finds the sitecustomize that
     hands a rank over; HF_HOME is the session's own (empty) cache, which also keeps the
     per-test XDG_CACHE_HOME out of what a rank imports. Yields the server's log: a line
     for each rank it forks or starts cold, and why."""
@@ -135,14 +135,6 @@ def warm_ranks(tmp_path_factory) -> Iterator[Path | None]:
         server.kill()
     log.close()
     shutil.rmtree(socket_dir, ignore_errors=True)
-
-
-@pytest.fixture(autouse=True)
-def cold_ranks(request, monkeypatch) -> None:
-    """A test marked cold_ranks starts its engine ranks as a user's do: one that reads a
-    rank's own /proc entries or its imports."""
-    if request.node.get_closest_marker("cold_ranks"):
-        monkeypatch.delenv("FSDPSPEC_TEST_WARM_RANKS", raising=False)
 
 
 @pytest.fixture(autouse=True)
