@@ -18,6 +18,8 @@ import pytest
 from fault_jobs import fsdpspec_run, job_file, run_dir
 from safetensors.torch import load_file
 
+from conftest import run_cli
+
 PROBE = Path(__file__).parent / "support" / "warm_ranks_probe.py"
 
 
@@ -89,3 +91,20 @@ def test_a_job_trains_bit_identically_warm_and_cold(
     cold = _train(tmp_path / "cold")
     assert warm.keys() == cold.keys()
     assert all(warm[name].equal(cold[name]) for name in warm)
+
+
+@pytest.mark.parametrize("args", [
+    ["plan", "examples/llama3-8b-h100.yaml"],
+    ["validate", "tests/cases/invalid/enum-typo.yaml"]])
+def test_a_warm_command_says_what_a_cold_one_says(args: list[str], warm_ranks: Path | None,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -m fsdpspec validate|plan|…` forks warm too: the same output and status."""
+    if warm_ranks is None:
+        pytest.skip("FSDPSPEC_TEST_COLD_RANKS is set")
+    forked = warm_ranks.read_text().count(" forked as pid ")
+    warm = run_cli(*args)
+    assert warm_ranks.read_text().count(" forked as pid ") == forked + 1
+    monkeypatch.delenv("FSDPSPEC_TEST_WARM_RANKS")
+    cold = run_cli(*args)
+    assert (warm.returncode, warm.stdout, warm.stderr) == (
+        cold.returncode, cold.stdout, cold.stderr)

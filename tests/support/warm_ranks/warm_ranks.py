@@ -1,6 +1,7 @@
 """Warm engine ranks for the test suite: one preloaded interpreter per test worker forks
 the engine processes that torchrun starts, so that each rank skips the ~4 CPU-s of
-importing torch, transformers and the engine (most of a test rank's life on 2 cores).
+importing torch, transformers and the engine (most of a test rank's life on 2 cores),
+and the suite's `python -m fsdpspec validate|plan|…` calls (~0.2 CPU-s each, thousands).
 
 Everything else is the real thing. `fsdpspec run` starts the real torchrun, which starts
 `python -u -m fsdpspec_runners.engine …` as always; this directory's sitecustomize runs
@@ -25,9 +26,13 @@ from typing import IO
 
 SOCKET_ENV = "FSDPSPEC_TEST_WARM_RANKS"
 ENGINE = b"fsdpspec_runners.engine"
+# `python -m fsdpspec COMMAND …` of the commands that neither manage processes nor name
+# their own pid (`run` writes its pid into the run directory's lock): forked too.
+CLI, CLI_COMMANDS = b"fsdpspec", {b"validate", b"plan", b"import", b"export", b"explain",
+                                   b"init", b"schema", b"rules", b"show", b"tune"}
 # What the server imports before it forks: what a training rank imports, and the
 # checkpoint and model code every engine test reaches.
-PRELOAD = ("fsdpspec_runners.engine.train", "torch.distributed.checkpoint",
+PRELOAD = ("fsdpspec.cli.main", "fsdpspec_runners.engine.train", "torch.distributed.checkpoint",
            "transformers.models.llama.modeling_llama", "safetensors.torch")
 # Set per process by torchrun, pytest and fsdpspec and read only once the engine runs,
 # never while a module imports: they may differ between the server and a rank.
@@ -64,8 +69,10 @@ def process(cmdline: list[bytes]) -> dict:
     return {
         # the binary and the environment it starts in (a venv's python and python3 are
         # one), and its options
+        # one), and its options; -u is the child's own (_become sets the streams so)
         "python": [os.path.realpath(sys.executable), sys.prefix,
-                   *(word.decode(errors="surrogateescape") for word in _interpreter(cmdline)[1:])],
+                   *(word.decode(errors="surrogateescape") for word in _interpreter(cmdline)[1:]
+                     if word != b"-u")],
         "environ": dict(os.environ),
         "namespaces": [os.stat(f"/proc/self/ns/{space}").st_ino for space in ("net", "mnt")],
     }
@@ -128,7 +135,10 @@ def _target(cmdline: list[bytes]) -> tuple[str, str, list[str]] | None:
     engine_batch.py); None for any other process, which starts as always."""
     rest = cmdline[len(_interpreter(cmdline)):]
     text = [word.decode(errors="surrogateescape") for word in rest]
-    if rest[:2] == [b"-m", ENGINE]:
+    if rest[:2] == [b"-m", ENGINE] or (
+            rest[:2] == [b"-m", CLI]
+            and next((word for word in rest[2:] if not word.startswith(b"-")), None)
+            in CLI_COMMANDS):
         return ("module", text[1], text[2:])
     if rest and rest[0].endswith(b".py"):
         script = os.path.realpath(text[0])
@@ -152,7 +162,7 @@ def hand_over() -> None:
     import socket
 
     request = {"process": process(cmdline), "target": target, "executable": sys.executable,
-               "cwd": os.getcwd()}
+               "cwd": os.getcwd(), "unbuffered": b"-u" in _interpreter(cmdline)}
     server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         server.connect(path)
@@ -240,6 +250,11 @@ def _become(request: dict, fds: list[int]) -> None:
     sys.path[:] = [os.getcwd() if kind == "module" else os.path.dirname(name),
                    *_python_path(request["process"]["environ"]),
                    *(entry for entry in sys.path[1:] if entry not in own)]
+    # the streams as python makes them, with -u or without (the server runs with -u)
+    unbuffered = request["unbuffered"]
+    sys.stdout.reconfigure(write_through=unbuffered,
+                           line_buffering=not unbuffered and os.isatty(1))
+    sys.stderr.reconfigure(write_through=unbuffered, line_buffering=True)
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads:  # read by OpenMP when torch loaded, in the server, where it was unset
         import torch
