@@ -108,3 +108,15 @@ def test_a_warm_command_says_what_a_cold_one_says(args: list[str], warm_ranks: P
     cold = run_cli(*args)
     assert (warm.returncode, warm.stdout, warm.stderr) == (
         cold.returncode, cold.stdout, cold.stderr)
+
+
+def test_a_signal_for_a_rank_that_has_ended_is_dropped() -> None:
+    """torchrun stops every worker once one fails; a warm rank that already ended (and was
+    reaped) must not make its stand-in raise in the signal handler, which fell through to
+    running the rank a second time, cold (CI, test_nonfinite: "Error in sitecustomize …
+    ProcessLookupError", then a gloo rank that could not connect)."""
+    import warm_ranks
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"], env={})
+    ended.wait()
+    warm_ranks._relay(ended.pid, signal.SIGTERM)

@@ -22,7 +22,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import socket
 
 SOCKET_ENV = "FSDPSPEC_TEST_WARM_RANKS"
 ENGINE = b"fsdpspec_runners.engine"
@@ -174,18 +177,35 @@ def hand_over() -> None:
     if not answer.startswith("pid "):  # "cold": this process differs from the server
         return
     rank = int(answer.split()[1])
+    try:
+        _stand_in(rank, server)
+    except BaseException as error:  # never fall through to running the rank cold as well
+        print(f"warm ranks: {error!r}", file=sys.stderr)
+        _relay(rank, signal.SIGKILL)
+    os._exit(1)
 
-    def relay(signum: int, _frame: object) -> None:
+
+def _relay(rank: int, signum: int) -> None:
+    """Pass a signal on to the rank. It may have ended already (torchrun stops every
+    worker once one fails, and the server may have reaped it): its status is on its way."""
+    try:
         os.kill(rank, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _stand_in(rank: int, server: socket.socket) -> None:
+    """Relay signals to the rank until the server reports its end, then end the same way."""
+    import signal
 
     for name in _FORWARDED:
-        signal.signal(getattr(signal, name), relay)
+        signal.signal(getattr(signal, name), lambda signum, _frame: _relay(rank, signum))
     try:
         status = server.recv(64).decode()
     except OSError:
         status = ""
     if not status:  # the server is gone: so is the rank
-        os.kill(rank, signal.SIGKILL)
+        _relay(rank, signal.SIGKILL)
         print("warm ranks: the server ended before the rank", file=sys.stderr)
         os._exit(1)
     how, number = status.split()
