@@ -1,6 +1,9 @@
 """Every newer family trains with the real engine: torchrun, 2 CPU processes, gloo, a
 tiny preset; FSDP2 for all, FSDP1 for one dense family and one Mixture-of-Experts. A
 Mixture-of-Experts model's load-balancing loss is part of the loss the engine optimises.
+The Mixtures of Experts planned from the model transformers builds (DeepSeek-V3, GLM-4.5,
+Llama 4: tests/models/tiny-*) train too, and those whose config names an experts module
+train under expert parallelism 2 exactly as without it.
 The jobs train one after another in one launch (engine_jobs.torchrun_jobs): a tiny job's
 cost is its processes' imports."""
 
@@ -16,10 +19,12 @@ torch = pytest.importorskip("torch")
 
 from engine_jobs import torchrun_jobs  # noqa: E402
 
+from conftest import ROOT  # noqa: E402
 from fsdpspec.catalog.presets import preset_config  # noqa: E402
 from fsdpspec.runfiles.resolved import write_resolved_spec  # noqa: E402
 from fsdpspec.spec.v1 import JobSpec  # noqa: E402
 
+MODELS = ROOT / "tests" / "models"
 # transformers builds gpt-oss with eager attention only.
 ATTENTION = {"tiny-gpt-oss": "eager"}
 
@@ -53,6 +58,10 @@ FAMILIES = [
     ("tiny-qwen3-moe", 2, "bf16"),
 ]
 # GPT-2: wrapped at the block class transformers declares (_no_split_modules).
+# model.hf_config directories of the introspected Mixtures of Experts, and those that
+# also train under expert parallelism 2 (Llama 4's config names no experts module: FS160).
+INTROSPECTED = ("tiny-deepseek-v3", "tiny-glm4-moe", "tiny-llama4-text")
+EXPERT_PARALLEL = ("tiny-deepseek-v3", "tiny-glm4-moe")
 GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 320,
         "n_positions": 64, "bos_token_id": 256, "eos_token_id": 256}
 
@@ -65,6 +74,10 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, o
     (root / "gpt2-config").mkdir()
     (root / "gpt2-config" / "config.json").write_text(json.dumps(GPT2))
     jobs["gpt2"] = {**job("tiny-llama", 2), "model": {"hf_config": str(root / "gpt2-config")}}
+    for name in INTROSPECTED:
+        jobs[name] = {**job(name, 2), "model": {"hf_config": str(MODELS / name)}}
+    for name in EXPERT_PARALLEL:
+        jobs[f"{name}-ep2"] = {**jobs[name], "parallelism": {"expert_parallel": 2}}
     specs = [write_resolved_spec(JobSpec.model_validate(data), root / name)
              for name, data in jobs.items()]
     return {name: (root / name, result)
@@ -107,3 +120,30 @@ def test_a_family_without_an_analytic_plan_trains(trained) -> None:
     run_dir, done = trained["gpt2"]
     assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
     assert len(losses(run_dir)) == 4
+
+
+def metric(run_dir: Path, name: str) -> list[float]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)[name] for line in lines if f'"{name}"' in line]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", INTROSPECTED)
+def test_an_introspected_moe_trains(name: str, trained) -> None:
+    run_dir, done = trained[name]
+    assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
+    found = losses(run_dir)
+    assert len(found) == 4 and all(math.isfinite(x) for x in found)
+    assert found[-1] < found[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", EXPERT_PARALLEL)
+def test_an_introspected_moe_trains_under_expert_parallelism_as_without(name: str,
+                                                                         trained) -> None:
+    run_dir, done = trained[f"{name}-ep2"]
+    assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
+    assert "experts efsdp 1 × ep 2" in done.stdout + done.stderr
+    without = trained[name][0]
+    for name in ("loss", "grad_norm"):
+        assert metric(run_dir, name) == pytest.approx(metric(without, name), rel=1e-5)

@@ -3,7 +3,10 @@ families at the flavor's shape (qwen3 `debugmodel_moe`, gpt_oss `debugmodel`) an
 with the real engine on 2 CPU processes (gloo). Only the sizes a CPU cannot hold at the
 TOML's values are changed: the machine, sequence, batch and steps; the model,
 sharding, precision and checkpointing are the import's. Both jobs run in one launch
-(engine_jobs.torchrun_jobs): 181 CPU-s measured, most of it the two models' memory."""
+(engine_jobs.torchrun_jobs). One step each: a step of the qwen3 flavor (302M expert
+parameters, bfloat16 on CPU) costs each rank ~14 CPU-s, most of it moving and
+page-faulting its gathered experts and gradients; one step is forward, backward,
+reduce-scatter and the optimizer, and the flavor's shape is what is tested."""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ DEBUG = {"2026-qwen3_moe_debug.toml": "torchtitan-qwen3-moe-debug",
          "2026-gpt_oss-debug_model.toml": "torchtitan-gpt-oss-debug"}
 CPU_SIZES = {"resources": {"accelerator": "cpu"},
              "data": {"seq_len": 32, "micro_batch_size": 1, "global_batch_size": 2},
-             "train": {"max_steps": 2}, "checkpoint": {"final": {"enabled": False}}}
+             "train": {"max_steps": 1}, "checkpoint": {"final": {"enabled": False}}}
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +58,7 @@ def test_torchtitan_debug_moe_trains_as_its_family(name: str, trained) -> None:
     assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
     resolved = json.loads((run_dir / "resolved-spec.json").read_text())
     assert resolved["spec"]["model"]["preset"] == DEBUG[name]
-    losses = [json.loads(line)["loss"] for line in
-              (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
-    assert len(losses) == 2 and all(math.isfinite(x) for x in losses), losses
+    steps = [json.loads(line) for line in
+             (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+    assert [step["step"] for step in steps] == [1]
+    assert math.isfinite(steps[0]["loss"]) and 0 < steps[0]["grad_norm"] < math.inf, steps
