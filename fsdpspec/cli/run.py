@@ -25,6 +25,7 @@ from fsdpspec_runners.local.rundir_setup import (
     join_run_dir,
     layout_change,
     prepare_run_dir,
+    resumes_a_checkpoint,
     run_dir_path,
 )
 
@@ -121,9 +122,13 @@ def _start(spec: JobSpec, run_dir: Path, argv: list[str], env: dict[str, str],
                 click.echo(f"joining {spec.metadata.name} in {run_dir}", err=True)
             else:
                 change = layout_change(spec, run_dir)  # before the new spec replaces the old
-                resumed = prepare_run_dir(spec, run_dir)
-                click.echo(f"{'resuming' if resumed else 'starting'} {spec.metadata.name} in "
-                           f"{run_dir}", err=True)
+                if not prepare_run_dir(spec, run_dir):
+                    click.echo(f"starting {spec.metadata.name} in {run_dir}", err=True)
+                elif resumes_a_checkpoint(spec, run_dir):
+                    click.echo(f"resuming {spec.metadata.name} in {run_dir}", err=True)
+                else:
+                    click.echo(f"restarting {spec.metadata.name} in {run_dir}: it holds no "
+                               "checkpoint, so training starts again at step 1", err=True)
                 if change:
                     click.echo(change, err=True)
             title = spec.metadata.name if sys.stdout.isatty() else None

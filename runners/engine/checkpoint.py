@@ -50,16 +50,19 @@ from torch.distributed.checkpoint.state_dict import (
 
 from fsdpspec.atomicio import publish_dir, write_text
 from fsdpspec.job.job import Job
-from fsdpspec.job.rundir import LATEST, RunDir
+from fsdpspec.job.rundir import (
+    ENTRY_FILES,
+    FULL_FILE,
+    LATEST,
+    RunDir,
+    complete_checkpoints,
+    is_complete,
+    step_dir_name,
+)
 from fsdpspec_runners.engine import faults
 from fsdpspec_runners.engine.dist import Runtime, console
 from fsdpspec_runners.engine.errors import EngineError, first_line
 from fsdpspec_runners.engine.manifest import verification_problem, write_manifest
-
-FULL_FILE = "full_state_dict.pt"
-# The file whose presence makes a checkpoint complete, per state dict type.
-ENTRY_FILES = (".metadata", FULL_FILE)
-_PREFIX = "step-"
 
 
 @dataclass
@@ -94,25 +97,6 @@ def model_state_held(job: Job) -> dict[str, Any]:
 
 def checkpoint_root(run_dir: Path) -> Path:
     return RunDir(run_dir).checkpoints
-
-
-def step_dir_name(step: int) -> str:
-    return f"{_PREFIX}{step:08d}"
-
-
-def is_complete(path: Path) -> bool:
-    """A checkpoint is complete once DCP's metadata (or the full state dict file) is
-    inside its final name."""
-    return path.name.startswith(_PREFIX) and any(
-        (path / name).is_file() for name in ENTRY_FILES)
-
-
-def complete_checkpoints(run_dir: Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
-    root = checkpoint_root(run_dir)
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and is_complete(p))
 
 
 def find_resume_checkpoint(resume: str, run_dir: Path, say=print) -> Path | None:

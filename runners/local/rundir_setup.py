@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fsdpspec.job.rundir import complete_checkpoints
 from fsdpspec.jsonfile import JsonFileError, load_object
 from fsdpspec.runfiles.resolved import (
     FILENAME,
@@ -126,6 +127,13 @@ def _check_same_job(spec: JobSpec, run_dir: Path, document: dict[str, Any]) -> N
                           "remove the old run")
 
 
+def resumes_a_checkpoint(spec: JobSpec, run_dir: Path) -> bool:
+    """Whether the engine will continue from a checkpoint: one named by checkpoint.resume,
+    or (auto) one the run directory holds; a run stopped before its first checkpoint
+    starts again at step 1."""
+    return spec.checkpoint.resume != "auto" or bool(complete_checkpoints(run_dir))
+
+
 def layout_change(spec: JobSpec, run_dir: Path) -> str | None:
     """One line saying how a resumed run's layout differs from its run directory's; None
     for a new run, the same layout, or a directory the same-job check refuses."""
@@ -133,7 +141,8 @@ def layout_change(spec: JobSpec, run_dir: Path) -> str | None:
         document = _previous_document(run_dir) if run_dir.is_dir() else None
     except RunDirError:
         return None
-    if document is None or job_differences(document["spec"], spec.as_json_data()):
+    if document is None or job_differences(document["spec"], spec.as_json_data()) \
+            or not resumes_a_checkpoint(spec, run_dir):
         return None
     old, new = _flatten(document["spec"]), _flatten(spec.as_json_data())
     changed = [f"{k} {old.get(k)} → {new.get(k)}" for k in LAYOUT_CHANGES

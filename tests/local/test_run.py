@@ -76,6 +76,26 @@ def test_ctrl_c_checkpoints_and_the_next_run_resumes(tmp_path: Path) -> None:
     assert f"step {stopped_at + 2}/{stopped_at + 2}" in output
 
 
+def test_a_run_directory_without_a_checkpoint_restarts_and_says_so(tmp_path: Path) -> None:
+    """A run that never wrote a checkpoint, run again on another layout, starts again at
+    step 1: it says so, and neither "resuming" nor a resharded checkpoint (which was said
+    before, of a deepseek_v3 run moved to expert_parallel 2)."""
+    no_checkpoint = ("--set", "train.max_steps=6", "--set", "checkpoint.interval_steps=0",
+                     "--set", "checkpoint.final.enabled=false", "--set",
+                     "logging.interval_steps=1")
+    first = run_cli("run", str(QUICKSTART), *no_checkpoint, cwd=tmp_path, timeout=HANG_S)
+    assert first.returncode == 0, first.stdout + first.stderr
+    again = run_cli("run", str(QUICKSTART), *no_checkpoint, "--set",
+                    "resources.gpus_per_node=1", cwd=tmp_path, timeout=HANG_S)
+    output = again.stdout + again.stderr
+    assert again.returncode == 0, output
+    run_dir = tmp_path / "runs" / "quickstart"
+    assert f"restarting quickstart in {run_dir}: it holds no checkpoint, so training " \
+        "starts again at step 1" in output
+    assert "resuming" not in output and "resharded" not in output
+    assert "step 1/6" in output
+
+
 def test_a_closed_terminal_stops_the_run_with_a_checkpoint(tmp_path: Path) -> None:
     """SIGHUP (the terminal closed) stops the workers as SIGTERM does: they checkpoint
     and exit, rather than train on in their own session with nobody to stop them."""
