@@ -15,6 +15,7 @@ from typing import Any
 from fsdpspec.catalog.families import attention_picked
 from fsdpspec.job.experts import expert_module_patterns
 from fsdpspec.job.geometry import Geometry, GeometryError, UnknownFamilyError
+from fsdpspec.job.quiet_libraries import quiet
 from fsdpspec.job.tree import Node
 
 
@@ -29,6 +30,7 @@ MAX_INTROSPECTED_LAYERS = 1024
 def introspected_geometry(config: dict[str, Any]) -> Geometry:
     """Build ``config`` on the meta device and read its parameters and layers."""
     model_type = config.get("model_type")
+    quiet()
     try:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
@@ -185,6 +187,7 @@ def peft_expert_names(model_type: str) -> tuple[str, ...]:
     (peft's own table, `transformers_weight_conversion`): a target naming one, or
     all-linear, makes peft adapt the experts. Empty without peft, or for a model peft
     does not convert."""
+    quiet()
     try:
         from peft.utils import transformers_weight_conversion as conversion
         from transformers.conversion_mapping import get_checkpoint_conversion_mapping

@@ -13,11 +13,6 @@ train_step / forward_backward), ``evaluate``, ``metrics`` and ``trackers``,
 ``trace`` (`plan --trace` on fake tensors).
 """
 
-import logging
+from fsdpspec.job.quiet_libraries import quiet
 
-# torchao (the 8-bit AdamW of optimizer.state_dtype: int8) is imported by transformers'
-# quantizers whenever it is installed. Its optional C++ kernels, built for other
-# Python/CUDA versions, warn on every import, and torch's pytree warns about its enums:
-# lines on every rank's stderr around the engine's one-line failures.
-for _noisy in ("torchao", "torch.utils._pytree"):
-    logging.getLogger(_noisy).setLevel(logging.ERROR)
+quiet()

@@ -234,3 +234,15 @@ def test_a_gpu_count_beyond_any_machine_is_a_usage_error() -> None:
     result = run_cli("plan", str(ROOT / "examples" / "quickstart.yaml"), "--gpus", "1" + "0" * 400)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "is not in the range 1<=x<=2147483647" in result.stderr
+
+
+def test_an_introspected_model_plans_without_the_libraries_import_warnings() -> None:
+    """DeepSeek-V3 is planned from the model transformers builds, which imports torchao
+    (through transformers and peft): its kernels' "Failed to load …" lines and torch's
+    pytree deprecations stood around the plan. A cold process, as a user's (the suite's
+    warm one has imported them quietly already)."""
+    result = run_cli("plan", "tests/plan/specs/deepseek-v3-256-h100.yaml",
+                     env={"FSDPSPEC_TEST_WARM_RANKS": ""})
+    assert "fewest" in result.stdout, result.stdout + result.stderr  # it planned (exit 1: no fit)
+    assert "Failed to load" not in result.stderr and "_pytree" not in result.stderr, \
+        result.stderr
