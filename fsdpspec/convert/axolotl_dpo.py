@@ -117,10 +117,8 @@ def preference_fields(item: dict[str, Any], entry: Entry, draft: Draft) -> None:
         _chat_fields(item, entry, draft)
     else:
         draft.note(entry, f"datasets[0]: type {kind or 'none'} hands TRL the records as "
-                   "they are: imported as data.format preference, assuming each holds a "
-                   "prompt, a chosen and a rejected completion (text, or lists of {role, "
-                   "content} messages); TRL also reads records without a prompt, which "
-                   "the spec does not split")
+                   f"they are: imported as data.format preference, assuming each holds "
+                   f"{dpo.RECORDS_ASSUMED}")
 
 
 def _user_defined(kind: dict[str, Any], entry: Entry, draft: Draft) -> None:

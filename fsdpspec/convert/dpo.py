@@ -12,6 +12,11 @@ from fsdpspec.convert.fsdpkeys import NotCarried, boolean
 # The DPOConfig losses the spec has (train.dpo.loss).
 LOSSES = frozenset({"sigmoid", "ipo"})
 DEFAULT_BETA = 0.1  # DPOConfig's
+# What an imported preference dataset's records are taken to hold (the engine reads them
+# as TRL does: runners/engine/preference_data.py).
+RECORDS_ASSUMED = ("a prompt, a chosen and a rejected completion (text, or lists of {role, "
+                   "content} messages), or no prompt, as TRL reads them: then the common "
+                   "start of chosen and rejected is the prompt")
 
 
 def carry_beta(entry: Entry | None, draft: Draft) -> None:

@@ -232,10 +232,7 @@ def _data(args: dict[str, Entry], draft: Draft, base_dir: Path) -> None:
     draft.carry("data.path", name.value, name)
     draft.carry("data.format", "preference", name, ": DPO's pairs")
     draft.note(name, f"{name.written} {name.value}: imported as data.format preference, "
-               "assuming each record holds a prompt, a chosen and a rejected completion "
-               "(text, or lists of {role, content} messages); TRL also reads records "
-               "without a prompt, whose chosen and rejected hold the whole conversation, "
-               "which the spec does not split")
+               f"assuming each record holds {dpo.RECORDS_ASSUMED}")
     hub = parse_hub_id(str(name.value), "dataset")
     if not (named_file_exists(base_dir / str(name.value)) or (hub and cached_snapshot(hub))):
         draft.note(name, f"{name.written} {name.value}: not on this machine or in the "

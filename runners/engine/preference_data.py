@@ -10,6 +10,11 @@ A record holds ``prompt``, ``chosen`` and ``rejected`` (``data.prompt_field``,
 - chat: the prompt's messages rendered by the tokenizer's chat template with the
   generation prompt, and prompt + completion messages rendered whole; split the same way.
 
+A record without a prompt (or with a prompt of the other kind: text beside chat
+completions) holds it implicitly, as TRL's ``maybe_extract_prompt`` reads it: the longest
+common start of chosen and rejected (messages, or characters less the space that ends
+it) is the prompt. Such records are counted and said once.
+
 Loss is on the completion tokens only (the labels of the prompt and the padding are
 ``IGNORE``). Truncation, as TRL's ``keep_start``: each of prompt + chosen and prompt +
 rejected is cut at ``seq_len`` (its completion loses its end); a pair whose prompt alone
@@ -36,9 +41,14 @@ class PairFitting(Fitting):
     pairs, ``dropped`` those whose prompt fills it)."""
 
     end_cut: int = 0  # pairs with a completion cut at its end
+    implicit: int = 0  # pairs whose prompt is chosen's and rejected's common start
 
     def note(self, part: str, seq_len: int) -> str | None:
         said = []
+        if self.implicit:
+            said.append(f"{self.implicit} of {self.examples} preference pairs have no prompt "
+                        "of their completions' kind; the common start of chosen and rejected "
+                        "is their prompt (TRL's extract_prompt)")
         if self.end_cut:
             said.append(f"{self.end_cut} of {self.examples} preference pairs are longer "
                         f"than seq_len {seq_len}; their completions were cut at the end")
@@ -53,12 +63,43 @@ def preference_rows(records: Iterable[dict[str, Any]], data: Data, tokenizer: An
     """Each record as one row of two padded sequences (chosen, rejected); ``where``
     names the data in a record's error line."""
     for index, record in enumerate(records):
-        prompt, chosen, rejected = _fields(record, data, f"{where} record {index}")
+        name = f"{where} record {index}"
+        fields = (data.prompt_field, data.chosen_field, data.rejected_field)
+        if _prompt_implicit(record, *fields):
+            record = dict(zip(fields, implicit_prompt(record[fields[1]], record[fields[2]],
+                                                      name), strict=True))
+            fitting.implicit += 1
+        prompt, chosen, rejected = _fields(record, data, name)
         ids = _tokenized(prompt, chosen, rejected, tokenizer)
         fitting.examples += 1
         row = _fitted(*ids, data.seq_len, tokenizer.pad_id, fitting)
         if row is not None:
             yield row
+
+
+def _prompt_implicit(record: dict[str, Any], prompt: str, chosen: str, rejected: str) -> bool:
+    """TRL's test (``maybe_extract_prompt``): chosen and rejected present, and no prompt,
+    or one of the other kind than chosen (text beside messages)."""
+    if record.get(chosen) is None or record.get(rejected) is None:
+        return False
+    return record.get(prompt) is None or _is_messages(record[prompt]) != _is_messages(
+        record[chosen])
+
+
+def implicit_prompt(chosen: Any, rejected: Any, name: str) -> tuple[Any, Any, Any]:
+    """The prompt, chosen and rejected of a pair whose prompt opens both completions, as
+    TRL's ``extract_prompt`` splits them: at the first message (or character) where they
+    differ, less a space before it; where neither differs, one message (character) before
+    the shorter one's end."""
+    if not chosen or not rejected or chosen[0] != rejected[0]:
+        raise EngineError(f"{name} has no prompt, and its chosen and rejected share no start "
+                          "to take as one")
+    for index in range(min(len(chosen), len(rejected))):
+        if chosen[index] != rejected[index]:
+            if chosen[index - 1] == " ":
+                index -= 1
+            break
+    return chosen[:index], chosen[index:], rejected[index:]
 
 
 def _fields(record: dict[str, Any], data: Data, name: str) -> tuple[Any, Any, Any]:

@@ -101,3 +101,48 @@ def test_a_field_the_records_lack_lists_their_fields(tmp_path: Path,
         _pairs(tmp_path, [record], tokenizer)
     assert str(caught.value).endswith(
         "record 0 has no 'chosen' (fields: ['good', 'prompt', 'rejected'])")
+
+
+# Records whose prompt is implicit (TRL reads them so: trl-lib/ultrafeedback_binarized's
+# chosen and rejected hold the whole conversation), and one whose text prompt stands
+# beside chat completions (TRL ignores it).
+IMPLICIT = [
+    {"chosen": "w1 w2 please sure w3", "rejected": "w1 w2 please w4 w5"},
+    {"chosen": [{"role": "user", "content": "w1 please"},
+                {"role": "assistant", "content": "w2 w3"}],
+     "rejected": [{"role": "user", "content": "w1 please"},
+                  {"role": "assistant", "content": "w4"}]},
+    {"prompt": "w1 please",
+     "chosen": [{"role": "user", "content": "w1 please"},
+                {"role": "assistant", "content": "w2"}],
+     "rejected": [{"role": "user", "content": "w1 please"},
+                  {"role": "assistant", "content": "w5 w6"}]},
+    {"chosen": "w1 w2", "rejected": "w1 w2 w3"},  # one a prefix of the other
+]
+
+
+@pytest.mark.parametrize("record", IMPLICIT)
+def test_an_implicit_prompt_is_split_as_trl_splits_it(tmp_path: Path, tokenizer: Tokenizer,
+                                                       record: dict) -> None:
+    """The pair is the pair of the record TRL's maybe_extract_prompt makes, token for
+    token, and said once."""
+    from trl.data_utils import maybe_extract_prompt
+
+    for part in ("implicit", "trl"):
+        (tmp_path / part).mkdir()
+    _, (packed, note) = _pairs(tmp_path / "implicit", [record], tokenizer)
+    _, (refereed, _) = _pairs(tmp_path / "trl", [maybe_extract_prompt(dict(record))],
+                              tokenizer)
+    assert packed["input_ids"].tolist() == refereed["input_ids"].tolist()
+    assert packed["labels"].tolist() == refereed["labels"].tolist()
+    assert note == ("data.path: 1 of 1 preference pairs have no prompt of their completions' "
+                    "kind; the common start of chosen and rejected is their prompt (TRL's "
+                    "extract_prompt)")
+
+
+def test_an_implicit_prompt_needs_a_common_start(tmp_path: Path,
+                                                 tokenizer: Tokenizer) -> None:
+    with pytest.raises(EngineError) as caught:
+        _pairs(tmp_path, [{"chosen": "w1 w2", "rejected": "x3 x4"}], tokenizer)
+    assert str(caught.value).endswith(
+        "record 0 has no prompt, and its chosen and rejected share no start to take as one")
