@@ -90,6 +90,15 @@ def _flops_per_token(job: Job, parameters: int) -> tuple[float, float, float]:
         **shape, mode=job.units.ac_mode, ac_every=job.units.ac_every), reference
 
 
+def precompute_flops_per_pair(job: Job, parameters: int) -> float:
+    """The precompute pass of ``train.dpo.reference: precomputed``: one forward of a
+    pair's two sequences (padded to seq_len) through the starting weights."""
+    assert job.geometry is not None  # the planner plans only jobs with a geometry
+    return 2 * job.batch.seq * forward_flops_per_token(
+        parameters=parameters, num_layers=job.geometry.num_layers,
+        q_width=job.geometry.q_width, seq_len=job.batch.seq)
+
+
 def _per_rank(job: Job, per_token: float) -> float:
     """Per-token FLOPs over one rank's step (all its micro-batches): a tensor-parallel
     group shares its micro-batches' FLOPs."""

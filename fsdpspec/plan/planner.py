@@ -69,6 +69,19 @@ class Plan:
         return step_time(self.job, self.compute, self.accelerator, self._dtype)
 
     @cached_property
+    def precompute_seconds_per_pair(self) -> float | None:
+        """``train.dpo.reference: precomputed``'s pass before step 1, per pair: its
+        forward at the FLOP rate the predicted step computes at, on every rank. None for
+        another reference, or where the step is unknown."""
+        from fsdpspec.plan.compute import precompute_flops_per_pair
+        train, step = self.spec.train, self.step
+        if train.objective != "dpo" or train.dpo.reference != "precomputed" or not step \
+                or not step.compute_seconds:
+            return None
+        rate = self.compute.flops / step.compute_seconds * self.spec.world_size
+        return precompute_flops_per_pair(self.job, self.geometry.active_params) / rate
+
+    @cached_property
     def min_single_gpus(self) -> int | None:
         """The fewest GPUs, counting single GPUs."""
         if not self.accelerator.is_gpu:

@@ -299,14 +299,25 @@ def _preference_lines(plan: Plan, unit: int, name: str) -> list[str]:
     sides = [f"{choice}{' (this job)' if choice == own else ''} "
              f"{m.peak_allocated / unit:.2f} / {m.total / unit:.2f}"
              for choice, m in plan.references.items()]
-    return [f"DPO: each pair runs as 2 sequences (chosen, rejected); by reference, "
-            f"peak allocated / device total per rank ({name}): " + ", ".join(sides)]
+    lines = [f"DPO: each pair runs as 2 sequences (chosen, rejected); by reference, "
+             f"peak allocated / device total per rank ({name}): " + ", ".join(sides)]
+    per_pair = plan.precompute_seconds_per_pair
+    if per_pair is not None:
+        pairs = plan.spec.train.max_steps * plan.spec.data.global_batch_size
+        taken = _duration(pairs * per_pair / 3600)
+        lines.append(f"precompute pass (before step 1, once; a resume reads it back): "
+                     f"{1000 * per_pair:.2f} s per 1,000 pairs, {taken} for "
+                     f"the {pairs:,} pairs train.max_steps × global batch reads; it reads "
+                     "every pair of the train and eval data")
+    return lines
 
 
 def _preference_json(plan: Plan) -> dict[str, Any] | None:
     if not plan.references:
         return None
+    per_pair = plan.precompute_seconds_per_pair
     return {"reference": plan.spec.train.dpo.reference, "sequences_per_pair": 2,
+            "precompute_seconds_per_pair": per_pair,
             "by_reference": {choice: {"peak_allocated_bytes": m.peak_allocated,
                                       "total_bytes": m.total,
                                       "reference_bytes": m.peak.terms["reference_parameters"],

@@ -86,3 +86,21 @@ def test_a_pair_is_planned_as_two_sequences() -> None:
     planned = {p.name: p.total for p in device_memory(dpo).points}
     assert planned == {p.name: p.total for p in device_memory(sft).points}
 
+
+
+def test_the_precompute_pass_is_planned_at_the_step_s_rate() -> None:
+    """`precomputed` costs a forward of every pair before step 1: with full checkpointing a
+    step computes each of its pairs four forwards' worth (forward, recompute, backward's
+    two), so a pair's pass is a quarter of the step's compute per pair. The other
+    references have no pass."""
+    plan = _plan(*CHOICES["precomputed"])
+    pairs_per_step = 64  # the example's global batch
+    per_pair = plan["dpo"]["precompute_seconds_per_pair"]
+    assert abs(per_pair - plan["step_time"]["compute_seconds"] / pairs_per_step / 4) \
+        < 1e-9 * per_pair
+    assert _plan(*CHOICES["model"])["dpo"]["precompute_seconds_per_pair"] is None
+    done = run_cli("plan", EXAMPLE, *CHOICES["precomputed"])
+    assert (f"precompute pass (before step 1, once; a resume reads it back): "
+            f"{1000 * per_pair:.2f} s per 1,000 pairs, {1000 * 64 * per_pair / 60:.1f} min for "
+            "the 64,000 pairs train.max_steps × global batch reads; it reads every pair of "
+            "the train and eval data") in done.stdout
