@@ -326,6 +326,23 @@ PRESETS.update({
         num_key_value_heads=8, head_dim=128, num_experts=64, num_experts_per_tok=8,
         norm_topk_prob=True, vocab_size=2048, max_position_embeddings=4096,
         rope_theta=1000000.0, rms_norm_eps=1e-6),
+    # torchtitan/models/deepseek_v3/__init__.py `_debugmodel` (pytorch/torchtitan
+    # 0014ac2ca45a): one dense layer then MoE, 8 routed experts (top 3) beside 2 shared,
+    # latent attention without a q low rank. Its router scores by softmax; transformers'
+    # deepseek_v3 by sigmoid with a correction bias (the import says so): the shape and
+    # the count are the flavor's. max_position_embeddings is YaRN's factor × its original
+    # 4096, as transformers reads it (torchtitan precomputes 16384 positions).
+    "torchtitan-deepseek-v3-debug": _family(
+        "deepseek_v3", "DeepseekV3ForCausalLM", hidden_size=256, intermediate_size=1024,
+        moe_intermediate_size=256, num_hidden_layers=6, first_k_dense_replace=1,
+        num_attention_heads=16, num_key_value_heads=16, q_lora_rank=None, kv_lora_rank=512,
+        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=8,
+        n_shared_experts=2, num_experts_per_tok=3, n_group=1, topk_group=1,
+        norm_topk_prob=False, routed_scaling_factor=1.0, vocab_size=2048,
+        max_position_embeddings=163840, rope_theta=10000.0,
+        rope_scaling={"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+                      "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                      "mscale_all_dim": 0.7}),
     "torchtitan-gpt-oss-debug": _family(
         "gpt_oss", "GptOssForCausalLM", hidden_size=256, intermediate_size=2880,
         num_hidden_layers=4, num_attention_heads=64, num_key_value_heads=8, head_dim=64,

@@ -43,7 +43,14 @@ _PRESETS = {
     ("qwen3", "debugmodel_moe"): "torchtitan-qwen3-moe-debug",
     ("gpt_oss", "20b"): "gpt-oss-20b", ("gpt_oss", "120b"): "gpt-oss-120b",
     ("gpt_oss", "debugmodel"): "torchtitan-gpt-oss-debug",
+    ("deepseek_v3", "debugmodel"): "torchtitan-deepseek-v3-debug",
 }
+# What a preset's family computes differently from the flavor it stands for (the shape
+# and the count are the flavor's): said beside the preset.
+_DIFFERS = {"torchtitan-deepseek-v3-debug": (
+    "torchtitan's router scores the experts by softmax (score_func); transformers' "
+    "deepseek_v3 scores them by sigmoid with a correction bias, which is how the engine "
+    "routes")}
 # Degrees the spec says, and the field of each.
 _DEGREES = {"tensor_parallel_degree": "parallelism.tensor_parallel",
             "context_parallel_degree": "parallelism.context_parallel",
@@ -415,7 +422,8 @@ def _model(toml: _Toml, base_dir: Path) -> Entry | None:
     label = f"{name.value} {flavor.value}" if flavor else str(name.value)
     preset = _PRESETS.get((str(name.value), str(flavor.value) if flavor else ""))
     if preset is not None:
-        return Entry(preset, flavor.line if flavor else name.line, f"[model] {label}")
+        differs = ", whose routing differs (see the note)" if preset in _DIFFERS else ""
+        return Entry(preset, flavor.line if flavor else name.line, f"[model] {label}{differs}")
     if assets is not None and isinstance(assets.value, str):
         try:
             read_hf_config(assets.value, base_dir)
@@ -441,6 +449,8 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     _checkpointing(toml, draft)
     _layout(toml, draft, assumed)
     model = _model(toml, base_dir)
+    if model is not None and model.value in _DIFFERS:
+        draft.note(model, f"{model.written.split(',')[0]}: {_DIFFERS[model.value]}")
     if draft.refusals:
         return finish(draft, tool="torchtitan", kind="torchtitan", source=str(path),
                       name=name, model=model, layers=None, assumed=assumed,

@@ -1,5 +1,6 @@
 """Issue 45: torchtitan's own debug TOMLs of its Mixture-of-Experts models import as their
-families at the flavor's shape (qwen3 `debugmodel_moe`, gpt_oss `debugmodel`) and train
+families at the flavor's shape (qwen3 `debugmodel_moe`, gpt_oss and deepseek_v3
+`debugmodel`; llama4's stops, FS055, tests/convert/test_import_corpus.py) and train
 with the real engine on 2 CPU processes (gloo). Only the sizes a CPU cannot hold at the
 TOML's values are changed: the machine, sequence, batch and steps; the model,
 sharding, precision and checkpointing are the import's. Both jobs run in one launch
@@ -29,32 +30,34 @@ from fsdpspec.spec.v1 import JobSpec  # noqa: E402
 
 TOMLS = ROOT / "tests" / "convert" / "configs" / "torchtitan"
 DEBUG = {"2026-qwen3_moe_debug.toml": "torchtitan-qwen3-moe-debug",
-         "2026-gpt_oss-debug_model.toml": "torchtitan-gpt-oss-debug"}
+         "2026-gpt_oss-debug_model.toml": "torchtitan-gpt-oss-debug",
+         "2026-deepseek_v3-debug_model.toml": "torchtitan-deepseek-v3-debug"}
 CPU_SIZES = {"resources": {"accelerator": "cpu"},
              "data": {"seq_len": 32, "micro_batch_size": 1, "global_batch_size": 2},
              "train": {"max_steps": 1}, "checkpoint": {"final": {"enabled": False}}}
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object, str]]:
     root = tmp_path_factory.mktemp("torchtitan-debug")
-    specs = []
+    specs, said = [], {}
     for name in DEBUG:
         written = root / f"{name}.yaml"
         result = CliRunner().invoke(cli, ["import", "torchtitan", str(TOMLS / name), "-o",
                                           str(written), "--gpus-per-node", "2"])
         assert result.exit_code == 0, result.output
+        said[name] = result.output
         job = merged(load_file(written).data, CPU_SIZES)
         del job["resources"]["host_memory_gib"]  # the GPU hosts' RAM the import assumed
         specs.append(write_resolved_spec(JobSpec.model_validate(job), root / name))
-    return {name: (spec.parent, result)
+    return {name: (spec.parent, result, said[name])
             for name, spec, result in zip(DEBUG, specs, torchrun_jobs(specs), strict=True)}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(DEBUG))
 def test_torchtitan_debug_moe_trains_as_its_family(name: str, trained) -> None:
-    run_dir, done = trained[name]
+    run_dir, done, _ = trained[name]
     assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
     resolved = json.loads((run_dir / "resolved-spec.json").read_text())
     assert resolved["spec"]["model"]["preset"] == DEBUG[name]
@@ -62,3 +65,12 @@ def test_torchtitan_debug_moe_trains_as_its_family(name: str, trained) -> None:
              (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
     assert [step["step"] for step in steps] == [1]
     assert math.isfinite(steps[0]["loss"]) and 0 < steps[0]["grad_norm"] < math.inf, steps
+
+
+@pytest.mark.slow
+def test_the_deepseek_flavor_s_router_is_said_to_differ(trained) -> None:
+    """The shape and the count are the flavor's; its softmax router is not transformers'."""
+    said = trained["2026-deepseek_v3-debug_model.toml"][2]
+    assert ":22: [model] deepseek_v3 debugmodel: torchtitan's router scores the experts by " \
+        "softmax (score_func); transformers' deepseek_v3 scores them by sigmoid with a " \
+        "correction bias, which is how the engine routes" in said
