@@ -326,12 +326,13 @@ PRESETS.update({
         num_key_value_heads=8, head_dim=128, num_experts=64, num_experts_per_tok=8,
         norm_topk_prob=True, vocab_size=2048, max_position_embeddings=4096,
         rope_theta=1000000.0, rms_norm_eps=1e-6),
-    # torchtitan/models/deepseek_v3/__init__.py `_debugmodel` (pytorch/torchtitan
-    # 0014ac2ca45a): one dense layer then MoE, 8 routed experts (top 3) beside 2 shared,
-    # latent attention without a q low rank. Its router scores by softmax; transformers'
-    # deepseek_v3 by sigmoid with a correction bias (the import says so): the shape and
-    # the count are the flavor's. max_position_embeddings is YaRN's factor × its original
-    # 4096, as transformers reads it (torchtitan precomputes 16384 positions).
+    # torchtitan/models/deepseek_v3/__init__.py "debugmodel" (pytorch/torchtitan
+    # 238fa9953e4a, the debug TOML's commit): one dense layer then MoE, 8 routed experts
+    # (top 3) beside 2 shared, latent attention without a q low rank. Its router scores
+    # by softmax; transformers' deepseek_v3 by sigmoid with a correction bias (the import
+    # says so): the shape and the count are the flavor's. max_position_embeddings is
+    # YaRN's factor × its original 4096, as transformers reads it (torchtitan
+    # precomputes 16384 positions).
     "torchtitan-deepseek-v3-debug": _family(
         "deepseek_v3", "DeepseekV3ForCausalLM", hidden_size=256, intermediate_size=1024,
         moe_intermediate_size=256, num_hidden_layers=6, first_k_dense_replace=1,
@@ -343,6 +344,22 @@ PRESETS.update({
         rope_scaling={"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
                       "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
                       "mscale_all_dim": 0.7}),
+    # torchtitan/models/llama4/__init__.py "debugmodel" (238fa9953e4a) with
+    # TransformerModelArgs' and MoEArgs' defaults: MoE on every second layer (8 experts of
+    # width 512, top 1, sigmoid scores applied before the experts, and a shared expert),
+    # dense layers of width 768, every layer rotary and fully causal (every_n_layers_nope
+    # unset, so no fixed attention blocks either: transformers' NoPE interval past the
+    # last layer, no chunk size) and no q/k norm.
+    "torchtitan-llama4-debug": _family(
+        "llama4_text", "Llama4ForCausalLM", hidden_size=256, intermediate_size=512,
+        intermediate_size_mlp=768, num_hidden_layers=6, num_attention_heads=16,
+        num_key_value_heads=16, head_dim=16, num_local_experts=8, num_experts_per_tok=1,
+        interleave_moe_layer_step=2, no_rope_layer_interval=7, attention_chunk_size=None,
+        use_qk_norm=False,
+        vocab_size=2048, max_position_embeddings=1048576, rope_theta=500000.0,
+        rms_norm_eps=1e-5, rope_scaling={"rope_type": "llama3", "factor": 16.0,
+                                         "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+                                         "original_max_position_embeddings": 8192}),
     "torchtitan-gpt-oss-debug": _family(
         "gpt_oss", "GptOssForCausalLM", hidden_size=256, intermediate_size=2880,
         num_hidden_layers=4, num_attention_heads=64, num_key_value_heads=8, head_dim=64,

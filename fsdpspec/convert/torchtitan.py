@@ -44,6 +44,7 @@ _PRESETS = {
     ("gpt_oss", "20b"): "gpt-oss-20b", ("gpt_oss", "120b"): "gpt-oss-120b",
     ("gpt_oss", "debugmodel"): "torchtitan-gpt-oss-debug",
     ("deepseek_v3", "debugmodel"): "torchtitan-deepseek-v3-debug",
+    ("llama4", "debugmodel"): "torchtitan-llama4-debug",
 }
 # What a preset's family computes differently from the flavor it stands for (the shape
 # and the count are the flavor's): said beside the preset.

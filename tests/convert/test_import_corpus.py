@@ -268,18 +268,18 @@ EXPECTED: dict[str, dict] = {
         "8-way; with 1, FSDP shards each rank's experts instead)"),
     # Issue 45: a Mixture of Experts a config names is its family and shape (torchtitan's
     # flavor tables, debug flavors included), or the import stops naming the model and
-    # its family (FS055): no preset stands in for DeepSeek-V3's 16B flavor, Llama 4 or
-    # Mistral Small 4.
+    # its family (FS055): no preset stands in for DeepSeek-V3's 16B flavor, Llama 4's
+    # 17Bx16E (refused first for its expert tensor parallelism) or Mistral Small 4.
     "torchtitan/2026-qwen3_moe_debug.toml": job(2, FULL, False, "op", BF16, SSD, 8,
                                                 preset="torchtitan-qwen3-moe-debug"),
     "torchtitan/2026-gpt_oss-debug_model.toml": job(2, FULL, False, "none", BF16, SSD, 8,
                                                     preset="torchtitan-gpt-oss-debug"),
-    # DeepSeek-V3's debug flavor at its shape (its router's softmax said beside it).
+    # DeepSeek-V3's and Llama 4's debug flavors at their shape (DeepSeek's softmax router
+    # said beside it).
     "torchtitan/2026-deepseek_v3-debug_model.toml": job(
         2, FULL, False, "op", BF16, SSD, 8, preset="torchtitan-deepseek-v3-debug"),
-    "torchtitan/2026-llama4-debug_model.toml": refused(
-        "FS055 [model] name and flavor llama4 debugmodel: a Llama 4 model (a Mixture of "
-        "Experts, transformers' llama4_text) that no preset stands in for; pass --hf-config"),
+    "torchtitan/2026-llama4-debug_model.toml": job(
+        2, FULL, False, "op", BF16, SSD, 8, preset="torchtitan-llama4-debug"),
     "axolotl/mistral4-fft-text.yml": refused(
         "FS055 base_model axolotl-ai-co/Mistral-Small-4-119B-2603-BF16: a Mistral Small 4 "
         "model (a Mixture of Experts, transformers' mistral4) that no preset stands in for; "

@@ -1,6 +1,6 @@
 """Issue 45: torchtitan's own debug TOMLs of its Mixture-of-Experts models import as their
-families at the flavor's shape (qwen3 `debugmodel_moe`, gpt_oss and deepseek_v3
-`debugmodel`; llama4's stops, FS055, tests/convert/test_import_corpus.py) and train
+families at the flavor's shape (qwen3 `debugmodel_moe`, gpt_oss, deepseek_v3 and llama4
+`debugmodel`) and train
 with the real engine on 2 CPU processes (gloo). Only the sizes a CPU cannot hold at the
 TOML's values are changed: the machine, sequence, batch and steps; the model,
 sharding, precision and checkpointing are the import's. Both jobs run in one launch
@@ -31,7 +31,8 @@ from fsdpspec.spec.v1 import JobSpec  # noqa: E402
 TOMLS = ROOT / "tests" / "convert" / "configs" / "torchtitan"
 DEBUG = {"2026-qwen3_moe_debug.toml": "torchtitan-qwen3-moe-debug",
          "2026-gpt_oss-debug_model.toml": "torchtitan-gpt-oss-debug",
-         "2026-deepseek_v3-debug_model.toml": "torchtitan-deepseek-v3-debug"}
+         "2026-deepseek_v3-debug_model.toml": "torchtitan-deepseek-v3-debug",
+         "2026-llama4-debug_model.toml": "torchtitan-llama4-debug"}
 CPU_SIZES = {"resources": {"accelerator": "cpu"},
              "data": {"seq_len": 32, "micro_batch_size": 1, "global_batch_size": 2},
              "train": {"max_steps": 1}, "checkpoint": {"final": {"enabled": False}}}
