@@ -27,6 +27,9 @@ class NamedFamily:
     pattern: str
     # A Mixture of Experts, for a family the registry lacks (the registry says it for its own).
     unregistered_moe: bool = False
+    # Why transformers' model of a Mixture of Experts trains with no load balancing (read
+    # off its modeling code: no auxiliary loss), or "" where it has one or is dense.
+    unbalanced: str = ""
 
     @property
     def moe(self) -> bool:
@@ -43,16 +46,26 @@ class NamedFamily:
         return f"a {self.title} model ({self.kind}, transformers' {self.model_type})"
 
 
+# DeepSeek's auxiliary-loss-free balancing: a per-expert routing bias nudged after each
+# step by the experts' load, outside the gradient.
+_BIAS_NOT_UPDATED = ("transformers has no auxiliary loss for it, and its routing bias "
+                     "(e_score_correction_bias, the balancing DeepSeek trains with) is a buffer "
+                     "nothing updates")
+
 # The most specific names first: Llama 4 before Llama, Qwen3.5-MoE before Qwen3-MoE before
 # Qwen3, Mistral Small 4 before Mistral.
 NAMES: tuple[NamedFamily, ...] = (
-    NamedFamily("deepseek_v3", "DeepSeek-V3", r"deepseek[-_ ]?v3", unregistered_moe=True),
-    NamedFamily("llama4_text", "Llama 4", r"llama[-_ ]?4(?!\d)", unregistered_moe=True),
+    NamedFamily("deepseek_v3", "DeepSeek-V3", r"deepseek[-_ ]?v3", unregistered_moe=True,
+                unbalanced=_BIAS_NOT_UPDATED),
+    NamedFamily("llama4_text", "Llama 4", r"llama[-_ ]?4(?!\d)", unregistered_moe=True,
+                unbalanced="transformers computes no load-balancing loss for it (its "
+                "config's router_aux_loss_coef is read by nothing)"),
     NamedFamily("glm_moe_dsa", "GLM-5", r"glm[-_ ]?5(?![-_ ]?next)|glm_?moe_?dsa",
                 unregistered_moe=True),
     NamedFamily("glm4_moe_lite", "GLM-4.7-Flash", r"glm[-_ ]?4[._]?7[-_ ]?flash|glm4_?moe_?lite",
                 unregistered_moe=True),
-    NamedFamily("glm4_moe", "GLM-4.5", r"glm[-_ ]?4[._]?[56]|glm4_?moe", unregistered_moe=True),
+    NamedFamily("glm4_moe", "GLM-4.5", r"glm[-_ ]?4[._]?[56]|glm4_?moe", unregistered_moe=True,
+                unbalanced=_BIAS_NOT_UPDATED),
     NamedFamily("mistral4", "Mistral Small 4", r"mistral[-_ ]?small[-_ ]?4|mistral4",
                 unregistered_moe=True),
     NamedFamily("qwen3_5_moe", "Qwen3.5-MoE", r"qwen3[._]5[-_].*a\d+b|qwen3_?5_?moe",

@@ -1,4 +1,5 @@
-"""FS16x: expert parallelism (`parallelism.expert_parallel`).
+"""FS16x: Mixtures of Experts: expert parallelism (`parallelism.expert_parallel`), and
+(FS167) a Mixture of Experts that transformers trains with no load balancing.
 
 torchtitan's layout (expert tensor parallelism 1): each layer's experts are split by
 expert index over ``ep`` ranks that swap tokens by all-to-all, and FSDP shards the
@@ -278,3 +279,37 @@ def ep_across_nodes(ctx: LintContext) -> Iterator[Diagnostic]:
                      f"{across_nodes_cost(job, ctx.spec.device())}", _DEGREE,
                      f"use an expert_parallel among "
                      f"{_degrees(expert_count(job.units), per_node)}")
+
+
+@rule("FS167", "moe-unbalanced", Severity.WARNING,
+      "a Mixture of Experts that trains with no load balancing",
+      "nothing balances these experts yet: watch the experts' load, or train a family "
+      "with a load-balancing loss (Mixtral, Qwen3-MoE, OLMoE, Phi-3.5-MoE, gpt-oss)")
+def moe_unbalanced(ctx: LintContext) -> Iterator[Diagnostic]:
+    """The engine adds a model's load-balancing loss to its loss (Mixtral, Qwen3-MoE,
+    OLMoE, Phi-3.5-MoE, gpt-oss). transformers' DeepSeek-V3 and GLM-4.5 have none: they
+    route with a per-expert bias that DeepSeek nudges by each expert's load outside the
+    gradient, a buffer nothing updates here; nor has Llama 4. Their routers may send
+    most tokens to a few experts, unlike the run they were released from.
+
+    FAIL:
+
+        model: {preset: deepseek-v3}
+        resources: {accelerator: H100-80GB, nodes: 32, gpus_per_node: 8}
+        fsdp: {mixed_precision: bf16}
+        data: {seq_len: 4096, global_batch_size: 256}
+        launch: {rdzv_endpoint: "node0:29500"}
+        parallelism: {expert_parallel: 8}
+
+    PASS:
+
+        model: {preset: mixtral-8x7b}
+        resources: {accelerator: H100-80GB, nodes: 8, gpus_per_node: 8}
+        fsdp: {mixed_precision: bf16}
+        data: {seq_len: 4096, global_batch_size: 64}
+        launch: {rdzv_endpoint: "node0:29500"}
+    """
+    named = of_model_type(ctx.job.geometry.family) if ctx.job.geometry else None
+    if named is not None and named.unbalanced:
+        yield diagnostic("FS167", f"{named.what} trains with no load balancing: "
+                         f"{named.unbalanced}", "/model")
