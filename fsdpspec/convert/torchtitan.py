@@ -412,10 +412,11 @@ def _checkpoint(toml: _Toml, draft: Draft) -> None:
     toml.get("checkpoint", "interval_type")
 
 
-def _model(toml: _Toml, base_dir: Path) -> Entry | None:
+def _model(toml: _Toml, draft: Draft, base_dir: Path) -> Entry | None:
     """The model: the preset of ``[model] name`` and ``flavor`` (torchtitan's tables of
-    shapes), else the config in ``hf_assets_path`` where that folder holds one, else
-    the name and flavor for the importer core to resolve by family or stop on."""
+    shapes), with a note where the preset routes otherwise than the flavor, else the
+    config in ``hf_assets_path`` where that folder holds one, else the name and flavor
+    for the importer core to resolve by family or stop on."""
     name, flavor = toml.get("model", "name"), toml.get("model", "flavor")
     assets = toml.get("model", "hf_assets_path")
     if name is None:
@@ -423,8 +424,12 @@ def _model(toml: _Toml, base_dir: Path) -> Entry | None:
     label = f"{name.value} {flavor.value}" if flavor else str(name.value)
     preset = _PRESETS.get((str(name.value), str(flavor.value) if flavor else ""))
     if preset is not None:
-        differs = ", whose routing differs (see the note)" if preset in _DIFFERS else ""
-        return Entry(preset, flavor.line if flavor else name.line, f"[model] {label}{differs}")
+        if preset not in _DIFFERS:
+            return Entry(preset, flavor.line if flavor else name.line, f"[model] {label}")
+        model = Entry(preset, flavor.line if flavor else name.line,
+                      f"[model] {label}, whose routing differs (see the note)")
+        draft.note(model, f"[model] {label}: {_DIFFERS[preset]}")
+        return model
     if assets is not None and isinstance(assets.value, str):
         try:
             read_hf_config(assets.value, base_dir)
@@ -449,9 +454,7 @@ def import_config(path: Path, *, name: str, assumed: Assumptions,
     _float8(toml, draft)
     _checkpointing(toml, draft)
     _layout(toml, draft, assumed)
-    model = _model(toml, base_dir)
-    if model is not None and model.value in _DIFFERS:
-        draft.note(model, f"{model.written.split(',')[0]}: {_DIFFERS[model.value]}")
+    model = _model(toml, draft, base_dir)
     if draft.refusals:
         return finish(draft, tool="torchtitan", kind="torchtitan", source=str(path),
                       name=name, model=model, layers=None, assumed=assumed,
